@@ -1,0 +1,132 @@
+"""Reading tuples back: envelope plus Avro value; what cannot be decoded goes to a dead-letter topic.
+
+A dead-lettered record keeps its key, value and headers unchanged and gains
+``medusa.dlq.*`` headers saying why and where it came from, so nothing is lost.
+Offsets are stored only once a record is handled (decoded, or dead-lettered and
+acknowledged by the broker).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Message, Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from medusa.envelope import EnvelopeError, TupleRecord, TupleType, decode_record
+from medusa.topics import dead_letter_topic, ensure_topics
+
+DLQ_REASON_HEADER = "medusa.dlq.reason"
+DLQ_TOPIC_HEADER = "medusa.dlq.topic"
+DLQ_PARTITION_HEADER = "medusa.dlq.partition"
+DLQ_OFFSET_HEADER = "medusa.dlq.offset"
+
+_VALUELESS = {TupleType.BOUNDARY, TupleType.UNDO, TupleType.REC_DONE}
+
+
+@dataclass(frozen=True)
+class ConsumedTuple:
+    record: TupleRecord
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+
+
+class TupleConsumer:
+    def __init__(
+        self,
+        kafka_config: dict[str, Any],
+        registry: SchemaRegistryClient,
+        topics: Sequence[str],
+        group_id: str,
+        from_beginning: bool = True,
+    ) -> None:
+        self.dead_lettered = 0
+        self._deserializer = AvroDeserializer(registry)
+        self._consumer = Consumer({
+            **kafka_config,
+            "group.id": group_id,
+            "auto.offset.reset": "earliest" if from_beginning else "latest",
+            "enable.auto.commit": True,
+            "enable.auto.offset.store": False,
+        })
+        self._dlq_producer = Producer({**kafka_config, "enable.idempotence": True})
+        ensure_topics(kafka_config, [dead_letter_topic(t) for t in topics], partitions=1)
+        self._consumer.subscribe(list(topics))
+
+    def __enter__(self) -> TupleConsumer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def poll(self, timeout_s: float = 1.0) -> ConsumedTuple | None:
+        """The next decodable tuple, or None when nothing came within the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            message = self._consumer.poll(remaining)
+            if message is None:
+                return None
+            if message.error() is not None:
+                raise KafkaException(message.error())
+            try:
+                consumed = self._decode(message)
+            except Exception as error:  # any decoding failure is data, not a crash
+                self._dead_letter(message, f"{type(error).__name__}: {error}")
+                continue
+            self._consumer.store_offsets(message)
+            return consumed
+        return None
+
+    def take(self, count: int, timeout_s: float = 30.0) -> list[ConsumedTuple]:
+        """Up to ``count`` tuples, waiting at most ``timeout_s`` in all."""
+        taken: list[ConsumedTuple] = []
+        deadline = time.monotonic() + timeout_s
+        while len(taken) < count and (remaining := deadline - time.monotonic()) > 0:
+            consumed = self.poll(min(remaining, 1.0))
+            if consumed is not None:
+                taken.append(consumed)
+        return taken
+
+    def _decode(self, message: Message) -> ConsumedTuple:
+        topic = message.topic() or ""
+        headers = message.headers()
+        raw = message.value()
+        envelope_only = decode_record(headers, None)
+        if envelope_only.type in _VALUELESS:
+            record = envelope_only
+        else:
+            if raw is None:
+                raise EnvelopeError(f"{envelope_only.type} record has no value")
+            value = self._deserializer(raw, SerializationContext(topic, MessageField.VALUE))
+            record = TupleRecord(envelope_only.type, envelope_only.tuple_id, envelope_only.stime,
+                                 value)
+        return ConsumedTuple(record, topic, message.partition() or 0, message.offset() or 0,
+                             message.key())
+
+    def _dead_letter(self, message: Message, reason: str) -> None:
+        topic = message.topic() or ""
+        headers = [*(message.headers() or []),
+                   (DLQ_REASON_HEADER, reason.encode()),
+                   (DLQ_TOPIC_HEADER, topic.encode()),
+                   (DLQ_PARTITION_HEADER, str(message.partition()).encode()),
+                   (DLQ_OFFSET_HEADER, str(message.offset()).encode())]
+        self._dlq_producer.produce(dead_letter_topic(topic), key=message.key(),
+                                   value=message.value(), headers=headers)
+        # Only once the dead letter is safely stored may the original's offset move on.
+        if self._dlq_producer.flush(30.0) != 0:
+            raise RuntimeError(f"could not write dead letter for {topic}@{message.offset()}")
+        self.dead_lettered += 1
+        self._consumer.store_offsets(message)
+
+    def close(self) -> None:
+        self._dlq_producer.flush(30.0)
+        self._consumer.close()

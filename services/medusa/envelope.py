@@ -1,0 +1,91 @@
+"""The tuple envelope: DPC tuple type, tuple id and stime carried in Kafka record headers.
+
+Header values are ASCII so that Spark (``CAST(value AS STRING)``) and command-line
+tools read them without a custom decoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+TYPE_HEADER = "medusa.type"
+ID_HEADER = "medusa.id"
+STIME_HEADER = "medusa.stime"
+TRACEPARENT_HEADER = "traceparent"
+
+Headers = list[tuple[str, bytes]]
+
+
+class TupleType(StrEnum):
+    """Borealis tuple types, as carried on the data streams."""
+
+    STABLE = "STABLE"
+    TENTATIVE = "TENTATIVE"
+    BOUNDARY = "BOUNDARY"
+    UNDO = "UNDO"
+    REC_DONE = "REC_DONE"
+
+
+class EnvelopeError(ValueError):
+    """A record whose envelope headers are missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Envelope:
+    type: TupleType
+    tuple_id: str
+    stime: int
+    """Event time in milliseconds since the epoch."""
+
+    def headers(self, extra: Iterable[tuple[str, bytes]] = ()) -> Headers:
+        return [
+            (TYPE_HEADER, self.type.value.encode()),
+            (ID_HEADER, self.tuple_id.encode()),
+            (STIME_HEADER, str(self.stime).encode()),
+            *extra,
+        ]
+
+
+@dataclass(frozen=True)
+class TupleRecord:
+    """A decoded record: envelope plus value (``None`` for BOUNDARY, UNDO and REC_DONE)."""
+
+    type: TupleType
+    tuple_id: str
+    stime: int
+    value: Any = None
+
+
+def boundary(source_id: str, partition: int, stime: int) -> Envelope:
+    """Punctuation: no later record on this partition has a smaller stime."""
+    return Envelope(TupleType.BOUNDARY, f"{source_id}/boundary/{partition}/{stime}", stime)
+
+
+def parse_headers(headers: Sequence[tuple[str, bytes | str | None]] | None) -> Envelope:
+    found: dict[str, str] = {}
+    for key, raw in headers or ():
+        if key in (TYPE_HEADER, ID_HEADER, STIME_HEADER) and raw is not None:
+            found[key] = raw.decode() if isinstance(raw, bytes) else raw
+    missing = [key for key in (TYPE_HEADER, ID_HEADER, STIME_HEADER) if key not in found]
+    if missing:
+        raise EnvelopeError(f"record lacks envelope header(s) {', '.join(missing)}")
+    try:
+        tuple_type = TupleType(found[TYPE_HEADER])
+    except ValueError:
+        raise EnvelopeError(f"unknown tuple type {found[TYPE_HEADER]!r} in {TYPE_HEADER}") from None
+    try:
+        stime = int(found[STIME_HEADER])
+    except ValueError:
+        raise EnvelopeError(f"{STIME_HEADER} is not an integer: {found[STIME_HEADER]!r}") from None
+    return Envelope(tuple_type, found[ID_HEADER], stime)
+
+
+def decode_record(
+    headers: Sequence[tuple[str, bytes | str | None]] | None, value: Any
+) -> TupleRecord:
+    """(type, id, stime, value) of a consumed record whose value is already deserialized."""
+    envelope = parse_headers(headers)
+    return TupleRecord(envelope.type, envelope.tuple_id, envelope.stime, value)

@@ -1,0 +1,155 @@
+"""Linear Road input records, their topics, and the benchmark's 15-field CSV format.
+
+CSV fields: Type, Time, VID, Spd, XWay, Lane, Dir, Seg, Pos, QID, S_init, S_end, DOW, TOD, Day;
+fields a type does not use are -1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+POSITION_REPORTS = "linear-road.position-reports"
+ACCOUNT_BALANCE_QUERIES = "linear-road.account-balance-queries"
+DAILY_EXPENDITURE_QUERIES = "linear-road.daily-expenditure-queries"
+TRAVEL_TIME_QUERIES = "linear-road.travel-time-queries"
+
+CSV_FIELD_COUNT = 15
+FEET_PER_SEGMENT = 5280
+SEGMENTS = 100
+EXIT_LANE = 4
+ENTRANCE_LANE = 0
+
+
+@dataclass(frozen=True)
+class PositionReport:
+    TYPE: ClassVar[int] = 0
+    TOPIC: ClassVar[str] = POSITION_REPORTS
+    time: int
+    vid: int
+    speed: int
+    xway: int
+    lane: int
+    dir: int
+    seg: int
+    pos: int
+
+    @property
+    def tuple_id(self) -> str:
+        return f"lr/pr/{self.xway}/{self.vid}/{self.time}"
+
+    def csv_fields(self) -> list[int]:
+        return [0, self.time, self.vid, self.speed, self.xway, self.lane, self.dir, self.seg,
+                self.pos, -1, -1, -1, -1, -1, -1]
+
+
+@dataclass(frozen=True)
+class AccountBalanceQuery:
+    TYPE: ClassVar[int] = 2
+    TOPIC: ClassVar[str] = ACCOUNT_BALANCE_QUERIES
+    time: int
+    vid: int
+    qid: int
+
+    @property
+    def tuple_id(self) -> str:
+        return f"lr/q2/{self.qid}"
+
+    def csv_fields(self) -> list[int]:
+        return [2, self.time, self.vid, -1, -1, -1, -1, -1, -1, self.qid, -1, -1, -1, -1, -1]
+
+
+@dataclass(frozen=True)
+class DailyExpenditureQuery:
+    TYPE: ClassVar[int] = 3
+    TOPIC: ClassVar[str] = DAILY_EXPENDITURE_QUERIES
+    time: int
+    vid: int
+    xway: int
+    qid: int
+    day: int
+
+    @property
+    def tuple_id(self) -> str:
+        return f"lr/q3/{self.qid}"
+
+    def csv_fields(self) -> list[int]:
+        return [3, self.time, self.vid, -1, self.xway, -1, -1, -1, -1, self.qid, -1, -1, -1, -1,
+                self.day]
+
+
+@dataclass(frozen=True)
+class TravelTimeQuery:
+    TYPE: ClassVar[int] = 4
+    TOPIC: ClassVar[str] = TRAVEL_TIME_QUERIES
+    time: int
+    vid: int
+    xway: int
+    qid: int
+    s_init: int
+    s_end: int
+    dow: int
+    tod: int
+
+    @property
+    def tuple_id(self) -> str:
+        return f"lr/q4/{self.qid}"
+
+    def csv_fields(self) -> list[int]:
+        return [4, self.time, self.vid, -1, self.xway, -1, -1, -1, -1, self.qid, self.s_init,
+                self.s_end, self.dow, self.tod, -1]
+
+
+LinearRoadRecord = PositionReport | AccountBalanceQuery | DailyExpenditureQuery | TravelTimeQuery
+RECORD_TYPES: tuple[type[LinearRoadRecord], ...] = (
+    PositionReport, AccountBalanceQuery, DailyExpenditureQuery, TravelTimeQuery,
+)
+TOPICS = tuple(record_type.TOPIC for record_type in RECORD_TYPES)
+
+
+def to_dict(record: LinearRoadRecord, _context: Any = None) -> dict[str, Any]:
+    return asdict(record)
+
+
+def to_csv_line(record: LinearRoadRecord) -> str:
+    return ",".join(str(value) for value in record.csv_fields())
+
+
+class CsvLineError(ValueError):
+    """A line that is not a valid Linear Road record; the message says why."""
+
+
+_RANGES = {  # field: (low, high) inclusive, checked on position reports
+    "speed": (0, 100), "lane": (0, 4), "dir": (0, 1), "seg": (0, SEGMENTS - 1),
+    "pos": (0, SEGMENTS * FEET_PER_SEGMENT - 1),
+}
+
+
+def parse_csv_line(line: str) -> LinearRoadRecord:
+    parts = [part.strip() for part in line.strip().split(",")]
+    if len(parts) != CSV_FIELD_COUNT:
+        raise CsvLineError(f"expected {CSV_FIELD_COUNT} comma-separated fields, got {len(parts)}")
+    try:
+        (kind, time, vid, speed, xway, lane, direction, seg, pos, qid, s_init, s_end, dow, tod,
+         day) = (int(part) for part in parts)
+    except ValueError:
+        bad = next(p for p in parts if not p.lstrip("-").isdigit())
+        raise CsvLineError(f"field {parts.index(bad) + 1} is not an integer: {bad!r}") from None
+    if time < 0:
+        raise CsvLineError(f"time must not be negative, got {time}")
+    match kind:
+        case 0:
+            report = PositionReport(time, vid, speed, xway, lane, direction, seg, pos)
+            for name, (low, high) in _RANGES.items():
+                value = getattr(report, name)
+                if not low <= value <= high:
+                    raise CsvLineError(f"{name} must be in {low}..{high}, got {value}")
+            return report
+        case 2:
+            return AccountBalanceQuery(time, vid, qid)
+        case 3:
+            return DailyExpenditureQuery(time, vid, xway, qid, day)
+        case 4:
+            return TravelTimeQuery(time, vid, xway, qid, s_init, s_end, dow, tod)
+        case _:
+            raise CsvLineError(f"unknown record type {kind} (expected 0, 2, 3 or 4)")

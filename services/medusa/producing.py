@@ -1,0 +1,143 @@
+"""Publishing tuples: Avro values through the registry, envelope headers, BOUNDARY punctuation."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from medusa.envelope import Envelope, TupleType, boundary
+from medusa.registry import register
+from medusa.schemas import AvroSchema
+from medusa.topics import partition_count
+
+
+@dataclass
+class DeliveryStats:
+    sent: int = 0
+    failed: int = 0
+    boundaries: int = 0
+    errors: list[str] = field(default_factory=list)
+    """The first few delivery errors, verbatim, for the summary."""
+
+    def record_error(self, message: str, count: int = 1, keep: int = 10) -> None:
+        self.failed += count
+        if len(self.errors) < keep:
+            self.errors.append(message)
+
+
+class TupleProducer:
+    """Publishes one stream: every record carries the envelope, BOUNDARY records are
+    emitted to each partition at least every ``boundary_interval_s`` seconds.
+
+    The caller promises that stimes do not decrease (per source), so the last stime
+    produced is a valid boundary for every partition.
+    """
+
+    def __init__(
+        self,
+        kafka_config: dict[str, Any],
+        registry: SchemaRegistryClient,
+        topic: str,
+        schema: AvroSchema,
+        source_id: str,
+        to_dict: Callable[[Any, SerializationContext], dict[str, Any]] | None = None,
+        boundary_interval_s: float = 1.0,
+        stats: DeliveryStats | None = None,
+    ) -> None:
+        self.topic = topic
+        self.source_id = source_id
+        self.stats = stats or DeliveryStats()
+        self._boundary_interval_s = boundary_interval_s
+        register(registry, topic, schema)
+        self._serializer = AvroSerializer(
+            registry, schema.text, to_dict, conf={"auto.register.schemas": False}
+        )
+        self._producer = Producer(
+            {"enable.idempotence": True, "acks": "all", **kafka_config}
+        )
+        self._partitions = partition_count(kafka_config, topic)
+        self._last_stime: int | None = None
+        self._next_boundary_at = time.monotonic() + boundary_interval_s
+
+    def __enter__(self) -> TupleProducer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def produce(
+        self,
+        value: Any,
+        tuple_id: str,
+        stime: int,
+        key: str | None = None,
+        tuple_type: TupleType = TupleType.STABLE,
+        extra_headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        context = SerializationContext(self.topic, MessageField.VALUE)
+        payload = self._serializer(value, context)
+        envelope = Envelope(tuple_type, tuple_id, stime)
+        self._send(key, payload, envelope.headers(extra_headers or ()), None)
+        if self._last_stime is None or stime > self._last_stime:
+            self._last_stime = stime
+        if time.monotonic() >= self._next_boundary_at:
+            self.emit_boundaries()
+
+    def emit_boundaries(self, stime: int | None = None) -> None:
+        """One BOUNDARY per partition: nothing later on it has a smaller stime."""
+        stime = self._last_stime if stime is None else stime
+        self._next_boundary_at = time.monotonic() + self._boundary_interval_s
+        if stime is None:
+            return
+        for partition in range(self._partitions):
+            self._send(None, None, boundary(self.source_id, partition, stime).headers(), partition)
+            self.stats.boundaries += 1
+
+    def _send(
+        self, key: str | None, value: bytes | None, headers: list[tuple[str, bytes]],
+        partition: int | None,
+    ) -> None:
+        kwargs: dict[str, Any] = {"headers": headers, "on_delivery": self._on_delivery}
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self._producer.produce(self.topic, value=value, key=key, **kwargs)
+                break
+            except BufferError:
+                self._producer.poll(0.1)  # queue full: let deliveries drain, then retry
+        self._producer.poll(0)
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self.stats.record_error(f"{message.topic()}: {error.str()}")
+        elif message.value() is not None:
+            self.stats.sent += 1
+
+    def poll(self) -> None:
+        self._producer.poll(0)
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        """Wait for outstanding deliveries; returns how many are still undelivered."""
+        return self._producer.flush(timeout_s)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        self.emit_boundaries()
+        remaining = self.flush(timeout_s)
+        if remaining:
+            self.stats.record_error(
+                f"{self.topic}: {remaining} record(s) undelivered at close", count=remaining
+            )

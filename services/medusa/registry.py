@@ -1,0 +1,49 @@
+"""The schema registry, through its Confluent-compatible API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from medusa.schemas import AvroSchema, subject_for
+
+COMPATIBILITY = "BACKWARD"
+
+
+class SchemaRefusedError(RuntimeError):
+    """The registry refused a schema; ``reason`` is the registry's own message."""
+
+    def __init__(self, subject: str, status: int, reason: str) -> None:
+        super().__init__(f"registry refused the schema for {subject} (HTTP {status}): {reason}")
+        self.subject = subject
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Registration:
+    subject: str
+    schema_id: int
+    version: int
+
+
+def registry_client(url: str) -> SchemaRegistryClient:
+    return SchemaRegistryClient({"url": url})
+
+
+def register(client: SchemaRegistryClient, topic: str, schema: AvroSchema | str) -> Registration:
+    """Register a value schema for ``topic`` under BACKWARD compatibility.
+
+    An incompatible change is refused by the registry and raised as SchemaRefusedError.
+    """
+    subject = subject_for(topic)
+    text = schema.text if isinstance(schema, AvroSchema) else schema
+    try:
+        client.set_compatibility(subject_name=subject, level=COMPATIBILITY)
+        schema_id = client.register_schema(subject, Schema(text, "AVRO"))
+        registered = client.lookup_schema(subject, Schema(text, "AVRO"))
+    except SchemaRegistryError as error:
+        raise SchemaRefusedError(subject, error.http_status_code, error.error_message) from error
+    return Registration(subject, schema_id, registered.version or 0)

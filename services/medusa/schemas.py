@@ -1,0 +1,72 @@
+"""The Avro schemas of the project: ``schemas/*.avsc`` parsed once, and the topics they belong to."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from medusa.settings import REPO_ROOT
+
+SCHEMAS_DIR = REPO_ROOT / "schemas"
+
+# Default stream (topic) of each schema; the registry subject is "<topic>-value".
+DEFAULT_TOPICS: dict[str, str] = {
+    "linear-road.position-reports": "position_report",
+    "linear-road.account-balance-queries": "account_balance_query",
+    "linear-road.daily-expenditure-queries": "daily_expenditure_query",
+    "linear-road.travel-time-queries": "travel_time_query",
+    "linear-road.toll-notifications": "toll_notification",
+    "linear-road.accident-alerts": "accident_alert",
+    "linear-road.segment-statistics": "segment_statistics",
+    "linear-road.tow-truck-dispatches": "tow_truck_dispatch",
+    "sensors.readings": "sensor_reading",
+    "medusa.heartbeats": "heartbeat",
+    "medusa.node-load": "node_load_report",
+}
+
+
+@dataclass(frozen=True)
+class AvroSchema:
+    name: str
+    """File stem, e.g. ``position_report``."""
+    text: str
+    """Canonical JSON text, as registered."""
+    parsed: dict[str, Any]
+    """fastavro's parsed form, for serializing in Python."""
+
+    @property
+    def field_names(self) -> list[str]:
+        return [field["name"] for field in json.loads(self.text)["fields"]]
+
+
+def subject_for(topic: str) -> str:
+    return f"{topic}-value"
+
+
+@cache
+def load_schema(name: str, directory: Path = SCHEMAS_DIR) -> AvroSchema:
+    path = directory / f"{name}.avsc"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in directory.glob("*.avsc")))
+        raise KeyError(f"no schema {name!r} in {directory} (known: {known})")
+    raw = json.loads(path.read_text())
+    parsed = fastavro.parse_schema(raw)
+    return AvroSchema(name=name, text=json.dumps(raw, separators=(",", ":")), parsed=parsed)
+
+
+def schema_for_topic(topic: str) -> AvroSchema:
+    try:
+        return load_schema(DEFAULT_TOPICS[topic])
+    except KeyError:
+        raise KeyError(
+            f"topic {topic!r} has no default schema; known topics: {', '.join(DEFAULT_TOPICS)}"
+        ) from None
+
+
+def all_schemas() -> list[AvroSchema]:
+    return [load_schema(path.stem) for path in sorted(SCHEMAS_DIR.glob("*.avsc"))]

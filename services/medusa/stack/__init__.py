@@ -1,0 +1,1 @@
+"""The local federation: installing, starting, watching and stopping the real components."""

@@ -1,0 +1,94 @@
+"""Where each component of the local federation listens, and where its files go."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from medusa.settings import DEFAULT_PARTICIPANT_NAMES, StackSettings
+
+
+@dataclass(frozen=True)
+class ParticipantLayout:
+    name: str
+    index: int
+    broker_port: int
+    controller_port: int
+    data_dir: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def cluster_id_file(self) -> Path:
+        return self.data_dir / "cluster.id"
+
+
+@dataclass(frozen=True)
+class StackLayout:
+    settings: StackSettings
+    participants: tuple[ParticipantLayout, ...]
+
+    @classmethod
+    def from_settings(cls, settings: StackSettings) -> StackLayout:
+        participants = tuple(
+            ParticipantLayout(
+                name=DEFAULT_PARTICIPANT_NAMES[i],
+                index=i,
+                broker_port=settings.kafka_base_port + 10 * i,
+                controller_port=settings.kafka_base_port + 10 * i + 1,
+                data_dir=settings.run_dir / "kafka" / DEFAULT_PARTICIPANT_NAMES[i],
+            )
+            for i in range(settings.stack_participants)
+        )
+        return cls(settings, participants)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.settings.run_dir
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.run_dir / "logs"
+
+    @property
+    def state_file(self) -> Path:
+        return self.run_dir / "stack.json"
+
+    @property
+    def registry_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.registry_port}/apis/ccompat/v7"
+
+    @property
+    def otlp_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.settings.jaeger_otlp_grpc_port}"
+
+    @property
+    def jaeger_query_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.jaeger_query_port}"
+
+    @property
+    def toxiproxy_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.toxiproxy_port}"
+
+    def participant(self, name: str) -> ParticipantLayout:
+        for participant in self.participants:
+            if participant.name == name:
+                return participant
+        known = ", ".join(p.name for p in self.participants)
+        raise KeyError(f"no participant {name!r} (known: {known})")
+
+    def all_ports(self) -> dict[int, str]:
+        """Every port the stack binds, with what binds it (for clash reports)."""
+        s = self.settings
+        ports: dict[int, str] = {}
+        for p in self.participants:
+            ports[p.broker_port] = f"Kafka broker of participant {p.name}"
+            ports[p.controller_port] = f"Kafka controller of participant {p.name}"
+        ports[s.registry_port] = "schema registry"
+        ports[s.jaeger_otlp_grpc_port] = "Jaeger OTLP gRPC"
+        ports[s.jaeger_otlp_http_port] = "Jaeger OTLP HTTP"
+        ports[s.jaeger_query_port] = "Jaeger query API"
+        ports[s.jaeger_health_port] = "Jaeger health check"
+        return ports

@@ -1,0 +1,93 @@
+"""Starting and stopping the stack's processes, and knowing for sure a pid is still ours."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunningProcess:
+    name: str
+    pid: int
+    start_ticks: int
+    """Kernel start time of the pid: a recycled pid will not match it."""
+    command: list[str]
+    log: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunningProcess:
+        return cls(**data)
+
+    def alive(self) -> bool:
+        return process_start_ticks(self.pid) == self.start_ticks
+
+
+def process_start_ticks(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22 (starttime), counted after the parenthesised command name.
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] == "Z":  # a zombie is as good as gone
+        return None
+    return int(fields[19])
+
+
+def start(name: str, command: list[str], log: Path, env: dict[str, str] | None = None,
+          cwd: Path | None = None) -> RunningProcess:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as sink:
+        process = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})}, cwd=cwd,
+            start_new_session=True,  # its own process group: stopped as a whole, not by ^C
+        )
+    ticks = process_start_ticks(process.pid)
+    if ticks is None:
+        raise RuntimeError(f"{name} exited at once; see {log}")
+    return RunningProcess(name, process.pid, ticks, command, str(log))
+
+
+def stop(process: RunningProcess, timeout_s: float = 20.0) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left after ``timeout_s``."""
+    if not process.alive():
+        return
+    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            _reap(process.pid)
+            if not process.alive():
+                return
+            time.sleep(0.1)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False

@@ -1,0 +1,46 @@
+"""Topic administration: create the topics a run needs, idempotently."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+DEAD_LETTER_SUFFIX = ".dlq"
+
+
+def dead_letter_topic(topic: str) -> str:
+    return f"{topic}{DEAD_LETTER_SUFFIX}"
+
+
+def ensure_topics(
+    admin_config: dict[str, Any],
+    topics: Iterable[str],
+    partitions: int = 4,
+    replication_factor: int = 1,
+    timeout_s: float = 30.0,
+) -> None:
+    """Create missing topics; existing ones are left as they are."""
+    admin = AdminClient(admin_config)
+    wanted = [NewTopic(t, num_partitions=partitions, replication_factor=replication_factor)
+              for t in dict.fromkeys(topics)]
+    if not wanted:
+        return
+    futures = admin.create_topics(wanted, operation_timeout=timeout_s, request_timeout=timeout_s)
+    for topic, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as error:
+            if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise RuntimeError(f"could not create topic {topic}: {error.args[0].str()}") from None
+
+
+def partition_count(admin_config: dict[str, Any], topic: str, timeout_s: float = 10.0) -> int:
+    metadata = AdminClient(admin_config).list_topics(topic=topic, timeout=timeout_s)
+    described = metadata.topics.get(topic)
+    if described is None or described.error is not None:
+        reason = described.error.str() if described and described.error else "unknown topic"
+        raise RuntimeError(f"topic {topic}: {reason}")
+    return len(described.partitions)
