@@ -42,3 +42,9 @@ rm -rf "$DEST"
 mv "$TMP/app" "$DEST"
 echo "$POM_SUM" > "$STAMP"
 echo "[install] apicurio registry $VERSION: installed in $DEST"
+# Apicurio 3.x is compiled for Java 21; warn now rather than at first start.
+if JAVA_BIN="$("$INFRA_DIR/registry/find_java.sh")"; then
+  echo "[install] apicurio registry $VERSION: will run with $JAVA_BIN"
+else
+  echo "[install] apicurio registry $VERSION: WARNING: needs Java >= 21, none found" >&2
+fi

@@ -1,4 +1,4 @@
-"""Reading tuples back: envelope plus Avro value; what cannot be decoded goes to a dead-letter topic.
+"""Reading tuples back: envelope plus Avro value; undecodable records go to a dead-letter topic.
 
 A dead-lettered record keeps its key, value and headers unchanged and gains
 ``medusa.dlq.*`` headers saying why and where it came from, so nothing is lost.

@@ -64,9 +64,13 @@ def boundary(source_id: str, partition: int, stime: int) -> Envelope:
     return Envelope(TupleType.BOUNDARY, f"{source_id}/boundary/{partition}/{stime}", stime)
 
 
-def parse_headers(headers: Sequence[tuple[str, bytes | str | None]] | None) -> Envelope:
+RawHeaders = Sequence[tuple[str, bytes | str | None]] | dict[str, bytes | str | None] | None
+
+
+def parse_headers(headers: RawHeaders) -> Envelope:
     found: dict[str, str] = {}
-    for key, raw in headers or ():
+    pairs = headers.items() if isinstance(headers, dict) else headers or ()
+    for key, raw in pairs:
         if key in (TYPE_HEADER, ID_HEADER, STIME_HEADER) and raw is not None:
             found[key] = raw.decode() if isinstance(raw, bytes) else raw
     missing = [key for key in (TYPE_HEADER, ID_HEADER, STIME_HEADER) if key not in found]
@@ -83,9 +87,7 @@ def parse_headers(headers: Sequence[tuple[str, bytes | str | None]] | None) -> E
     return Envelope(tuple_type, found[ID_HEADER], stime)
 
 
-def decode_record(
-    headers: Sequence[tuple[str, bytes | str | None]] | None, value: Any
-) -> TupleRecord:
+def decode_record(headers: RawHeaders, value: Any) -> TupleRecord:
     """(type, id, stime, value) of a consumed record whose value is already deserialized."""
     envelope = parse_headers(headers)
     return TupleRecord(envelope.type, envelope.tuple_id, envelope.stime, value)

@@ -1,4 +1,4 @@
-"""The Avro schemas of the project: ``schemas/*.avsc`` parsed once, and the topics they belong to."""
+"""The project's Avro schemas: ``schemas/*.avsc`` parsed once, and the topics they belong to."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class AvroSchema:
     """File stem, e.g. ``position_report``."""
     text: str
     """Canonical JSON text, as registered."""
-    parsed: dict[str, Any]
+    parsed: Any
     """fastavro's parsed form, for serializing in Python."""
 
     @property

@@ -55,7 +55,9 @@ class StackSettings(BaseSettings):
     jaeger_otlp_grpc_port: int = Field(14317, ge=1024, le=65535)
     jaeger_otlp_http_port: int = Field(14318, ge=1024, le=65535)
     jaeger_query_port: int = Field(16686, ge=1024, le=65535)
+    jaeger_query_grpc_port: int = Field(16685, ge=1024, le=65535)
     jaeger_health_port: int = Field(13133, ge=1024, le=65535)
+    jaeger_metrics_port: int = Field(18888, ge=1024, le=65535)
     toxiproxy_port: int = Field(18474, ge=1024, le=65535)
     run_dir: Path = REPO_ROOT / ".run"
     cache_dir: Path = REPO_ROOT / ".cache"

@@ -34,7 +34,8 @@ def ensure_topics(
             future.result(timeout=timeout_s)
         except KafkaException as error:
             if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise RuntimeError(f"could not create topic {topic}: {error.args[0].str()}") from None
+                reason = error.args[0].str()
+                raise RuntimeError(f"could not create topic {topic}: {reason}") from None
 
 
 def partition_count(admin_config: dict[str, Any], topic: str, timeout_s: float = 10.0) -> int:

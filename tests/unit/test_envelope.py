@@ -1,5 +1,4 @@
 import pytest
-
 from medusa.envelope import (
     ID_HEADER,
     STIME_HEADER,

@@ -1,7 +1,6 @@
 from pathlib import Path
 
 import pytest
-
 from medusa.linear_road.records import (
     AccountBalanceQuery,
     CsvLineError,

@@ -1,8 +1,7 @@
 import pytest
-from pydantic import SecretStr, ValidationError
-
 from medusa.settings import KafkaClientSettings, StackSettings
 from medusa.stack.layout import StackLayout
+from pydantic import SecretStr, ValidationError
 
 pytestmark = pytest.mark.unit
 
@@ -23,7 +22,7 @@ def test_stack_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert [p.name for p in layout.participants] == ["alpha", "beta", "gamma"]
     assert [p.bootstrap for p in layout.participants] == [
         "127.0.0.1:30000", "127.0.0.1:30010", "127.0.0.1:30020"]
-    assert len(layout.all_ports()) == 6 + 5
+    assert len(layout.all_ports()) == 6 + 7
 
 
 def test_bad_setting_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:

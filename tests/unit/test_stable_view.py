@@ -1,5 +1,4 @@
 import pytest
-
 from medusa.envelope import TupleRecord, TupleType
 from medusa.stable_view import StreamProtocolError, stable_view
 

@@ -1,7 +1,7 @@
+import itertools
 from collections import Counter, defaultdict
 
 import pytest
-
 from medusa.linear_road.records import EXIT_LANE, PositionReport
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
 
@@ -30,7 +30,7 @@ def test_every_car_reports_every_30_seconds() -> None:
                 times[r.vid].append(r.time)
     assert times
     for reports in times.values():
-        assert all(b - a == 30 for a, b in zip(reports, reports[1:], strict=False))
+        assert all(b - a == 30 for a, b in itertools.pairwise(reports))
 
 
 def test_runs_are_deterministic_for_a_seed() -> None:

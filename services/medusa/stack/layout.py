@@ -90,5 +90,7 @@ class StackLayout:
         ports[s.jaeger_otlp_grpc_port] = "Jaeger OTLP gRPC"
         ports[s.jaeger_otlp_http_port] = "Jaeger OTLP HTTP"
         ports[s.jaeger_query_port] = "Jaeger query API"
+        ports[s.jaeger_query_grpc_port] = "Jaeger query gRPC API"
         ports[s.jaeger_health_port] = "Jaeger health check"
+        ports[s.jaeger_metrics_port] = "Jaeger metrics"
         return ports

@@ -1,0 +1,352 @@
+"""Medusa: federated stream processing on Kafka and Spark. Flags fall back to MEDUSA_* settings."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from medusa.settings import ProducerSettings, StackSettings
+
+app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_enable=False)
+produce_app = typer.Typer(help="Publish data into the federation.", no_args_is_help=True)
+schemas_app = typer.Typer(help="Schemas in the registry.", no_args_is_help=True)
+app.add_typer(produce_app, name="produce")
+app.add_typer(schemas_app, name="schemas")
+
+console = Console()
+errors = Console(stderr=True)
+
+ParticipantsOpt = Annotated[int | None, typer.Option(
+    "--participants", min=1, max=8,
+    help="Participants (Kafka clusters) [default: MEDUSA_STACK_PARTICIPANTS or 2].")]
+KafkaPortOpt = Annotated[int | None, typer.Option(
+    "--kafka-base-port", min=1024, max=65000,
+    help="First participant's broker port; the next ones add 10 "
+         "[default: MEDUSA_KAFKA_BASE_PORT or 19092].")]
+RegistryPortOpt = Annotated[int | None, typer.Option(
+    "--registry-port", min=1024, max=65535,
+    help="Schema registry port [default: MEDUSA_REGISTRY_PORT or 18081].")]
+RunDirOpt = Annotated[Path | None, typer.Option(
+    "--run-dir", help="Data and logs [default: MEDUSA_RUN_DIR or <repo>/.run].")]
+ParticipantOpt = Annotated[str | None, typer.Option(
+    "--participant", "-p", help="Participant whose Kafka cluster to use [default: the first].")]
+
+
+def _stack_settings(**overrides: Any) -> StackSettings:
+    aliases = {"participants": "stack_participants"}
+    given = {aliases.get(k, k): v for k, v in overrides.items() if v is not None}
+    return StackSettings(**given)
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    errors.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+@app.command()
+def install() -> None:
+    """Fetch Kafka, the registry, Spark's connectors, Jaeger and toxiproxy (pinned, cached)."""
+    from medusa.stack.install import install as run_install
+
+    try:
+        run_install(StackSettings())
+    except RuntimeError as error:
+        raise _fail(str(error)) from None
+
+
+@app.command()
+def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = None,
+       registry_port: RegistryPortOpt = None, run_dir: RunDirOpt = None,
+       skip_install: Annotated[bool, typer.Option(
+           "--skip-install", help="Do not check the installation first.")] = False) -> None:
+    """Start the local federation: one Kafka cluster per participant, the registry, Jaeger."""
+    from medusa.stack.components import ComponentMissingError
+    from medusa.stack.install import install as run_install
+    from medusa.stack.launcher import PortInUseError, StartupError
+    from medusa.stack.launcher import up as start_stack
+    from medusa.stack.layout import StackLayout
+
+    settings = _stack_settings(participants=participants, kafka_base_port=kafka_base_port,
+                               registry_port=registry_port, run_dir=run_dir)
+    layout = StackLayout.from_settings(settings)
+    try:
+        if not skip_install:
+            run_install(settings)
+        console.print(f"[bold]Starting the local federation[/] (run folder {layout.run_dir})")
+        endpoints = start_stack(layout, report=console.print)
+    except (PortInUseError, StartupError, ComponentMissingError, RuntimeError) as error:
+        raise _fail(str(error)) from None
+    table = Table(title="Medusa local federation")
+    table.add_column("component")
+    table.add_column("endpoint")
+    for name, bootstrap in endpoints.kafka.items():
+        table.add_row(f"Kafka, participant {name}", bootstrap)
+    table.add_row("schema registry (Confluent API)", endpoints.registry_url)
+    table.add_row("Jaeger OTLP (gRPC)", endpoints.otlp_endpoint)
+    table.add_row("Jaeger query API", endpoints.jaeger_query_url)
+    console.print(table)
+
+
+@app.command()
+def down(run_dir: RunDirOpt = None, purge: Annotated[bool, typer.Option(
+        "--purge", help="Also delete the clusters' data.")] = False) -> None:
+    """Stop exactly the processes `medusa up` started."""
+    from medusa.stack.launcher import down as stop_stack
+    from medusa.stack.layout import StackLayout
+
+    layout = StackLayout.from_settings(_stack_settings(run_dir=run_dir))
+    stopped = stop_stack(layout, purge=purge, report=console.print)
+    console.print(f"stopped {len(stopped)} process(es)" if stopped else "nothing was running")
+
+
+@app.command()
+def status(run_dir: RunDirOpt = None, as_json: Annotated[bool, typer.Option(
+        "--json", help="Machine-readable output.")] = False) -> None:
+    """Say what runs, where, and whether it answers."""
+    from medusa.stack.launcher import status as stack_status
+    from medusa.stack.layout import StackLayout
+
+    layout = StackLayout.from_settings(_stack_settings(run_dir=run_dir))
+    rows = stack_status(layout)
+    if as_json:
+        print(json.dumps([row.as_dict() for row in rows], indent=2))
+        return
+    table = Table(title=f"Medusa local federation ({layout.run_dir})")
+    for column in ("component", "pid", "state", "endpoint", "log"):
+        table.add_column(column)
+    for row in rows:
+        state = ("[green]answering" if row.answering else
+                 "[yellow]running, not answering" if row.running else "[red]stopped")
+        table.add_row(row.name, str(row.pid or "-"), state, row.endpoint, row.log or "")
+    console.print(table)
+
+
+def _clients(participant: str | None) -> tuple[dict[str, Any], Any]:
+    from medusa.registry import registry_client
+    from medusa.settings import KafkaClientSettings
+    from medusa.stack.endpoints import resolve
+
+    endpoints = resolve()
+    try:
+        bootstrap = endpoints.bootstrap(participant)
+    except KeyError as error:
+        raise _fail(str(error.args[0]), code=2) from None
+    kafka = KafkaClientSettings(bootstrap_servers=bootstrap).librdkafka()
+    return kafka, registry_client(endpoints.registry_url)
+
+
+@schemas_app.command("register")
+def schemas_register(
+    topic: Annotated[str | None, typer.Option(
+        help="Register for this topic only (with --file, a new version of its schema).")] = None,
+    file: Annotated[Path | None, typer.Option(
+        exists=True, dir_okay=False, help="An .avsc file to register for --topic.")] = None,
+    participant: ParticipantOpt = None,
+) -> None:
+    """Register the project's schemas under <topic>-value with BACKWARD compatibility."""
+    from medusa.registry import SchemaRefusedError, register
+    from medusa.schemas import DEFAULT_TOPICS, schema_for_topic
+
+    if file is not None and topic is None:
+        raise _fail("--file needs --topic to say which subject it is for", code=2)
+    _, registry = _clients(participant)
+    if topic is not None and file is None and topic not in DEFAULT_TOPICS:
+        raise _fail(f"unknown topic {topic!r}; expected one of: {', '.join(DEFAULT_TOPICS)}", 2)
+    pairs = ([(topic, file.read_text())] if topic and file else
+             [(topic, schema_for_topic(topic))] if topic else
+             [(t, schema_for_topic(t)) for t in DEFAULT_TOPICS])
+    for name, schema in pairs:
+        try:
+            registration = register(registry, name, schema)
+        except SchemaRefusedError as error:
+            raise _fail(str(error)) from None
+        console.print(f"{registration.subject}: id {registration.schema_id}, "
+                      f"version {registration.version}")
+
+
+def _print_summary(title: str, summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary))
+        return
+    console.print(f"[bold]{title}[/]: sent {summary['sent']:,}, failed {summary['failed']:,}, "
+                  f"{summary['rate_per_s']:,.0f} records/s over {summary['elapsed_s']:.1f}s, "
+                  f"{summary['boundaries']:,} BOUNDARY records")
+    if summary.get("bad_lines"):
+        numbers = ", ".join(map(str, summary["bad_line_numbers"][:20]))
+        console.print(f"[yellow]{summary['bad_lines']} bad line(s) skipped[/] (lines {numbers}"
+                      f"{', ...' if summary['bad_lines'] > 20 else ''})")
+    for error in summary.get("errors", []):
+        errors.print(f"[red]delivery error:[/] {error}")
+
+
+@produce_app.command("linear-road")
+def produce_linear_road(
+    xways: Annotated[int, typer.Option("--xways", "-L", min=1, help="Expressways.")] = 1,
+    duration: Annotated[int, typer.Option(
+        min=1, help="Simulated seconds (the benchmark runs 10800).")] = 600,
+    peak_rate: Annotated[float, typer.Option(
+        min=1, help="Reports/s per expressway at the end of the ramp.")] = 1700.0,
+    speedup: Annotated[float, typer.Option(
+        min=0, help="Simulated seconds per wall second; 0 = as fast as possible.")] = 1.0,
+    from_file: Annotated[Path | None, typer.Option(
+        "--from-file", exists=True, dir_okay=False,
+        help="Replay a file in the benchmark's 15-field CSV format instead.")] = None,
+    strict: Annotated[bool, typer.Option(help="Stop at the first bad CSV line.")] = False,
+    write_csv: Annotated[Path | None, typer.Option(
+        help="Also write the generated input in the benchmark's CSV format.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the simulation.")] = 7,
+    partitions: Annotated[int, typer.Option(min=1, help="Partitions of new topics.")] = 4,
+    participant: ParticipantOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Publish Linear Road traffic: simulated, or replayed from a CSV file."""
+    from medusa.feeding import feed
+    from medusa.linear_road import records as lr
+    from medusa.linear_road.sources import BadLines, StrictCsvError, from_csv, simulated
+    from medusa.linear_road.traffic import TrafficProfile
+    from medusa.progress import RateProgress
+
+    kafka, registry = _clients(participant)
+    settings = ProducerSettings()
+    bad_lines = BadLines()
+    if from_file is not None:
+        seconds = from_csv(from_file, bad_lines, strict=strict)
+        total = None
+        description = f"replaying {from_file.name}"
+    else:
+        profile = TrafficProfile(xways=xways, duration_s=duration, peak_rate=peak_rate, seed=seed)
+        seconds = simulated(profile)
+        total = float(duration - 1)
+        description = f"Linear Road L={xways}"
+    if write_csv is not None:
+        seconds = _tee_csv(seconds, write_csv)
+    try:
+        with RateProgress(description, total=total) as progress:
+            summary = feed(seconds, kafka_config=kafka, registry=registry, topics=lr.TOPICS,
+                           to_dict=lr.to_dict, source_id="linear-road", speedup=speedup,
+                           boundary_interval_s=settings.boundary_interval_s, progress=progress,
+                           total_seconds=total, partitions=partitions,
+                           flush_timeout_s=settings.flush_timeout_s)
+    except StrictCsvError as error:
+        raise _fail(f"{error} (--strict)") from None
+    summary.bad_line_count, summary.bad_lines = bad_lines.count, bad_lines.first
+    _print_summary("Linear Road", summary.as_dict(), as_json)
+    if summary.failed:
+        raise typer.Exit(1)
+
+
+def _tee_csv(seconds: Any, path: Path) -> Any:
+    from medusa.linear_road.records import to_csv_line
+
+    with path.open("w") as out:
+        for t, batch in seconds:
+            out.writelines(to_csv_line(keyed.value) + "\n" for keyed in batch)
+            yield t, batch
+
+
+@produce_app.command("sensors")
+def produce_sensors(
+    sensors: Annotated[int, typer.Option(min=1, help="Number of sensors.")] = 100,
+    interval_ms: Annotated[int, typer.Option(
+        min=1, help="Milliseconds between two readings of a sensor.")] = 1000,
+    count: Annotated[int, typer.Option(min=1, help="Readings to send in all.")] = 10_000,
+    speedup: Annotated[float, typer.Option(
+        min=0, help="Event-time seconds per wall second; 0 = as fast as possible.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed of the random walk.")] = 11,
+    partitions: Annotated[int, typer.Option(min=1, help="Partitions of new topics.")] = 4,
+    participant: ParticipantOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Publish generic sensor readings."""
+    import time
+
+    from medusa import sensors as sensor_data
+    from medusa.feeding import Keyed, feed
+    from medusa.progress import RateProgress
+
+    kafka, registry = _clients(participant)
+    settings = ProducerSettings()
+    start_ms = int(time.time() * 1000)
+
+    def seconds() -> Any:
+        batch: list[Keyed] = []
+        current = None
+        for reading in sensor_data.sensor_readings(sensors, start_ms, interval_ms, count, seed):
+            t = (reading.measured_at - start_ms) / 1000.0
+            if current is not None and t != current:
+                yield current, batch
+                batch = []
+            current = t
+            batch.append(Keyed(sensor_data.SENSOR_READINGS, reading.sensor_id,
+                               reading.tuple_id, reading))
+        if batch:
+            yield current, batch
+
+    with RateProgress("sensor readings", total=float(count)) as progress:
+        summary = feed(seconds(), kafka_config=kafka, registry=registry,
+                       topics=[sensor_data.SENSOR_READINGS], to_dict=sensor_data.to_dict,
+                       source_id="sensors", speedup=speedup,
+                       boundary_interval_s=settings.boundary_interval_s, progress=progress,
+                       partitions=partitions, flush_timeout_s=settings.flush_timeout_s)
+    _print_summary("sensors", summary.as_dict(), as_json)
+    if summary.failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def consume(
+    topic: Annotated[str, typer.Argument(help="Topic to read.")],
+    count: Annotated[int, typer.Option(min=1, help="Stop after this many tuples.")] = 10,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Give up after seconds.")] = 30.0,
+    group: Annotated[str | None, typer.Option(help="Consumer group [default: a new one].")] = None,
+    participant: ParticipantOpt = None,
+) -> None:
+    """Print decoded tuples (type, id, stime, value); undecodable records go to <topic>.dlq."""
+    import uuid
+
+    from medusa.consuming import TupleConsumer
+
+    kafka, registry = _clients(participant)
+    with TupleConsumer(kafka, registry, [topic], group or f"medusa-consume-{uuid.uuid4()}"
+                       ) as consumer:
+        for consumed in consumer.take(count, timeout_s=timeout):
+            record = consumed.record
+            print(json.dumps({"type": record.type.value, "id": record.tuple_id,
+                              "stime": record.stime, "partition": consumed.partition,
+                              "offset": consumed.offset, "value": record.value}, default=str))
+        if consumer.dead_lettered:
+            errors.print(f"{consumer.dead_lettered} undecodable record(s) sent to {topic}.dlq")
+
+
+@app.command()
+def demo(
+    duration: Annotated[int, typer.Option(min=10, help="Simulated seconds of traffic.")] = 300,
+    speedup: Annotated[float, typer.Option(min=0, help="Simulated seconds per wall second.")
+                       ] = 10.0,
+    xways: Annotated[int, typer.Option("--xways", "-L", min=1, help="Expressways.")] = 1,
+) -> None:
+    """Start the federation, register the schemas, publish Linear Road traffic, read it back."""
+    up(participants=None, kafka_base_port=None, registry_port=None, run_dir=None,
+       skip_install=False)
+    schemas_register(topic=None, file=None, participant=None)
+    produce_linear_road(xways=xways, duration=duration, peak_rate=1700.0, speedup=speedup,
+                        from_file=None, strict=False, write_csv=None, seed=7, partitions=4,
+                        participant=None, as_json=False)
+    console.print("[bold]A few position reports as they arrived:[/]")
+    consume(topic="linear-road.position-reports", count=5, timeout=30.0, group=None,
+            participant=None)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        errors.print("interrupted")
+        sys.exit(130)

@@ -1,0 +1,200 @@
+"""The real components of the local federation: how each is started and how we know it answers."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import httpx
+from confluent_kafka.admin import AdminClient
+
+from medusa.settings import REPO_ROOT
+from medusa.stack.layout import ParticipantLayout, StackLayout
+
+INFRA = REPO_ROOT / "infra"
+
+
+class ComponentMissingError(RuntimeError):
+    """A component is not installed; ``medusa install`` (make setup) fetches it."""
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    """Unique within the stack, e.g. ``kafka-alpha``."""
+    command: list[str]
+    env: dict[str, str]
+    endpoint: str
+    ready: Callable[[], bool]
+    prepare: Callable[[], None] | None = None
+    """One-time set-up before the first start (e.g. formatting Kafka's storage)."""
+
+
+def _pinned(pom: Path, prop: str) -> str:
+    match = re.search(rf"<{re.escape(prop)}>([^<]+)</{re.escape(prop)}>", pom.read_text())
+    if not match:
+        raise RuntimeError(f"{pom} does not pin {prop}")
+    return match.group(1).strip()
+
+
+def java_binary(layout: StackLayout) -> str:
+    java_home = layout.settings.java_home or (
+        Path(os.environ["JAVA_HOME"]) if os.environ.get("JAVA_HOME") else None)
+    if java_home is not None:
+        return str(java_home / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        raise ComponentMissingError("no java on PATH; set MEDUSA_JAVA_HOME to a JDK 17+")
+    return found
+
+
+def kafka_libs(layout: StackLayout) -> Path:
+    version = _pinned(INFRA / "maven" / "kafka" / "pom.xml", "kafka.version")
+    libs = layout.settings.cache_dir / "kafka" / version / "libs"
+    if not (libs.parent / ".installed").is_file():
+        raise ComponentMissingError(f"Kafka {version} is not installed in {libs}")
+    return libs
+
+
+def registry_home(layout: StackLayout) -> Path:
+    version = _pinned(INFRA / "maven" / "registry" / "pom.xml", "apicurio.version")
+    home = layout.settings.cache_dir / "apicurio" / version
+    if not (home / ".installed").is_file():
+        raise ComponentMissingError(f"Apicurio Registry {version} is not installed in {home}")
+    return home
+
+
+def go_binary(layout: StackLayout, name: str) -> Path:
+    binary = layout.settings.cache_dir / "bin" / name
+    if not binary.is_file():
+        raise ComponentMissingError(f"{name} is not installed in {binary.parent}")
+    return binary
+
+
+def new_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, base64url without padding (as kafka-storage does)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def kafka_admin_ready(bootstrap: str, timeout_s: float = 2.0) -> bool:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000,
+                         "log_level": 0})
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except Exception:
+        return False
+    return bool(metadata.brokers)
+
+
+def http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    try:
+        return httpx.get(url, timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def health_checks(layout: StackLayout) -> dict[str, tuple[str, Callable[[], bool]]]:
+    """Each component's endpoint and the check that says it answers; needs no installation."""
+    checks: dict[str, tuple[str, Callable[[], bool]]] = {}
+    for participant in layout.participants:
+        checks[f"kafka-{participant.name}"] = (participant.bootstrap,
+                                               partial(kafka_admin_ready, participant.bootstrap))
+    checks["registry"] = (layout.registry_url,
+                          lambda: http_ok(f"{layout.registry_url}/subjects"))
+    health = f"http://127.0.0.1:{layout.settings.jaeger_health_port}/status"
+    checks["jaeger"] = (layout.jaeger_query_url, lambda: http_ok(health))
+    return checks
+
+
+def kafka_broker(layout: StackLayout, participant: ParticipantLayout) -> Component:
+    libs = kafka_libs(layout)
+    java = java_binary(layout)
+    classpath = f"{libs}/*"
+    properties = participant.data_dir / "server.properties"
+    log_file = layout.logs_dir / f"kafka-{participant.name}.log"
+    log_options = [f"-Dlog4j2.configurationFile={INFRA / 'kafka' / 'log4j2.properties'}",
+                   f"-Dmedusa.kafka.log.file={log_file}"]
+
+    def prepare() -> None:
+        participant.data_dir.mkdir(parents=True, exist_ok=True)
+        template = (INFRA / "kafka" / "server.properties.template").read_text()
+        properties.write_text(
+            template.replace("@NODE_ID@", "1")
+            .replace("@BROKER_PORT@", str(participant.broker_port))
+            .replace("@CONTROLLER_PORT@", str(participant.controller_port))
+            .replace("@LOG_DIRS@", str(participant.data_dir / "log"))
+            .replace("@ADVERTISED_HOST@", "127.0.0.1")
+        )
+        if (participant.data_dir / "log" / "meta.properties").is_file():
+            return  # formatted by an earlier run: keep its data and cluster id
+        cluster_id = new_cluster_id()
+        subprocess.run(
+            [java, "-Xmx256m", *log_options, "-cp", classpath,
+             "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties),
+             "--standalone"],
+            check=True, capture_output=True, text=True,
+        )
+        participant.cluster_id_file.write_text(cluster_id + "\n")
+
+    return Component(
+        name=f"kafka-{participant.name}",
+        command=[java, *layout.settings.kafka_heap.split(), "-XX:+UseG1GC", *log_options,
+                 "-cp", classpath, "kafka.Kafka", str(properties)],
+        env={},
+        endpoint=participant.bootstrap,
+        ready=health_checks(layout)[f"kafka-{participant.name}"][1],
+        prepare=prepare,
+    )
+
+
+def schema_registry(layout: StackLayout) -> Component:
+    home = registry_home(layout)
+    storage_kafka = layout.participants[0].bootstrap
+    port = layout.settings.registry_port
+    return Component(
+        name="registry",
+        command=[java_binary(layout), *layout.settings.registry_heap.split(),
+                 "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={port}",
+                 "-Dapicurio.storage.kind=kafkasql",
+                 f"-Dapicurio.kafkasql.bootstrap.servers={storage_kafka}",
+                 "-jar", str(home / "quarkus-run.jar")],
+        env={},
+        endpoint=layout.registry_url,
+        ready=health_checks(layout)["registry"][1],
+    )
+
+
+def jaeger(layout: StackLayout) -> Component:
+    s = layout.settings
+    return Component(
+        name="jaeger",
+        command=[str(go_binary(layout, "jaeger")), "--config",
+                 str(INFRA / "jaeger" / "config.yaml")],
+        env={
+            "JAEGER_OTLP_GRPC_PORT": str(s.jaeger_otlp_grpc_port),
+            "JAEGER_OTLP_HTTP_PORT": str(s.jaeger_otlp_http_port),
+            "JAEGER_QUERY_HTTP_PORT": str(s.jaeger_query_port),
+            "JAEGER_QUERY_GRPC_PORT": str(s.jaeger_query_grpc_port),
+            "JAEGER_HEALTH_PORT": str(s.jaeger_health_port),
+            "JAEGER_METRICS_PORT": str(s.jaeger_metrics_port),
+        },
+        endpoint=layout.jaeger_query_url,
+        ready=health_checks(layout)["jaeger"][1],
+    )
+
+
+def kafka_components(layout: StackLayout) -> list[Component]:
+    return [kafka_broker(layout, participant) for participant in layout.participants]
+
+
+def service_components(layout: StackLayout) -> list[Component]:
+    """What starts once Kafka answers (the registry keeps its data in Kafka)."""
+    return [schema_registry(layout), jaeger(layout)]

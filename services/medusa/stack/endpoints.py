@@ -1,0 +1,72 @@
+"""Where clients find the federation: endpoints named in the settings, else the local stack."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from medusa.settings import DEFAULT_PARTICIPANT_NAMES, StackSettings
+from medusa.stack.layout import StackLayout
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    kafka: dict[str, str]
+    """Participant name -> bootstrap servers."""
+    registry_url: str
+    otlp_endpoint: str
+    jaeger_query_url: str
+
+    def bootstrap(self, participant: str | None = None) -> str:
+        if participant is None:
+            return next(iter(self.kafka.values()))
+        try:
+            return self.kafka[participant]
+        except KeyError:
+            raise KeyError(
+                f"no participant {participant!r} (known: {', '.join(self.kafka)})") from None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_external_kafka(spec: str) -> dict[str, str]:
+    """``alpha=h1:9092,beta=h2:9092``; a bare bootstrap names the first participant."""
+    if "=" not in spec:
+        return {DEFAULT_PARTICIPANT_NAMES[0]: spec}
+    kafka: dict[str, str] = {}
+    for part in spec.split(","):
+        name, sep, bootstrap = part.partition("=")
+        if not sep or not name.strip() or not bootstrap.strip():
+            raise ValueError(
+                f"MEDUSA_EXTERNAL_KAFKA: expected name=host:port[,name=host:port...], got {part!r}")
+        kafka[name.strip()] = bootstrap.strip()
+    return kafka
+
+
+def local_endpoints(layout: StackLayout) -> Endpoints:
+    return Endpoints(
+        kafka={p.name: p.bootstrap for p in layout.participants},
+        registry_url=layout.registry_url,
+        otlp_endpoint=layout.otlp_endpoint,
+        jaeger_query_url=layout.jaeger_query_url,
+    )
+
+
+def resolve(settings: StackSettings | None = None) -> Endpoints:
+    """External endpoints where named; the rest from the running stack's state, or its layout."""
+    settings = settings or StackSettings()
+    layout = StackLayout.from_settings(settings)
+    local = local_endpoints(layout)
+    if layout.state_file.is_file():
+        recorded = json.loads(layout.state_file.read_text()).get("endpoints")
+        if recorded:
+            local = Endpoints(**recorded)
+    return Endpoints(
+        kafka=parse_external_kafka(settings.external_kafka) if settings.external_kafka
+        else local.kafka,
+        registry_url=settings.external_registry_url or local.registry_url,
+        otlp_endpoint=settings.external_otlp_endpoint or local.otlp_endpoint,
+        jaeger_query_url=settings.external_jaeger_query_url or local.jaeger_query_url,
+    )

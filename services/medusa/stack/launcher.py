@@ -1,0 +1,161 @@
+"""``medusa up`` / ``down`` / ``status``: the local federation as local processes.
+
+The state file (``<run_dir>/stack.json``) records exactly the processes ``up``
+started, with their kernel start times, so ``down`` stops those and nothing else
+and a second ``up`` starts only what is not already running.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from medusa.stack import processes
+from medusa.stack.components import (
+    Component,
+    health_checks,
+    kafka_components,
+    service_components,
+)
+from medusa.stack.endpoints import Endpoints, local_endpoints
+from medusa.stack.layout import StackLayout
+from medusa.stack.processes import RunningProcess
+
+Report = Callable[[str], None]
+
+
+class PortInUseError(RuntimeError):
+    def __init__(self, port: int, owner: str) -> None:
+        super().__init__(
+            f"port {port} ({owner}) is already in use by another program; stop it, or move the "
+            "stack with --kafka-base-port/--registry-port/... (or the MEDUSA_* variables)")
+        self.port = port
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    endpoint: str
+    pid: int | None
+    running: bool
+    answering: bool
+    log: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def _load_state(layout: StackLayout) -> dict[str, RunningProcess]:
+    if not layout.state_file.is_file():
+        return {}
+    raw = json.loads(layout.state_file.read_text())
+    return {p["name"]: RunningProcess.from_dict(p) for p in raw.get("processes", [])}
+
+
+def _save_state(layout: StackLayout, running: dict[str, RunningProcess],
+                endpoints: Endpoints) -> None:
+    layout.run_dir.mkdir(parents=True, exist_ok=True)
+    state = {"processes": [p.as_dict() for p in running.values()],
+             "endpoints": endpoints.as_dict()}
+    temporary = layout.state_file.with_suffix(".tmp")
+    temporary.write_text(json.dumps(state, indent=2))
+    temporary.replace(layout.state_file)
+
+
+def _component_ports(layout: StackLayout, component: Component) -> list[int]:
+    owners = layout.all_ports()
+    if component.name.startswith("kafka-"):
+        participant = layout.participant(component.name.removeprefix("kafka-"))
+        return [participant.broker_port, participant.controller_port]
+    prefix = {"registry": "schema registry", "jaeger": "Jaeger"}[component.name]
+    return [port for port, owner in owners.items() if owner.startswith(prefix)]
+
+
+def _wait_ready(layout: StackLayout, started: list[tuple[Component, RunningProcess]],
+                report: Report) -> None:
+    deadline = time.monotonic() + layout.settings.startup_timeout_s
+    pending = list(started)
+    while pending:
+        for component, process in list(pending):
+            if not process.alive():
+                raise StartupError(f"{component.name} exited during start-up; see {process.log}")
+            if component.ready():
+                report(f"  {component.name:<14} ready at {component.endpoint}")
+                pending.remove((component, process))
+        if pending and time.monotonic() > deadline:
+            names = ", ".join(c.name for c, _ in pending)
+            logs = ", ".join(p.log for _, p in pending)
+            raise StartupError(f"{names} did not answer within "
+                               f"{layout.settings.startup_timeout_s:.0f}s; see {logs}")
+        if pending:
+            time.sleep(0.5)
+
+
+def up(layout: StackLayout, report: Report = print) -> Endpoints:
+    """Start what is not running yet and wait until everything answers."""
+    running = {name: p for name, p in _load_state(layout).items() if p.alive()}
+    endpoints = local_endpoints(layout)
+    for stage in (kafka_components, service_components):
+        components = stage(layout)
+        to_start = [c for c in components if c.name not in running]
+        for component in to_start:
+            for port in _component_ports(layout, component):
+                if processes.port_in_use(port):
+                    raise PortInUseError(port, layout.all_ports()[port])
+        started: list[tuple[Component, RunningProcess]] = []
+        for component in to_start:
+            report(f"  {component.name:<14} starting")
+            if component.prepare is not None:
+                component.prepare()
+            process = processes.start(component.name, component.command,
+                                      layout.logs_dir / f"{component.name}.log", component.env)
+            running[component.name] = process
+            started.append((component, process))
+            _save_state(layout, running, endpoints)  # recorded at once: down can always stop it
+        started_names = {component.name for component, _ in started}
+        for component in components:
+            if component.name not in started_names:
+                pid = running[component.name].pid
+                report(f"  {component.name:<14} already running (pid {pid})")
+        _wait_ready(layout, started, report)
+    _save_state(layout, running, endpoints)
+    return endpoints
+
+
+def down(layout: StackLayout, purge: bool = False, report: Report = print) -> list[str]:
+    """Stop exactly the processes ``up`` started; with ``purge`` also delete their data."""
+    recorded = _load_state(layout)
+    stopped: list[str] = []
+    # Services first: the registry still writes to Kafka while it shuts down.
+    for name in sorted(recorded, key=lambda n: n.startswith("kafka-")):
+        process = recorded[name]
+        if process.alive():
+            report(f"  {name:<14} stopping (pid {process.pid})")
+            processes.stop(process)
+            stopped.append(name)
+    layout.state_file.unlink(missing_ok=True)
+    if purge:
+        for folder in (layout.run_dir / "kafka",):
+            shutil.rmtree(folder, ignore_errors=True)
+    return stopped
+
+
+def status(layout: StackLayout) -> list[ComponentStatus]:
+    recorded = _load_state(layout)
+    checks = health_checks(layout)
+    result = []
+    for name in dict.fromkeys([*checks, *recorded]):
+        process = recorded.get(name)
+        running = bool(process and process.alive())
+        endpoint, ready = checks.get(name, ("", lambda: False))
+        result.append(ComponentStatus(name, endpoint, process.pid if process else None, running,
+                                      running and ready(), process.log if process else None))
+    return result
