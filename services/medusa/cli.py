@@ -35,6 +35,8 @@ RegistryPortOpt = Annotated[int | None, typer.Option(
     help="Schema registry port [default: MEDUSA_REGISTRY_PORT or 18081].")]
 RunDirOpt = Annotated[Path | None, typer.Option(
     "--run-dir", help="Data and logs [default: MEDUSA_RUN_DIR or <repo>/.run].")]
+TopicPrefixOpt = Annotated[str, typer.Option(
+    help="Prefix of every topic written, to keep runs apart (e.g. 'test1.').")]
 ParticipantOpt = Annotated[str | None, typer.Option(
     "--participant", "-p", help="Participant whose Kafka cluster to use [default: the first].")]
 
@@ -203,6 +205,7 @@ def produce_linear_road(
         help="Also write the generated input in the benchmark's CSV format.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the simulation.")] = 7,
     partitions: Annotated[int, typer.Option(min=1, help="Partitions of new topics.")] = 4,
+    topic_prefix: TopicPrefixOpt = "",
     participant: ParticipantOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -233,7 +236,7 @@ def produce_linear_road(
                            to_dict=lr.to_dict, source_id="linear-road", speedup=speedup,
                            boundary_interval_s=settings.boundary_interval_s, progress=progress,
                            total_seconds=total, partitions=partitions,
-                           flush_timeout_s=settings.flush_timeout_s)
+                           flush_timeout_s=settings.flush_timeout_s, topic_prefix=topic_prefix)
     except StrictCsvError as error:
         raise _fail(f"{error} (--strict)") from None
     summary.bad_line_count, summary.bad_lines = bad_lines.count, bad_lines.first
@@ -261,6 +264,7 @@ def produce_sensors(
         min=0, help="Event-time seconds per wall second; 0 = as fast as possible.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed of the random walk.")] = 11,
     partitions: Annotated[int, typer.Option(min=1, help="Partitions of new topics.")] = 4,
+    topic_prefix: TopicPrefixOpt = "",
     participant: ParticipantOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -294,7 +298,8 @@ def produce_sensors(
                        topics=[sensor_data.SENSOR_READINGS], to_dict=sensor_data.to_dict,
                        source_id="sensors", speedup=speedup,
                        boundary_interval_s=settings.boundary_interval_s, progress=progress,
-                       partitions=partitions, flush_timeout_s=settings.flush_timeout_s)
+                       partitions=partitions, flush_timeout_s=settings.flush_timeout_s,
+                       topic_prefix=topic_prefix)
     _print_summary("sensors", summary.as_dict(), as_json)
     if summary.failed:
         raise typer.Exit(1)
@@ -338,7 +343,7 @@ def demo(
     schemas_register(topic=None, file=None, participant=None)
     produce_linear_road(xways=xways, duration=duration, peak_rate=1700.0, speedup=speedup,
                         from_file=None, strict=False, write_csv=None, seed=7, partitions=4,
-                        participant=None, as_json=False)
+                        topic_prefix="", participant=None, as_json=False)
     console.print("[bold]A few position reports as they arrived:[/]")
     consume(topic="linear-road.position-reports", count=5, timeout=30.0, group=None,
             participant=None)

@@ -88,16 +88,20 @@ def feed(
     total_seconds: float | None = None,
     partitions: int = 4,
     flush_timeout_s: float = 30.0,
+    topic_prefix: str = "",
 ) -> FeedSummary:
-    """Publish each second's records at its event time; one producer per topic."""
+    """Publish each second's records at its event time; one producer per topic.
+
+    Records name their stream's default topic; ``topic_prefix`` puts a run's topics apart.
+    """
     topics = list(topics)
-    ensure_topics(kafka_config, topics, partitions=partitions)
+    ensure_topics(kafka_config, [topic_prefix + t for t in topics], partitions=partitions)
     stats = DeliveryStats()
     pacer = Pacer(speedup, start_ms=int(time.time() * 1000))
     producers = {
-        topic: TupleProducer(kafka_config, registry, topic, schema_for_topic(topic), source_id,
-                             to_dict=to_dict, boundary_interval_s=boundary_interval_s,
-                             stats=stats)
+        topic: TupleProducer(kafka_config, registry, topic_prefix + topic,
+                             schema_for_topic(topic), source_id, to_dict=to_dict,
+                             boundary_interval_s=boundary_interval_s, stats=stats)
         for topic in topics
     }
 

@@ -1,0 +1,1 @@
+"""Medusa's boxes as Spark Structured Streaming queries."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from medusa.settings import StackSettings
 from medusa.stack import processes
 from medusa.stack.components import (
     Component,
@@ -64,7 +65,8 @@ def _save_state(layout: StackLayout, running: dict[str, RunningProcess],
                 endpoints: Endpoints) -> None:
     layout.run_dir.mkdir(parents=True, exist_ok=True)
     state = {"processes": [p.as_dict() for p in running.values()],
-             "endpoints": endpoints.as_dict()}
+             "endpoints": endpoints.as_dict(),
+             "settings": layout.settings.model_dump(mode="json")}
     temporary = layout.state_file.with_suffix(".tmp")
     temporary.write_text(json.dumps(state, indent=2))
     temporary.replace(layout.state_file)
@@ -148,7 +150,16 @@ def down(layout: StackLayout, purge: bool = False, report: Report = print) -> li
     return stopped
 
 
+def recorded_layout(layout: StackLayout) -> StackLayout:
+    """The layout the running stack was started with (its ports may differ from today's flags)."""
+    if not layout.state_file.is_file():
+        return layout
+    settings = json.loads(layout.state_file.read_text()).get("settings")
+    return StackLayout.from_settings(StackSettings(**settings)) if settings else layout
+
+
 def status(layout: StackLayout) -> list[ComponentStatus]:
+    layout = recorded_layout(layout)
     recorded = _load_state(layout)
     checks = health_checks(layout)
     result = []

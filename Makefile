@@ -1,0 +1,53 @@
+# Medusa: federated stream processing on Kafka and Spark.
+# `make help` lists the targets. Every target installs what it needs first.
+
+PYTHON      ?= python3.11
+VENV        ?= .venv
+BIN         := $(VENV)/bin
+STAMP       := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup up down status demo test test-unit test-integration bench lint clean
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-17s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (or make PYTHON=...)"; exit 1; }
+	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	@echo "[setup] installing the Python package and its dependencies into $(VENV)"
+	@$(BIN)/pip install --quiet --upgrade pip
+	@$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP) ## Install everything: Python deps, Kafka, registry, Spark connectors, Jaeger, toxiproxy
+	@MEDUSA_PYTHON=$(BIN)/python bash infra/install.sh
+
+up: setup ## Start the local federation (two Kafka clusters, registry, Jaeger)
+	@$(BIN)/medusa up --skip-install
+
+down: ## Stop what `make up` started
+	@test -x $(BIN)/medusa && $(BIN)/medusa down || true
+
+status: ## Show what runs and where
+	@$(BIN)/medusa status
+
+demo: setup ## The main job: the local federation with the Linear Road example
+	@$(BIN)/medusa demo
+
+test: setup ## Run every test (unit, integration, e2e) against the real local stack
+	@$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-unit: $(STAMP) ## Run the in-memory unit tests only
+	@$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
+
+bench: setup ## Benchmarks, side by side in one run (JSON and plots in bench-results/)
+	@$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
+lint: $(STAMP) ## ruff and mypy
+	@$(BIN)/ruff check services spark_apps tests benchmarks
+	@$(BIN)/mypy
+
+clean: down ## Remove the run folder (data, logs); the cache of installed components stays
+	@rm -rf .run bench-results

@@ -1,0 +1,3 @@
+from medusa.cli import main
+
+main()

@@ -1,0 +1,38 @@
+"""A SparkSession wired with the cached Kafka and Avro connector jars."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyspark
+from medusa.settings import StackSettings
+from pyspark.sql import SparkSession
+
+
+def connector_jars(settings: StackSettings | None = None) -> list[Path]:
+    settings = settings or StackSettings()
+    folder = settings.cache_dir / "spark-jars" / pyspark.__version__
+    jars = sorted(folder.glob("*.jar"))
+    if not (folder / ".installed").is_file() or not jars:
+        raise RuntimeError(
+            f"Spark connectors for pyspark {pyspark.__version__} are not installed in {folder}; "
+            "run `make setup` (or infra/install_spark_jars.sh)")
+    return jars
+
+
+def spark_session(app_name: str, master: str = "local[2]",
+                  settings: StackSettings | None = None) -> SparkSession:
+    jars = ",".join(str(jar) for jar in connector_jars(settings))
+    return (
+        SparkSession.builder.appName(app_name)
+        .master(master)
+        .config("spark.jars", jars)
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.streaming.stateStore.providerClass",
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .getOrCreate()
+    )

@@ -1,0 +1,25 @@
+"""The Confluent wire format in Spark: magic byte, 4-byte schema id, Avro body."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro
+
+WIRE_HEADER_BYTES = 5
+
+
+def schema_id(value: Column) -> Column:
+    """The registry id of the schema a record was written with."""
+    return F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("int")
+
+
+def decode_avro(value: Column, writer_schema: str) -> Column:
+    """Decode the Avro body with the writer's schema (fetched from the registry by id)."""
+    body = F.substring(value, WIRE_HEADER_BYTES + 1, 2**31 - 1)
+    return from_avro(body, writer_schema, {"mode": "PERMISSIVE"})
+
+
+def header(name: str) -> Column:
+    """A Kafka record header as a string (the envelope headers are ASCII)."""
+    return F.expr(f"CAST(filter(headers, h -> h.key = '{name}')[0].value AS STRING)")

@@ -1,0 +1,109 @@
+"""Shared fixtures: the real federation for integration and e2e tests.
+
+The stack is started once per test session, in this order of preference:
+1. existing endpoints named by MEDUSA_EXTERNAL_KAFKA and MEDUSA_EXTERNAL_REGISTRY_URL;
+2. containers, when a Docker engine answers (testcontainers);
+3. the project's local launcher (`medusa up`), on test ports in a temporary run folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from medusa.settings import StackSettings
+from medusa.stack.endpoints import Endpoints, resolve
+from medusa.stack.layout import StackLayout
+
+# Test ports stay clear of a developer's own `medusa up` on the default ports.
+TEST_PORTS = {
+    "kafka_base_port": 39092, "registry_port": 38081, "jaeger_otlp_grpc_port": 34317,
+    "jaeger_otlp_http_port": 34318, "jaeger_query_port": 36686, "jaeger_query_grpc_port": 36685,
+    "jaeger_health_port": 33133, "jaeger_metrics_port": 38888, "toxiproxy_port": 38474,
+}
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+    except Exception:
+        return False
+    return True
+
+
+class LocalFederation:
+    """The launcher-managed stack of this test session."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.settings = StackSettings(run_dir=run_dir, **TEST_PORTS)
+        self.layout = StackLayout.from_settings(self.settings)
+
+    def start(self) -> Endpoints:
+        from medusa.stack.install import install
+        from medusa.stack.launcher import up
+
+        install(self.settings)
+        return up(self.layout)
+
+    def stop(self) -> None:
+        from medusa.stack.launcher import down
+
+        down(self.layout, purge=True)
+
+
+@pytest.fixture(scope="session")
+def local_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFederation | None]:
+    """The local launcher's stack, or None when the tests run against other endpoints."""
+    external = StackSettings()
+    if external.external_kafka and external.external_registry_url:
+        yield None
+        return
+    if os.environ.get("MEDUSA_TEST_USE_CONTAINERS", "auto") != "never" and _docker_answers():
+        yield None
+        return
+    federation = LocalFederation(tmp_path_factory.mktemp("federation"))
+    federation.start()
+    try:
+        yield federation
+    finally:
+        federation.stop()
+
+
+@pytest.fixture(scope="session")
+def federation(local_federation: LocalFederation | None) -> Iterator[Endpoints]:
+    if local_federation is not None:
+        yield resolve(local_federation.settings)
+        return
+    external = StackSettings()
+    if external.external_kafka and external.external_registry_url:
+        yield resolve(external)
+        return
+    from tests.containers import container_federation
+
+    with container_federation() as endpoints:
+        yield endpoints
+
+
+@pytest.fixture
+def topic(request: pytest.FixtureRequest) -> str:
+    """A topic name of this test alone."""
+    name = re.sub(r"[^a-zA-Z0-9._-]", "-", request.node.name)[:80]
+    return f"test.{name}.{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def kafka_config(federation: Endpoints) -> dict[str, str]:
+    return {"bootstrap.servers": federation.bootstrap()}
+
+
+@pytest.fixture
+def registry(federation: Endpoints):  # type: ignore[no-untyped-def]
+    from medusa.registry import registry_client
+
+    return registry_client(federation.registry_url)
