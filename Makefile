@@ -43,10 +43,11 @@ test-unit: $(STAMP) ## Run the in-memory unit tests only
 	@$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
 bench: setup ## Benchmarks, side by side in one run (JSON and plots in bench-results/)
-	@$(BIN)/python -m benchmarks $(BENCH_ARGS)
+	@$(BIN)/medusa up --skip-install
+	@$(BIN)/medusa bench $(BENCH_ARGS)
 
 lint: $(STAMP) ## ruff and mypy
-	@$(BIN)/ruff check services spark_apps tests benchmarks
+	@$(BIN)/ruff check services spark_apps tests
 	@$(BIN)/mypy
 
 clean: down ## Remove the run folder (data, logs); the cache of installed components stays

@@ -21,7 +21,8 @@ from medusa.stack.layout import StackLayout
 
 # Test ports stay clear of a developer's own `medusa up` on the default ports.
 TEST_PORTS = {
-    "kafka_base_port": 39092, "registry_port": 38081, "jaeger_otlp_grpc_port": 34317,
+    "kafka_base_port": 39092, "registry_port": 38081, "registry_management_port": 38082,
+    "jaeger_otlp_grpc_port": 34317,
     "jaeger_otlp_http_port": 34318, "jaeger_query_port": 36686, "jaeger_query_grpc_port": 36685,
     "jaeger_health_port": 33133, "jaeger_metrics_port": 38888, "toxiproxy_port": 38474,
 }

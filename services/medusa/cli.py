@@ -349,6 +349,19 @@ def demo(
             participant=None)
 
 
+@app.command()
+def bench(
+    records: Annotated[int, typer.Option(min=1000, help="Records per producer run.")] = 200_000,
+    out: Annotated[Path, typer.Option(help="Folder for JSON and plots.")] = Path("bench-results"),
+) -> None:
+    """Benchmarks against the running federation, side by side in one run."""
+    from medusa.bench.run import run_producer_benchmark
+
+    console.print("[bold]Producer throughput[/]")
+    run_producer_benchmark(out, records, console.print)
+    console.print(f"results in {out}/")
+
+
 def main() -> None:
     try:
         app()

@@ -87,14 +87,20 @@ class TupleProducer:
         tuple_type: TupleType = TupleType.STABLE,
         extra_headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
-        context = SerializationContext(self.topic, MessageField.VALUE)
-        payload = self._serializer(value, context)
+        payload = self.serialize(value)
         envelope = Envelope(tuple_type, tuple_id, stime)
         self._send(key, payload, envelope.headers(extra_headers or ()), None)
         if self._last_stime is None or stime > self._last_stime:
             self._last_stime = stime
         if time.monotonic() >= self._next_boundary_at:
             self.emit_boundaries()
+
+    def serialize(self, value: Any) -> bytes:
+        """The value in the Confluent wire format, as it goes on the topic."""
+        payload = self._serializer(value, SerializationContext(self.topic, MessageField.VALUE))
+        if payload is None:
+            raise ValueError(f"{self.topic}: the serializer produced nothing for {value!r}")
+        return payload
 
     def emit_boundaries(self, stime: int | None = None) -> None:
         """One BOUNDARY per partition: nothing later on it has a smaller stime."""

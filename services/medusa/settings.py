@@ -52,6 +52,7 @@ class StackSettings(BaseSettings):
     stack_participants: int = Field(2, ge=1, le=len(DEFAULT_PARTICIPANT_NAMES))
     kafka_base_port: int = Field(19092, ge=1024, le=65000)
     registry_port: int = Field(18081, ge=1024, le=65535)
+    registry_management_port: int = Field(18082, ge=1024, le=65535)
     jaeger_otlp_grpc_port: int = Field(14317, ge=1024, le=65535)
     jaeger_otlp_http_port: int = Field(14318, ge=1024, le=65535)
     jaeger_query_port: int = Field(16686, ge=1024, le=65535)
@@ -62,6 +63,8 @@ class StackSettings(BaseSettings):
     run_dir: Path = REPO_ROOT / ".run"
     cache_dir: Path = REPO_ROOT / ".cache"
     java_home: Path | None = None
+    registry_java: Path | None = None
+    """A Java 21+ binary for the registry; found among the installed JDKs when unset."""
     kafka_heap: str = "-Xms256m -Xmx768m"
     registry_heap: str = "-Xms128m -Xmx512m"
     startup_timeout_s: float = Field(120.0, gt=0)

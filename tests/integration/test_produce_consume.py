@@ -3,6 +3,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,10 @@ from medusa.sensors import SensorReading, sensor_readings, to_dict
 from medusa.topics import dead_letter_topic, ensure_topics
 
 pytestmark = pytest.mark.integration
+
+
+def _ms(moment: datetime) -> int:
+    return round(moment.timestamp() * 1000)
 
 
 def _read_all(kafka_config: dict, topic: str, expected: int | None = None,
@@ -65,9 +70,10 @@ def test_round_trip_through_the_registry_with_headers_and_boundaries(
     data = [r for _, r in decoded if r.type is TupleType.STABLE]
     boundaries = [(p, r) for p, r in decoded if r.type is TupleType.BOUNDARY]
     assert sorted(r.tuple_id for r in data) == sorted(r.tuple_id for r in readings)
-    assert {r.tuple_id: r.value for r in data} == {
-        r.tuple_id: to_dict(r) for r in readings}
-    assert all(r.stime == r.value["measured_at"] for r in data)
+    # timestamp-millis comes back as an aware datetime
+    received = {r.tuple_id: {**r.value, "measured_at": _ms(r.value["measured_at"])} for r in data}
+    assert received == {r.tuple_id: to_dict(r) for r in readings}
+    assert all(r.stime == _ms(r.value["measured_at"]) for r in data)
     assert {p for p, _ in boundaries} == {0, 1, 2}
     # The BOUNDARY promise: nothing after it on its partition has a smaller stime.
     for partition, marker in boundaries:

@@ -79,6 +79,7 @@ def test_cli_up_status_down_on_a_one_participant_stack(launched, tmp_path) -> No
 
     env = {**os.environ, "MEDUSA_RUN_DIR": str(tmp_path / "run"),
            "MEDUSA_KAFKA_BASE_PORT": "49092", "MEDUSA_REGISTRY_PORT": "48081",
+           "MEDUSA_REGISTRY_MANAGEMENT_PORT": "48082",
            "MEDUSA_JAEGER_OTLP_GRPC_PORT": "44317", "MEDUSA_JAEGER_OTLP_HTTP_PORT": "44318",
            "MEDUSA_JAEGER_QUERY_PORT": "46686", "MEDUSA_JAEGER_QUERY_GRPC_PORT": "46685",
            "MEDUSA_JAEGER_HEALTH_PORT": "43133", "MEDUSA_JAEGER_METRICS_PORT": "48888"}

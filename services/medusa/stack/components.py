@@ -107,8 +107,8 @@ def health_checks(layout: StackLayout) -> dict[str, tuple[str, Callable[[], bool
     for participant in layout.participants:
         checks[f"kafka-{participant.name}"] = (participant.bootstrap,
                                                partial(kafka_admin_ready, participant.bootstrap))
-    checks["registry"] = (layout.registry_url,
-                          lambda: http_ok(f"{layout.registry_url}/subjects"))
+    registry_health = f"http://127.0.0.1:{layout.settings.registry_management_port}/health/ready"
+    checks["registry"] = (layout.registry_url, lambda: http_ok(registry_health))
     health = f"http://127.0.0.1:{layout.settings.jaeger_health_port}/status"
     checks["jaeger"] = (layout.jaeger_query_url, lambda: http_ok(health))
     return checks
@@ -137,7 +137,8 @@ def kafka_broker(layout: StackLayout, participant: ParticipantLayout) -> Compone
             return  # formatted by an earlier run: keep its data and cluster id
         cluster_id = new_cluster_id()
         subprocess.run(
-            [java, "-Xmx256m", *log_options, "-cp", classpath,
+            [java, "-Xmx256m", *log_options, "-Dmedusa.kafka.log.level=WARN",
+             "-cp", classpath,
              "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties),
              "--standalone"],
             check=True, capture_output=True, text=True,
@@ -155,15 +156,29 @@ def kafka_broker(layout: StackLayout, participant: ParticipantLayout) -> Compone
     )
 
 
+def registry_java(layout: StackLayout) -> str:
+    """Apicurio 3 needs Java 21+, newer than the machine's default Java 17."""
+    if layout.settings.registry_java is not None:
+        return str(layout.settings.registry_java)
+    found = subprocess.run(["bash", str(INFRA / "registry" / "find_java.sh")],
+                           capture_output=True, text=True, check=False)
+    if found.returncode != 0:
+        raise ComponentMissingError(
+            f"the schema registry needs Java 21 or newer: {found.stderr.strip()}")
+    return found.stdout.strip()
+
+
 def schema_registry(layout: StackLayout) -> Component:
     home = registry_home(layout)
+    s = layout.settings
+    # Its data lives in the first participant's Kafka (KafkaSQL), so it survives restarts.
     storage_kafka = layout.participants[0].bootstrap
-    port = layout.settings.registry_port
     return Component(
         name="registry",
-        command=[java_binary(layout), *layout.settings.registry_heap.split(),
-                 "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={port}",
-                 "-Dapicurio.storage.kind=kafkasql",
+        command=[registry_java(layout), *s.registry_heap.split(),
+                 f"-Dquarkus.config.locations={INFRA / 'registry' / 'registry.properties'}",
+                 f"-Dquarkus.http.port={s.registry_port}",
+                 f"-Dquarkus.management.port={s.registry_management_port}",
                  f"-Dapicurio.kafkasql.bootstrap.servers={storage_kafka}",
                  "-jar", str(home / "quarkus-run.jar")],
         env={},

@@ -87,6 +87,7 @@ class StackLayout:
             ports[p.broker_port] = f"Kafka broker of participant {p.name}"
             ports[p.controller_port] = f"Kafka controller of participant {p.name}"
         ports[s.registry_port] = "schema registry"
+        ports[s.registry_management_port] = "schema registry health"
         ports[s.jaeger_otlp_grpc_port] = "Jaeger OTLP gRPC"
         ports[s.jaeger_otlp_http_port] = "Jaeger OTLP HTTP"
         ports[s.jaeger_query_port] = "Jaeger query API"

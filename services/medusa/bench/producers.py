@@ -1,0 +1,113 @@
+"""Producer throughput: Kafka's own perf tool, a bare confluent-kafka producer, Medusa's producer.
+
+All three write records of the same value size to fresh topics of the same
+cluster with the same delivery settings (acks=all, idempotence, linger), one
+after the other in one run, so their ratios mean something on a noisy machine.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from medusa.linear_road.records import PositionReport, to_dict
+from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
+from medusa.producing import TupleProducer
+from medusa.schemas import load_schema
+from medusa.stack.components import java_binary, kafka_libs
+from medusa.stack.layout import StackLayout
+from medusa.topics import ensure_topics
+
+DELIVERY = {"acks": "all", "enable.idempotence": True, "linger.ms": 20}
+
+
+@dataclass(frozen=True)
+class Throughput:
+    name: str
+    records: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.records / self.seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "records": self.records, "seconds": round(self.seconds, 3),
+                "records_per_s": round(self.per_second, 1)}
+
+
+def position_reports(count: int) -> list[PositionReport]:
+    reports: list[PositionReport] = []
+    simulation = TrafficSimulation(TrafficProfile(xways=1, duration_s=10**6, peak_rate=1700,
+                                                  start_rate=1700))
+    for _, records in simulation.run():
+        reports.extend(r for r in records if isinstance(r, PositionReport))
+        if len(reports) >= count:
+            return reports[:count]
+    return reports
+
+
+def medusa_producer(bootstrap: str, registry: SchemaRegistryClient,
+                    reports: list[PositionReport]) -> tuple[Throughput, int]:
+    """Avro through the registry, envelope headers, BOUNDARY records every second."""
+    topic = f"bench.medusa.{uuid.uuid4().hex[:8]}"
+    config = {"bootstrap.servers": bootstrap, "linger.ms": 20}
+    ensure_topics(config, [topic], partitions=4)
+    started = time.perf_counter()
+    with TupleProducer(config, registry, topic, load_schema("position_report"), "bench",
+                       to_dict=to_dict) as producer:
+        for report in reports:
+            producer.produce(report, report.tuple_id, report.time * 1000, key=str(report.vid))
+    elapsed = time.perf_counter() - started
+    if producer.stats.failed:
+        raise RuntimeError(f"medusa producer: {producer.stats.errors[:3]}")
+    value_size = len(producer.serialize(reports[0]))
+    return Throughput("medusa producer (Avro + envelope)", len(reports), elapsed), value_size
+
+
+def bare_producer(bootstrap: str, count: int, value_size: int) -> Throughput:
+    topic = f"bench.bare.{uuid.uuid4().hex[:8]}"
+    config = {"bootstrap.servers": bootstrap}
+    ensure_topics(config, [topic], partitions=4)
+    producer = Producer({**config, **DELIVERY})
+    payload = b"x" * value_size
+    started = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, payload, key=str(i % 50_000))
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(60)
+    return Throughput("confluent-kafka producer (bytes)", count, time.perf_counter() - started)
+
+
+_PERF_LINE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec")
+
+
+def kafka_perf_tool(layout: StackLayout, bootstrap: str, count: int,
+                    value_size: int) -> Throughput:
+    topic = f"bench.perf.{uuid.uuid4().hex[:8]}"
+    ensure_topics({"bootstrap.servers": bootstrap}, [topic], partitions=4)
+    props = [f"bootstrap.servers={bootstrap}", *(f"{k}={v}" for k, v in DELIVERY.items())]
+    completed = subprocess.run(
+        [java_binary(layout), "-Xmx512m", "-cp", f"{kafka_libs(layout)}/*",
+         "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+         "--num-records", str(count), "--record-size", str(value_size), "--throughput", "-1",
+         "--producer-props", *props],
+        capture_output=True, text=True, check=True)
+    summary = _PERF_LINE.findall(completed.stdout)
+    if not summary:
+        raise RuntimeError(f"no summary from ProducerPerformance:\n{completed.stdout[-2000:]}")
+    records, rate = summary[-1]
+    # The tool's own rate, which leaves out the JVM's start-up.
+    return Throughput("Kafka ProducerPerformance", int(records), int(records) / float(rate))
