@@ -134,7 +134,7 @@ def _cli(federation, *args: str, timeout: float = 300) -> subprocess.CompletedPr
 
 def test_csv_replay_counts_bad_lines_and_publishes_the_rest(
         federation, kafka_config, tmp_path: Path) -> None:
-    run = uuid.uuid4().hex[:6]
+    run = str(uuid.uuid4().int % 90_000 + 10_000)  # vehicle ids must be integers
     lines = [
         f"0,0,{run}1,50,0,1,0,3,16000,-1,-1,-1,-1,-1,-1",
         "this is not a record",
