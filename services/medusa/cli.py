@@ -299,7 +299,7 @@ def produce_sensors(
                        source_id="sensors", speedup=speedup,
                        boundary_interval_s=settings.boundary_interval_s, progress=progress,
                        partitions=partitions, flush_timeout_s=settings.flush_timeout_s,
-                       topic_prefix=topic_prefix)
+                       topic_prefix=topic_prefix, stime_origin_ms=start_ms)
     _print_summary("sensors", summary.as_dict(), as_json)
     if summary.failed:
         raise typer.Exit(1)

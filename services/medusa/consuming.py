@@ -20,6 +20,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from medusa.envelope import EnvelopeError, TupleRecord, TupleType, decode_record
+from medusa.registry import SERDE_CONFIG
 from medusa.topics import dead_letter_topic, ensure_topics
 
 DLQ_REASON_HEADER = "medusa.dlq.reason"
@@ -49,7 +50,7 @@ class TupleConsumer:
         from_beginning: bool = True,
     ) -> None:
         self.dead_lettered = 0
-        self._deserializer = AvroDeserializer(registry)
+        self._deserializer = AvroDeserializer(registry, conf=SERDE_CONFIG)
         self._consumer = Consumer({
             **kafka_config,
             "group.id": group_id,

@@ -24,6 +24,8 @@ class FeedSummary:
     errors: list[str] = field(default_factory=list)
     bad_lines: list[tuple[int, str]] = field(default_factory=list)
     bad_line_count: int = 0
+    wall_start: float = 0.0
+    """Epoch seconds when second 0 was sent (maps stimes to send times)."""
 
     @property
     def rate(self) -> float:
@@ -35,30 +37,35 @@ class FeedSummary:
             "elapsed_s": round(self.elapsed_s, 3), "rate_per_s": round(self.rate, 1),
             "bad_lines": self.bad_line_count,
             "bad_line_numbers": [number for number, _ in self.bad_lines],
-            "errors": self.errors,
+            "errors": self.errors, "wall_start": self.wall_start,
         }
 
 
 class Pacer:
-    """Holds a source to event time: second ``t`` goes out at ``t / speedup`` wall seconds.
+    """Holds a source to event time: second ``t`` goes out ``t / speedup`` wall seconds
+    after the start. ``speedup <= 0`` means as fast as possible.
 
-    ``speedup <= 0`` means as fast as possible.
+    A record's stime is ``origin_ms + t * 1000`` whatever the speedup, so results do
+    not depend on how fast the input was replayed.
     """
 
-    def __init__(self, speedup: float, start_ms: int) -> None:
+    def __init__(self, speedup: float, origin_ms: int) -> None:
         self.speedup = speedup
-        self.start_ms = start_ms
-        self._wall_start = time.monotonic()
+        self.origin_ms = origin_ms
+        self.wall_start = time.time()
+        self._monotonic_start = time.monotonic()
 
     def stime(self, t: float) -> int:
-        """Event time in ms of simulated second ``t``."""
-        scale = 1000.0 / self.speedup if self.speedup > 0 else 1000.0
-        return self.start_ms + int(t * scale)
+        return self.origin_ms + round(t * 1000)
+
+    def due(self, t: float) -> float:
+        """Wall-clock time (epoch seconds) at which second ``t`` is sent."""
+        return self.wall_start + (t / self.speedup if self.speedup > 0 else 0.0)
 
     def wait_for(self, t: float, idle: Callable[[], None]) -> None:
         if self.speedup <= 0:
             return
-        due = self._wall_start + t / self.speedup
+        due = self._monotonic_start + t / self.speedup
         while (remaining := due - time.monotonic()) > 0:
             idle()
             time.sleep(min(remaining, 0.05))
@@ -89,15 +96,17 @@ def feed(
     partitions: int = 4,
     flush_timeout_s: float = 30.0,
     topic_prefix: str = "",
+    stime_origin_ms: int = 0,
 ) -> FeedSummary:
     """Publish each second's records at its event time; one producer per topic.
 
     Records name their stream's default topic; ``topic_prefix`` puts a run's topics apart.
+    A record of second ``t`` gets the stime ``stime_origin_ms + t * 1000``.
     """
     topics = list(topics)
     ensure_topics(kafka_config, [topic_prefix + t for t in topics], partitions=partitions)
     stats = DeliveryStats()
-    pacer = Pacer(speedup, start_ms=int(time.time() * 1000))
+    pacer = Pacer(speedup, stime_origin_ms)
     producers = {
         topic: TupleProducer(kafka_config, registry, topic_prefix + topic,
                              schema_for_topic(topic), source_id, to_dict=to_dict,
@@ -123,4 +132,4 @@ def feed(
             producer.close(flush_timeout_s)
         progress.update(stats.sent, stats.failed, completed=total_seconds)
     return FeedSummary(stats.sent, stats.failed, stats.boundaries, progress.elapsed_s,
-                       errors=stats.errors)
+                       errors=stats.errors, wall_start=pacer.wall_start)

@@ -14,7 +14,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from medusa.envelope import Envelope, TupleType, boundary
-from medusa.registry import register
+from medusa.registry import SERDE_CONFIG, register
 from medusa.schemas import AvroSchema
 from medusa.topics import partition_count
 
@@ -58,7 +58,7 @@ class TupleProducer:
         self._boundary_interval_s = boundary_interval_s
         register(registry, topic, schema)
         self._serializer = AvroSerializer(
-            registry, schema.text, to_dict, conf={"auto.register.schemas": False}
+            registry, schema.text, to_dict, conf={"auto.register.schemas": False, **SERDE_CONFIG}
         )
         self._producer = Producer(
             {"enable.idempotence": True, "acks": "all", **kafka_config}

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import (
+    Schema,
+    SchemaRegistryClient,
+    topic_subject_name_strategy,
+)
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from medusa.schemas import AvroSchema, subject_for
@@ -29,8 +33,17 @@ class Registration:
     version: int
 
 
+REQUEST_TIMEOUT_S = 30
+
+
 def registry_client(url: str) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": url})
+    # Without a timeout the client waits forever on a registry that does not answer.
+    return SchemaRegistryClient({"url": url, "timeout": REQUEST_TIMEOUT_S})
+
+
+# Subjects are "<topic>-value", always: newer clients default to looking up subject
+# associations first, an API the Confluent-compatible registries need not have.
+SERDE_CONFIG = {"subject.name.strategy": topic_subject_name_strategy}
 
 
 def register(client: SchemaRegistryClient, topic: str, schema: AvroSchema | str) -> Registration:
