@@ -10,18 +10,22 @@ from __future__ import annotations
 import struct as binary
 from dataclasses import dataclass
 
+from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
-from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER
 from medusa_spark.wire import WIRE_HEADER_BYTES, header, schema_id
 
 TYPE, ID, STIME = "_type", "_id", "_stime"
 ENVELOPE = (TYPE, ID, STIME)
+RAW, REASON, SOURCE = "_raw", "_reason", "_source"
+"""Set on INVALID rows only: the original value, why it is unusable, its topic."""
+CONTROL_EXTRAS = (RAW, REASON, SOURCE)
 BOUNDARY = "BOUNDARY"
 TENTATIVE = "TENTATIVE"
 STABLE = "STABLE"
+INVALID = "INVALID"
 
 
 @dataclass(frozen=True)
@@ -36,16 +40,12 @@ class KafkaStream:
 
 
 def is_data() -> Column:
-    return F.col(TYPE) != F.lit(BOUNDARY)
+    return F.col(TYPE).isin(STABLE, TENTATIVE)
 
 
 def read_stream(spark: SparkSession, stream: KafkaStream, max_offsets_per_trigger: int | None
                 = None, starting_offsets: str = "earliest") -> DataFrame:
-    """The stream as envelope columns plus the record's fields.
-
-    Records written with another schema id are dropped here and counted by the
-    caller's dead-letter query (see ``undecodable``).
-    """
+    """The stream as envelope columns plus the record's fields (see ``decode``)."""
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", stream.bootstrap)
               .option("subscribe", stream.topic)
@@ -58,18 +58,38 @@ def read_stream(spark: SparkSession, stream: KafkaStream, max_offsets_per_trigge
 
 
 def decode(raw: DataFrame, stream: KafkaStream) -> DataFrame:
-    body = F.substring(F.col("value"), WIRE_HEADER_BYTES + 1, 2**31 - 1)
-    decoded = raw.select(
-        header(TYPE_HEADER).alias(TYPE),
-        header(ID_HEADER).alias(ID),
-        F.timestamp_millis(header(STIME_HEADER).cast("long")).alias(STIME),
-        F.when(F.col("value").isNotNull(), schema_id(F.col("value"))).alias("_schema_id"),
-        F.when(F.col("value").isNotNull() & (schema_id(F.col("value")) == stream.schema_id),
-               from_avro(body, stream.schema, {"mode": "FAILFAST"})).alias("_value"),
+    """Envelope columns, the record's fields, and for records that cannot be used
+    (``_type`` INVALID) the raw value and the reason, for the dead-letter topic."""
+    value = F.col("value")
+    body = F.substring(value, WIRE_HEADER_BYTES + 1, 2**31 - 1)
+    writer_id = schema_id(value)
+    decoded = F.when(value.isNotNull() & (writer_id == stream.schema_id),
+                     from_avro(body, stream.schema, {"mode": "PERMISSIVE"}))
+    declared = header(TYPE_HEADER)
+    stime = header(STIME_HEADER)
+    reason = (
+        F.when(declared.isNull() | header(ID_HEADER).isNull() | stime.isNull(),
+               F.lit("record lacks envelope headers"))
+        .when(~declared.isin(STABLE, TENTATIVE, BOUNDARY),
+              F.concat(F.lit("tuple type "), declared, F.lit(" is not processed by boxes")))
+        .when(declared == BOUNDARY, F.lit(None))
+        .when(value.isNull(), F.lit("data record has no value"))
+        .when(writer_id != stream.schema_id,
+              F.concat(F.lit("written with schema id "), writer_id.cast("string"),
+                       F.lit(f", expected {stream.schema_id}")))
+        .when(decoded.isNull(), F.lit("value is not valid Avro for the stream's schema"))
     )
-    known = decoded.where((F.col(TYPE) == BOUNDARY)
-                          | (F.col("_schema_id") == stream.schema_id))
-    return known.select(TYPE, ID, STIME, "_value.*")
+    rows = raw.select(
+        declared.alias("_declared"), header(ID_HEADER).alias(ID),
+        F.timestamp_millis(stime.cast("long")).alias(STIME),
+        decoded.alias("_value"), reason.alias(REASON), value.alias("_bytes"))
+    return rows.select(
+        F.when(F.col(REASON).isNull(), F.col("_declared")).otherwise(F.lit(INVALID)).alias(TYPE),
+        ID, STIME, "_value.*",
+        F.when(F.col(REASON).isNotNull(), F.col("_bytes")).alias(RAW),
+        F.col(REASON),
+        F.lit(stream.topic).alias(SOURCE),
+    )
 
 
 def wire_prefix(schema_id_: int) -> bytes:

@@ -7,9 +7,12 @@ run checks invariants that tie the outputs together.
 from __future__ import annotations
 
 from collections import defaultdict
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
+from medusa.linear_road import reference
 from medusa.linear_road.records import (
     EXIT_LANE,
     FEET_PER_SEGMENT,
@@ -107,13 +110,17 @@ def test_lav_averages_minutes_m_minus_5_to_m_minus_1_skipping_missing_ones() -> 
     assert lav == {
         10: 0,   # minute 1: never a LAV
         11: 30,  # minute 2: minute 1 only
-        12: 40,  # minute 4: (30 + 50) / 2
+        12: 0,   # minute 4: LAV (30 + 50) / 2, but no row for minute 3: no toll row
         30: 0,   # minute 5 of direction 1: no rows there
-        20: 40,  # 121 / 3 = 40.33, truncated
+        20: 0,   # minute 6: LAV 121 / 3, but no row for minute 5: no toll row
         21: 37,  # 112 / 3 = 37.33, truncated
         22: 0,
     }
     assert all(type(v) is int for v in lav.values())
+    stats = {(r.xway, r.dir, r.seg, r.minute): r for r in map(
+        lambda row: SimpleNamespace(**row), compute(records).segment_statistics)}
+    assert reference.latest_average_velocity(stats, (0, 0, seg), 4) == 40.0
+    assert reference.latest_average_velocity(stats, (0, 0, seg), 6) == 121 / 3
 
 
 # Rule 7 and 9: tolls ------------------------------------------------------------------------

@@ -12,8 +12,8 @@ Readings of SEMANTICS.md chosen where it leaves room (the most literal one each 
   minutes m-5 .. m-1 (not weighted by report counts), summed in minute order.
 - Rule 3 looks for reports at exactly `time - 90/60/30`; speed plays no part.
 - Rules 6, 7 and 10: an accident zone covers segments of the accident's own xway and dir.
-- Rule 7: when LAV exists but there is no segment-statistics row for m-1, cars = 0 and so
-  the toll is 0; the notification still carries `int(LAV)` (rule 9).
+- Rules 7 and 9: without a segment-statistics row for m-1 there is no toll row, so the
+  notification carries toll 0 and lav 0 even where LAV(m) exists.
 - Rule 8: with more than one report of a vid at `time - 30` on the xway (not produced by
   the simulation), a report is new-segment unless one of them has the same seg and dir.
 - Rules 4 and 10 deduplicate: one dispatch per run, one alert per accident segment. Every
@@ -179,14 +179,15 @@ def new_segment_reports(reports: list[PositionReport]) -> list[PositionReport]:
 def toll_notifications(new_reports: list[PositionReport],
                        stats: dict[SegmentMinute, SegmentStatistics],
                        zones: dict[SegmentMinute, set[int]]) -> list[dict[str, Any]]:
-    """Rule 9: per new-segment report, the segment's toll and int(LAV) for its minute."""
+    """Rule 9: per new-segment report, the toll row's toll and int(LAV), or zeros."""
     notifications = []
     for r in new_reports:
         segment, m = (r.xway, r.dir, r.seg), minute(r.time)
         lav = latest_average_velocity(stats, segment, m)
+        has_toll_row = lav is not None and (*segment, m - 1) in stats
         notifications.append({
             "vid": r.vid, "time": r.time, "xway": r.xway, "seg": r.seg, "dir": r.dir,
-            "lav": int(lav) if lav is not None else 0,
+            "lav": int(lav) if has_toll_row and lav is not None else 0,
             "toll": segment_toll(stats, zones, segment, m),
         })
     return notifications

@@ -1,0 +1,91 @@
+"""The query network file: streams, boxes and arrows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class NetworkError(ValueError):
+    """A query network that cannot run; the message names the box (or stream) and field."""
+
+
+class StreamSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    topic: str
+    participant: str
+    schema_name: str = Field(alias="schema")
+    """A schema file under schemas/, without .avsc."""
+
+
+class BoxSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    participant: str | None = None
+    """Where the box's own output topic lives when no stream names it; the network's default."""
+    key: list[str] = Field(default_factory=list)
+    """Output fields that make the Kafka key (so related results share a partition)."""
+
+
+class ArrowSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    source: str = Field(alias="from")
+    target: str = Field(alias="to")
+
+    @property
+    def target_box(self) -> str:
+        return self.target.split(".", 1)[0]
+
+    @property
+    def target_port(self) -> str | None:
+        parts = self.target.split(".", 1)
+        return parts[1] if len(parts) == 2 else None
+
+
+class NetworkSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
+    participant: str = "alpha"
+    """Default participant of intermediate topics."""
+    partitions: int = Field(4, ge=1)
+    """Partitions of the topics the network creates."""
+    trigger: str = "500 milliseconds"
+    streams: dict[str, StreamSpec]
+    boxes: dict[str, BoxSpec]
+    arrows: list[ArrowSpec]
+
+    def intermediate_topic(self, box: str) -> str:
+        return f"medusa.{self.name}.{box}"
+
+
+def parse_network(text: str, origin: str = "<network>") -> NetworkSpec:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise NetworkError(f"{origin}: not valid YAML: {error}") from None
+    if not isinstance(raw, dict):
+        raise NetworkError(f"{origin}: expected a mapping with streams, boxes and arrows")
+    try:
+        return NetworkSpec.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        location = ".".join(str(part) for part in first["loc"])
+        where = _describe(location)
+        raise NetworkError(f"{origin}: {where}: {first['msg']}") from None
+
+
+def _describe(location: str) -> str:
+    parts = location.split(".")
+    if len(parts) >= 2 and parts[0] in ("boxes", "streams"):
+        kind = "box" if parts[0] == "boxes" else "stream"
+        rest = ".".join(parts[2:])
+        return f"{kind} {parts[1]!r}" + (f", field {rest!r}" if rest else "")
+    return f"field {location!r}"
+
+
+def load_network(path: Path) -> NetworkSpec:
+    return parse_network(path.read_text(), origin=str(path))

@@ -1,0 +1,226 @@
+"""Running boxes: each box is one Spark streaming query from its input topics to its output topic.
+
+Around the box itself the runner does what every box needs: decode the inputs,
+hold back late tuples with a watermark, pass BOUNDARY rows on (so downstream
+windows close when no data arrives), send INVALID records to the dead-letter
+topic of the stream they came from, and encode the results with the registered
+schema and the envelope headers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructType
+
+from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER
+from medusa.registry import register
+from medusa.schemas import load_schema
+from medusa.stack.endpoints import Endpoints
+from medusa.topics import dead_letter_topic, ensure_topics, partition_count
+from medusa_spark.avro_types import record_schema, struct_of
+from medusa_spark.durations import duration_ms
+from medusa_spark.network.validate import Plan
+from medusa_spark.streams import (
+    BOUNDARY,
+    CONTROL_EXTRAS,
+    ENVELOPE,
+    INVALID,
+    RAW,
+    REASON,
+    SOURCE,
+    STIME,
+    TYPE,
+    KafkaStream,
+    encode,
+    is_data,
+    read_stream,
+)
+
+EMIT_TIME = "emit_time"
+DEFAULT_LATENESS = "10 seconds"
+
+
+@dataclass(frozen=True)
+class BoxWiring:
+    box: str
+    inputs: dict[str, KafkaStream]
+    output: KafkaStream
+    output_fields: StructType
+    """The output schema's fields, in order, with their Spark types."""
+    partitions: int
+    key: tuple[str, ...]
+
+
+def _registered(registry: SchemaRegistryClient, topic: str, bootstrap: str,
+                schema_text: str) -> KafkaStream:
+    registration = register(registry, topic, schema_text)
+    return KafkaStream(topic, bootstrap, registration.schema_id, schema_text)
+
+
+def wire(plan: Plan, endpoints: Endpoints, registry: SchemaRegistryClient) -> dict[str, BoxWiring]:
+    """Creates the topics and registers the schemas the network needs; says who reads what."""
+    network = plan.network
+    streams: dict[str, KafkaStream] = {}
+    for name, spec in network.streams.items():
+        bootstrap = endpoints.bootstrap(spec.participant)
+        ensure_topics({"bootstrap.servers": bootstrap}, [spec.topic],
+                      partitions=network.partitions)
+        streams[name] = _registered(registry, spec.topic, bootstrap,
+                                    load_schema(spec.schema_name).text)
+    for box in plan.order:
+        declared = plan.output_stream[box]
+        if declared is not None:
+            streams[box] = streams[declared]
+            continue
+        participant = network.boxes[box].participant or network.participant
+        bootstrap = endpoints.bootstrap(participant)
+        topic = network.intermediate_topic(box)
+        ensure_topics({"bootstrap.servers": bootstrap}, [topic], partitions=network.partitions)
+        schema = record_schema(plan.output_schemas[box], box,
+                               f"medusa.network.{network.name.replace('-', '_')}")
+        streams[box] = _registered(registry, topic, bootstrap, schema)
+    wiring = {}
+    for box in plan.order:
+        output = streams[box]
+        inputs = {port: streams[source] for port, source in plan.inputs[box].items()}
+        for stream in inputs.values():
+            ensure_topics({"bootstrap.servers": stream.bootstrap},
+                          [dead_letter_topic(stream.topic)], partitions=1)
+        wiring[box] = BoxWiring(
+            box=box, inputs=inputs, output=output, output_fields=struct_of(output.schema),
+            partitions=partition_count({"bootstrap.servers": output.bootstrap}, output.topic),
+            key=tuple(network.boxes[box].key),
+        )
+    return wiring
+
+
+def _lateness(plan: Plan, box: str) -> str:
+    params = plan.boxes[box].params
+    return str(getattr(params, "lateness", DEFAULT_LATENESS))
+
+
+def build_box(spark: SparkSession, plan: Plan, wiring: BoxWiring,
+              max_offsets_per_trigger: int | None = None) -> DataFrame:
+    """The box's output rows: its results, then BOUNDARY and INVALID rows passed around it."""
+    box = plan.boxes[wiring.box]
+    inputs = {}
+    for port, stream in wiring.inputs.items():
+        frame = read_stream(spark, stream, max_offsets_per_trigger)
+        if box.stateful:
+            frame = frame.withWatermark(STIME, _lateness(plan, wiring.box))
+        inputs[port] = frame
+    results = box.apply({port: frame.where(is_data()) for port, frame in inputs.items()})
+    value_columns = [
+        (F.col(field.name).cast(field.dataType) if field.name in results.columns
+         else F.lit(None).cast(field.dataType)).alias(field.name)
+        for field in wiring.output_fields.fields if field.name != EMIT_TIME
+    ]
+    output = results.select(*ENVELOPE, *value_columns,
+                            *(F.lit(None).cast(t).alias(c) for c, t in
+                              zip(CONTROL_EXTRAS, ("binary", "string", "string"), strict=True)))
+    lag = F.expr(f"INTERVAL {box.boundary_lag_ms()} MILLISECONDS")
+    for frame in inputs.values():
+        control = frame.where(F.col(TYPE).isin(BOUNDARY, INVALID)).select(
+            F.col(TYPE), F.col("_id"),
+            F.when(F.col(TYPE) == BOUNDARY, F.col(STIME) - lag).otherwise(F.col(STIME))
+            .alias(STIME),
+            *(F.lit(None).cast(field.dataType).alias(field.name)
+              for field in wiring.output_fields.fields if field.name != EMIT_TIME),
+            *CONTROL_EXTRAS,
+        )
+        output = output.unionByName(control)
+    return output
+
+
+class BatchWriter:
+    """foreachBatch sink: results to the output topic, INVALID rows to dead-letter topics,
+    and one BOUNDARY per output partition with the highest boundary stime of the batch."""
+
+    def __init__(self, wiring: BoxWiring, on_batch: Callable[[str, int], None] | None = None):
+        self.wiring = wiring
+        self.on_batch = on_batch
+        self._fields = [f.name for f in wiring.output_fields.fields]
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        output = self.wiring.output
+        batch = batch.persist()
+        try:
+            data = batch.where(is_data())
+            if EMIT_TIME in self._fields:
+                data = data.withColumn(EMIT_TIME, F.unix_millis(F.current_timestamp()))
+            encoded = encode(data, self._fields, output.schema_id, output.schema,
+                             list(self.wiring.key) or None)
+            self._write(encoded, output.topic)
+            self._dead_letters(batch.where(F.col(TYPE) == INVALID))
+            boundary = batch.where(F.col(TYPE) == BOUNDARY).agg(F.max(STIME)).first()
+            if boundary is not None and boundary[0] is not None:
+                self._boundaries(batch.sparkSession, F.lit(boundary[0]).cast("timestamp"))
+        finally:
+            batch.unpersist()
+        if self.on_batch is not None:
+            self.on_batch(self.wiring.box, batch_id)
+
+    def _write(self, frame: DataFrame, topic: str) -> None:
+        (frame.write.format("kafka")
+         .option("kafka.bootstrap.servers", self.wiring.output.bootstrap)
+         .option("topic", topic).save())
+
+    def _dead_letters(self, invalid: DataFrame) -> None:
+        for (source,) in invalid.select(SOURCE).distinct().collect():
+            letters = invalid.where(F.col(SOURCE) == source).select(
+                F.lit(None).cast("string").alias("key"), F.col(RAW).alias("value"),
+                F.array(
+                    F.struct(F.lit("medusa.dlq.reason").alias("key"),
+                             F.col(REASON).cast("binary").alias("value")),
+                    F.struct(F.lit("medusa.dlq.topic").alias("key"),
+                             F.col(SOURCE).cast("binary").alias("value")),
+                    F.struct(F.lit("medusa.dlq.box").alias("key"),
+                             F.lit(self.wiring.box).cast("binary").alias("value")),
+                ).alias("headers"))
+            self._write(letters, dead_letter_topic(source))
+
+    def _boundaries(self, spark: SparkSession, stime: Any) -> None:
+        rows = spark.range(self.wiring.partitions).select(
+            F.col("id").cast("int").alias("partition"),
+            F.lit(None).cast("string").alias("key"),
+            F.lit(None).cast("binary").alias("value"),
+            F.array(
+                F.struct(F.lit(TYPE_HEADER).alias("key"), F.lit(BOUNDARY).cast("binary")
+                         .alias("value")),
+                F.struct(F.lit(ID_HEADER).alias("key"),
+                         F.concat_ws("/", F.lit(self.wiring.box), F.lit("boundary"),
+                                     F.col("id").cast("string"),
+                                     F.unix_millis(stime).cast("string"))
+                         .cast("binary").alias("value")),
+                F.struct(F.lit(STIME_HEADER).alias("key"),
+                         F.unix_millis(stime).cast("string").cast("binary").alias("value")),
+            ).alias("headers"))
+        self._write(rows, self.wiring.output.topic)
+
+
+def start_box(spark: SparkSession, plan: Plan, wiring: BoxWiring, checkpoint_root: str,
+              trigger: str | None = None, max_offsets_per_trigger: int | None = None,
+              on_batch: Callable[[str, int], None] | None = None) -> StreamingQuery:
+    network = plan.network
+    frame = build_box(spark, plan, wiring, max_offsets_per_trigger)
+    checkpoint = f"{checkpoint_root.rstrip('/')}/{network.name}/{wiring.box}"
+    interval = trigger or network.trigger
+    duration_ms(interval)  # fail early on a malformed trigger
+    return (frame.writeStream.queryName(f"{network.name}/{wiring.box}")
+            .outputMode("append")
+            .foreachBatch(BatchWriter(wiring, on_batch))
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime=interval)
+            .start())
+
+
+def checkpoint_root_default(run_dir: Path) -> str:
+    return str(run_dir / "checkpoints")
