@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from medusa.settings import StackSettings
 from medusa.stack.endpoints import Endpoints, resolve
 from medusa.stack.layout import StackLayout

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyspark
-from medusa.settings import StackSettings
 from pyspark.sql import SparkSession
+
+from medusa.settings import StackSettings
 
 
 def connector_jars(settings: StackSettings | None = None) -> list[Path]:

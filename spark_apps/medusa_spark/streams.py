@@ -10,11 +10,11 @@ from __future__ import annotations
 import struct as binary
 from dataclasses import dataclass
 
-from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
+from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER
 from medusa_spark.wire import WIRE_HEADER_BYTES, header, schema_id
 
 TYPE, ID, STIME = "_type", "_id", "_stime"

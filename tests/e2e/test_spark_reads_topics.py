@@ -1,6 +1,8 @@
 """Spark with the fetched connectors reads a producer's topic and decodes its Avro."""
 
 import pytest
+from pyspark.sql import functions as F
+
 from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER
 from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
@@ -8,7 +10,6 @@ from medusa.sensors import sensor_readings, to_dict
 from medusa.topics import ensure_topics
 from medusa_spark.session import spark_session
 from medusa_spark.wire import decode_avro, header, schema_id
-from pyspark.sql import functions as F
 
 pytestmark = pytest.mark.e2e
 

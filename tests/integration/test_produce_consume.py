@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+
 from medusa.consuming import DLQ_OFFSET_HEADER, DLQ_REASON_HEADER, DLQ_TOPIC_HEADER, TupleConsumer
 from medusa.envelope import Envelope, TupleType, decode_record
 from medusa.producing import TupleProducer

@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import pytest
+
 from medusa.registry import SchemaRefusedError, register
 from medusa.schemas import DEFAULT_TOPICS, load_schema, schema_for_topic, subject_for
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from medusa.registry import register
 from medusa.schemas import schema_for_topic
 from medusa.settings import StackSettings

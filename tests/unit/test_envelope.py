@@ -1,4 +1,5 @@
 import pytest
+
 from medusa.envelope import (
     ID_HEADER,
     STIME_HEADER,

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+
 from medusa.linear_road.records import (
     AccountBalanceQuery,
     CsvLineError,

@@ -1,7 +1,8 @@
 import pytest
+from pydantic import SecretStr, ValidationError
+
 from medusa.settings import KafkaClientSettings, StackSettings
 from medusa.stack.layout import StackLayout
-from pydantic import SecretStr, ValidationError
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,5 @@
 import pytest
+
 from medusa.envelope import TupleRecord, TupleType
 from medusa.stable_view import StreamProtocolError, stable_view
 

@@ -2,6 +2,7 @@ import itertools
 from collections import Counter, defaultdict
 
 import pytest
+
 from medusa.linear_road.records import EXIT_LANE, PositionReport
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
 

@@ -72,10 +72,11 @@ class AggregateBox(Box):
         spec = self.params.window
         if spec.type == "session":
             return F.session_window(F.col(STIME), spec.gap)
-        slide = spec.slide or spec.size
+        size = spec.size or ""  # present: checked by WindowSpec
+        slide = spec.slide or size
         if spec.offset:
-            return F.window(F.col(STIME), spec.size, slide, spec.offset)
-        return F.window(F.col(STIME), spec.size, slide)
+            return F.window(F.col(STIME), size, slide, spec.offset)
+        return F.window(F.col(STIME), size, slide)
 
     def _aggregate(self, frame: DataFrame, name: str, function: str, field: str) -> Column:
         if field == "*" and function == "count":

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
 
-from medusa.schemas import load_schema
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
+from medusa.schemas import load_schema
 from medusa_spark.avro_types import WIDENS_TO, struct_of, type_name
 from medusa_spark.boxes import BOX_TYPES, Box, BoxError
 from medusa_spark.network.model import NetworkError, NetworkSpec
