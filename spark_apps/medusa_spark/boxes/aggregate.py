@@ -71,7 +71,7 @@ class AggregateBox(Box):
     def _window(self) -> Column:
         spec = self.params.window
         if spec.type == "session":
-            return F.session_window(F.col(STIME), spec.gap)
+            return F.session_window(F.col(STIME), spec.gap or "")
         size = spec.size or ""  # present: checked by WindowSpec
         slide = spec.slide or size
         if spec.offset:
