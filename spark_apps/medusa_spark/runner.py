@@ -65,15 +65,19 @@ def _registered(registry: SchemaRegistryClient, topic: str, bootstrap: str,
     return KafkaStream(topic, bootstrap, registration.schema_id, schema_text)
 
 
-def wire(plan: Plan, endpoints: Endpoints, registry: SchemaRegistryClient) -> dict[str, BoxWiring]:
-    """Creates the topics and registers the schemas the network needs; says who reads what."""
+def wire(plan: Plan, endpoints: Endpoints, registry: SchemaRegistryClient,
+         topic_prefix: str = "") -> dict[str, BoxWiring]:
+    """Creates the topics and registers the schemas the network needs; says who reads what.
+
+    ``topic_prefix`` runs a copy of the network on topics of its own (tests, benchmarks).
+    """
     network = plan.network
     streams: dict[str, KafkaStream] = {}
     for name, spec in network.streams.items():
         bootstrap = endpoints.bootstrap(spec.participant)
-        ensure_topics({"bootstrap.servers": bootstrap}, [spec.topic],
-                      partitions=network.partitions)
-        streams[name] = _registered(registry, spec.topic, bootstrap,
+        topic = topic_prefix + spec.topic
+        ensure_topics({"bootstrap.servers": bootstrap}, [topic], partitions=network.partitions)
+        streams[name] = _registered(registry, topic, bootstrap,
                                     load_schema(spec.schema_name).text)
     for box in plan.order:
         declared = plan.output_stream[box]
@@ -82,7 +86,7 @@ def wire(plan: Plan, endpoints: Endpoints, registry: SchemaRegistryClient) -> di
             continue
         participant = network.boxes[box].participant or network.participant
         bootstrap = endpoints.bootstrap(participant)
-        topic = network.intermediate_topic(box)
+        topic = topic_prefix + network.intermediate_topic(box)
         ensure_topics({"bootstrap.servers": bootstrap}, [topic], partitions=network.partitions)
         schema = record_schema(plan.output_schemas[box], box,
                                f"medusa.network.{network.name.replace('-', '_')}")

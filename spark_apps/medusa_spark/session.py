@@ -30,6 +30,7 @@ def spark_session(app_name: str, master: str = "local[2]",
         .config("spark.jars", jars)
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.streaming.stateStore.providerClass",

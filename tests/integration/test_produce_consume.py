@@ -102,6 +102,7 @@ def test_undecodable_records_go_to_the_dead_letter_topic_with_their_reason(
     with TupleProducer(kafka_config, registry, topic, load_schema("sensor_reading"), "src",
                        to_dict=to_dict) as producer:
         producer.produce(good, good.tuple_id, good.measured_at)
+        producer.flush()  # two producers: keep the records in this order on the partition
         raw = Producer(kafka_config)
         raw.produce(topic, value=b"not avro at all",
                     headers=Envelope(TupleType.STABLE, "bad-1", 43).headers())
