@@ -236,7 +236,8 @@ def produce_linear_road(
                            to_dict=lr.to_dict, source_id="linear-road", speedup=speedup,
                            boundary_interval_s=settings.boundary_interval_s, progress=progress,
                            total_seconds=total, partitions=partitions,
-                           flush_timeout_s=settings.flush_timeout_s, topic_prefix=topic_prefix)
+                           flush_timeout_s=settings.flush_timeout_s, topic_prefix=topic_prefix,
+                           stime_origin_ms=lr.STIME_ORIGIN_MS)
     except StrictCsvError as error:
         raise _fail(f"{error} (--strict)") from None
     summary.bad_line_count, summary.bad_lines = bad_lines.count, bad_lines.first

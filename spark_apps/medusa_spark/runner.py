@@ -45,6 +45,8 @@ from medusa_spark.streams import (
 )
 
 EMIT_TIME = "emit_time"
+PORT = "_port"
+"""On control rows: the input port a BOUNDARY or INVALID record came in on."""
 DEFAULT_LATENESS = "10 seconds"
 
 
@@ -131,7 +133,8 @@ def build_box(spark: SparkSession, plan: Plan, wiring: BoxWiring,
                             *(F.lit(None).cast(t).alias(c) for c, t in
                               zip(CONTROL_EXTRAS, ("binary", "string", "string"), strict=True)))
     lag = F.expr(f"INTERVAL {box.boundary_lag_ms()} MILLISECONDS")
-    for frame in inputs.values():
+    output = output.withColumn(PORT, F.lit(None).cast("string"))
+    for port, frame in inputs.items():
         control = frame.where(F.col(TYPE).isin(BOUNDARY, INVALID)).select(
             F.col(TYPE), F.col("_id"),
             F.when(F.col(TYPE) == BOUNDARY, F.col(STIME) - lag).otherwise(F.col(STIME))
@@ -139,6 +142,7 @@ def build_box(spark: SparkSession, plan: Plan, wiring: BoxWiring,
             *(F.lit(None).cast(field.dataType).alias(field.name)
               for field in wiring.output_fields.fields if field.name != EMIT_TIME),
             *CONTROL_EXTRAS,
+            F.lit(port).alias(PORT),
         )
         output = output.unionByName(control)
     return output
@@ -146,12 +150,19 @@ def build_box(spark: SparkSession, plan: Plan, wiring: BoxWiring,
 
 class BatchWriter:
     """foreachBatch sink: results to the output topic, INVALID rows to dead-letter topics,
-    and one BOUNDARY per output partition with the highest boundary stime of the batch."""
+    then one BOUNDARY per output partition.
+
+    The box's own boundary is the smallest of its inputs' latest boundaries: an input
+    that is behind holds the output back, as SUnion holds a bucket until every input's
+    BOUNDARY has passed it.
+    """
 
     def __init__(self, wiring: BoxWiring, on_batch: Callable[[str, int], None] | None = None):
         self.wiring = wiring
         self.on_batch = on_batch
         self._fields = [f.name for f in wiring.output_fields.fields]
+        self._input_boundaries: dict[str, Any] = {}
+        self._emitted: Any = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         output = self.wiring.output
@@ -164,9 +175,17 @@ class BatchWriter:
                              list(self.wiring.key) or None)
             self._write(encoded, output.topic)
             self._dead_letters(batch.where(F.col(TYPE) == INVALID))
-            boundary = batch.where(F.col(TYPE) == BOUNDARY).agg(F.max(STIME)).first()
-            if boundary is not None and boundary[0] is not None:
-                self._boundaries(batch.sparkSession, F.lit(boundary[0]).cast("timestamp"))
+            latest = (batch.where(F.col(TYPE) == BOUNDARY).groupBy(PORT)
+                      .agg(F.max(STIME).alias("stime")).collect())
+            for row in latest:
+                known = self._input_boundaries.get(row[PORT])
+                if known is None or row["stime"] > known:
+                    self._input_boundaries[row[PORT]] = row["stime"]
+            if set(self._input_boundaries) >= set(self.wiring.inputs):
+                boundary = min(self._input_boundaries.values())
+                if self._emitted is None or boundary > self._emitted:
+                    self._boundaries(batch.sparkSession, F.lit(boundary).cast("timestamp"))
+                    self._emitted = boundary
         finally:
             batch.unpersist()
         if self.on_batch is not None:

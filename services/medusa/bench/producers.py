@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from medusa.linear_road.records import PositionReport, to_dict
+from medusa.linear_road.records import STIME_ORIGIN_MS, PositionReport, to_dict
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
 from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
@@ -64,7 +64,8 @@ def medusa_producer(bootstrap: str, registry: SchemaRegistryClient,
     with TupleProducer(config, registry, topic, load_schema("position_report"), "bench",
                        to_dict=to_dict) as producer:
         for report in reports:
-            producer.produce(report, report.tuple_id, report.time * 1000, key=str(report.vid))
+            producer.produce(report, report.tuple_id, STIME_ORIGIN_MS + report.time * 1000,
+                             key=str(report.vid))
     elapsed = time.perf_counter() - started
     if producer.stats.failed:
         raise RuntimeError(f"medusa producer: {producer.stats.errors[:3]}")

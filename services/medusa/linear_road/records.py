@@ -15,6 +15,10 @@ DAILY_EXPENDITURE_QUERIES = "linear-road.daily-expenditure-queries"
 TRAVEL_TIME_QUERIES = "linear-road.travel-time-queries"
 
 CSV_FIELD_COUNT = 15
+STIME_ORIGIN_MS = 86_400_000
+"""stime of simulation second 0: one day past the epoch, a whole number of minutes (so
+windows align with simulation minutes) and clear of 0, which Spark's watermark treats
+as "no watermark yet"."""
 FEET_PER_SEGMENT = 5280
 SEGMENTS = 100
 EXIT_LANE = 4
