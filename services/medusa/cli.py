@@ -351,6 +351,96 @@ def demo(
 
 
 @app.command()
+def node(
+    name: Annotated[str, typer.Option(help="Node name, unique in its participant.")] = "node-1",
+    participant: Annotated[str, typer.Option(help="Participant the node belongs to.")
+                           ] = "alpha",
+    master: Annotated[str, typer.Option(
+        help="Spark master: local[N], or a cluster URL such as spark://host:7077.")
+                      ] = "local[2]",
+    checkpoint_root: Annotated[str | None, typer.Option(
+        help="Checkpoint root: a path here, an HDFS or S3 URI on a cluster "
+             "[default: <run dir>/checkpoints].")] = None,
+) -> None:
+    """Run a node: a SparkSession hosting the boxes deployed to it, until interrupted."""
+    import logging
+    import signal
+
+    from medusa.registry import registry_client
+    from medusa.stack.endpoints import resolve
+    from medusa_spark.node import Node
+    from medusa_spark.session import spark_session
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = StackSettings()
+    endpoints = resolve(settings)
+    if participant not in endpoints.kafka:
+        raise _fail(f"no participant {participant!r} (known: {', '.join(endpoints.kafka)})", 2)
+    spark = spark_session(f"medusa-node-{participant}-{name}", master=master)
+    spark.sparkContext.setLogLevel("WARN")
+    root = checkpoint_root or str(settings.run_dir / "checkpoints" / participant / name)
+    running = Node(name, participant, endpoints, registry_client(endpoints.registry_url), spark,
+                   root)
+    signal.signal(signal.SIGTERM, lambda *_: running.stop())
+    console.print(f"node {running.global_name} on {master}, checkpoints in {root}")
+    try:
+        running.run()
+    except KeyboardInterrupt:
+        running.stop()
+    finally:
+        spark.stop()
+
+
+@app.command()
+def deploy(
+    network: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
+                                            help="Query network YAML file.")],
+    node_name: Annotated[str | None, typer.Option(
+        "--node", help="Node to run it on [default: any node of the participant].")] = None,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Only validate the network; deploy nothing.")] = False,
+) -> None:
+    """Validate a query network and hand it to a node."""
+    from medusa.stack.endpoints import resolve
+    from medusa_spark.network.model import NetworkError, load_network
+    from medusa_spark.network.validate import validate
+    from medusa_spark.node import publish_deployment
+    from medusa_spark.session import spark_session
+
+    try:
+        spec = load_network(network)
+    except NetworkError as error:
+        raise _fail(str(error), 2) from None
+    spark = spark_session("medusa-deploy-check", master="local[1]")
+    try:
+        plan = validate(spec, spark)
+    except NetworkError as error:
+        raise _fail(f"{network}: {error}", 2) from None
+    finally:
+        spark.stop()
+    console.print(f"network {spec.name}: {len(plan.boxes)} boxes, valid")
+    if check:
+        return
+    participant, _, node_part = (node_name or "").rpartition("/")
+    bootstrap = resolve().bootstrap(participant or spec.participant)
+    publish_deployment(bootstrap, network.read_text(), spec.name, node_part or None)
+    console.print(f"deployed {spec.name} to {node_name or 'the nodes of ' + spec.participant}")
+
+
+@app.command()
+def undeploy(
+    name: Annotated[str, typer.Argument(help="Network name.")],
+    participant: Annotated[str, typer.Option(help="Participant it runs in.")] = "alpha",
+) -> None:
+    """Stop a network on the nodes that run it."""
+    from medusa.stack.endpoints import resolve
+    from medusa_spark.node import publish_deployment
+
+    publish_deployment(resolve().bootstrap(participant), None, name, None)
+    console.print(f"withdrew {name}")
+
+
+@app.command()
 def bench(
     records: Annotated[int, typer.Option(min=1000, help="Records per producer run.")] = 200_000,
     out: Annotated[Path, typer.Option(help="Folder for JSON and plots.")] = Path("bench-results"),

@@ -29,6 +29,7 @@ def spark_session(app_name: str, master: str = "local[2]",
         .master(master)
         .config("spark.jars", jars)
         .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.scheduler.mode", "FAIR")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.bindAddress", "127.0.0.1")
