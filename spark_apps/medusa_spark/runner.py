@@ -9,6 +9,7 @@ schema and the envelope headers.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,3 +248,29 @@ def start_box(spark: SparkSession, plan: Plan, wiring: BoxWiring, checkpoint_roo
 
 def checkpoint_root_default(run_dir: Path) -> str:
     return str(run_dir / "checkpoints")
+
+
+def wait_until_quiet(queries: list[StreamingQuery], timeout_s: float = 600.0,
+                     quiet_checks: int = 3, interval_s: float = 3.0,
+                     on_check: Callable[[int], None] | None = None) -> None:
+    """Waits until no query has had input for ``quiet_checks`` checks in a row.
+
+    Raises the first query's failure, or TimeoutError.
+    """
+    deadline = time.monotonic() + timeout_s
+    quiet, check = 0, 0
+    while quiet < quiet_checks:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the boxes were still busy after {timeout_s:.0f}s")
+        time.sleep(interval_s)
+        check += 1
+        for query in queries:
+            failure = query.exception()
+            if failure is not None:
+                raise RuntimeError(f"box {query.name} failed: {failure}") from None
+        busy = [q for q in queries
+                if q.status.get("isTriggerActive") or q.status.get("isDataAvailable")
+                or (q.lastProgress or {}).get("numInputRows", 1) != 0]
+        quiet = 0 if busy else quiet + 1
+        if on_check is not None:
+            on_check(len(busy))
