@@ -155,14 +155,19 @@ class BatchWriter:
 
     The box's own boundary is the smallest of its inputs' latest boundaries: an input
     that is behind holds the output back, as SUnion holds a bucket until every input's
-    BOUNDARY has passed it.
+    BOUNDARY has passed it. A stateful box releases it one batch later: Spark computes
+    the watermark a batch uses from the batches before it, so results that the inputs
+    of this batch make final only come out in the next one.
     """
 
-    def __init__(self, wiring: BoxWiring, on_batch: Callable[[str, int], None] | None = None):
+    def __init__(self, wiring: BoxWiring, on_batch: Callable[[str, int], None] | None = None,
+                 delay_boundaries: bool = False):
         self.wiring = wiring
         self.on_batch = on_batch
+        self.delay_boundaries = delay_boundaries
         self._fields = [f.name for f in wiring.output_fields.fields]
         self._input_boundaries: dict[str, Any] = {}
+        self._pending: Any = None
         self._emitted: Any = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -182,11 +187,13 @@ class BatchWriter:
                 known = self._input_boundaries.get(row[PORT])
                 if known is None or row["stime"] > known:
                     self._input_boundaries[row[PORT]] = row["stime"]
-            if set(self._input_boundaries) >= set(self.wiring.inputs):
-                boundary = min(self._input_boundaries.values())
-                if self._emitted is None or boundary > self._emitted:
-                    self._boundaries(batch.sparkSession, F.lit(boundary).cast("timestamp"))
-                    self._emitted = boundary
+            current = (min(self._input_boundaries.values())
+                       if set(self._input_boundaries) >= set(self.wiring.inputs) else None)
+            release = self._pending if self.delay_boundaries else current
+            self._pending = current
+            if release is not None and (self._emitted is None or release > self._emitted):
+                self._boundaries(batch.sparkSession, F.lit(release).cast("timestamp"))
+                self._emitted = release
         finally:
             batch.unpersist()
         if self.on_batch is not None:
@@ -240,7 +247,8 @@ def start_box(spark: SparkSession, plan: Plan, wiring: BoxWiring, checkpoint_roo
     duration_ms(interval)  # fail early on a malformed trigger
     return (frame.writeStream.queryName(f"{network.name}/{wiring.box}")
             .outputMode("append")
-            .foreachBatch(BatchWriter(wiring, on_batch))
+            .foreachBatch(BatchWriter(wiring, on_batch,
+                                      delay_boundaries=plan.boxes[wiring.box].stateful))
             .option("checkpointLocation", checkpoint)
             .trigger(processingTime=interval)
             .start())
