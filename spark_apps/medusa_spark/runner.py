@@ -258,6 +258,12 @@ def checkpoint_root_default(run_dir: Path) -> str:
     return str(run_dir / "checkpoints")
 
 
+def _busy(query: StreamingQuery) -> bool:
+    progress: dict[str, Any] = query.lastProgress or {}
+    return bool(query.status.get("isTriggerActive") or query.status.get("isDataAvailable")
+                or progress.get("numInputRows", 1) != 0)
+
+
 def wait_until_quiet(queries: list[StreamingQuery], timeout_s: float = 600.0,
                      quiet_checks: int = 3, interval_s: float = 3.0,
                      on_check: Callable[[int], None] | None = None) -> None:
@@ -276,9 +282,7 @@ def wait_until_quiet(queries: list[StreamingQuery], timeout_s: float = 600.0,
             failure = query.exception()
             if failure is not None:
                 raise RuntimeError(f"box {query.name} failed: {failure}") from None
-        busy = [q for q in queries
-                if q.status.get("isTriggerActive") or q.status.get("isDataAvailable")
-                or (q.lastProgress or {}).get("numInputRows", 1) != 0]
+        busy = [q for q in queries if _busy(q)]
         quiet = 0 if busy else quiet + 1
         if on_check is not None:
             on_check(len(busy))
