@@ -84,7 +84,7 @@ def test_cycle(spark) -> None:
     arrows = [{"from": "reports", "to": "merged"}, {"from": "moving", "to": "merged"},
               {"from": "merged", "to": "moving"}, {"from": "moving", "to": "per_minute"},
               {"from": "per_minute", "to": "stats"}]
-    with pytest.raises(NetworkError, match="the network has a cycle: .*moving"):
+    with pytest.raises(NetworkError, match=r"the network has a cycle: .*moving"):
         check_structure(parse_network(network(boxes=boxes, arrows=arrows)))
 
 

@@ -1,0 +1,86 @@
+"""The Linear Road network on Spark against the independent reference, record for record."""
+
+import json
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from medusa.consuming import TupleConsumer
+from medusa.envelope import TupleType
+from medusa.feeding import feed
+from medusa.linear_road import records as lr
+from medusa.linear_road.reference import compute
+from medusa.linear_road.sources import simulated
+from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
+from medusa.producing import TupleProducer
+from medusa.progress import RateProgress
+from medusa.schemas import schema_for_topic
+from medusa_spark.local_run import LocalNetworkRun
+from medusa_spark.network.model import load_network
+from medusa_spark.session import spark_session
+
+pytestmark = pytest.mark.e2e
+
+NETWORK = Path(__file__).parents[2] / "spark_apps/medusa_spark/networks/linear_road.yaml"
+OUTPUTS = ("segment_statistics", "toll_notifications", "accident_alerts",
+           "tow_truck_dispatches")
+# Five simulated minutes, with breakdowns and accidents forced so that every rule fires.
+PROFILE = TrafficProfile(xways=1, duration_s=300, peak_rate=150, breakdown_probability=0.004,
+                         accident_probability=0.6, seed=5)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = spark_session("linear-road-e2e")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def _read(kafka_config, registry, topic: str) -> list[str]:
+    rows = []
+    with TupleConsumer(kafka_config, registry, [topic], f"check-{uuid.uuid4()}") as consumer:
+        idle = 0
+        while idle < 3:
+            consumed = consumer.poll(1.0)
+            if consumed is None:
+                idle += 1
+                continue
+            idle = 0
+            if consumed.record.type is TupleType.STABLE:
+                value = dict(consumed.record.value)
+                value.pop("emit_time", None)
+                rows.append(json.dumps(value, sort_keys=True))
+    return rows
+
+
+def test_linear_road_matches_the_reference(spark, federation, kafka_config, registry,
+                                           tmp_path) -> None:
+    prefix = f"lr{uuid.uuid4().hex[:6]}."
+    expected = compute(r for _, rs in TrafficSimulation(PROFILE).run() for r in rs)
+    assert all(getattr(expected, name) for name in OUTPUTS), "every rule fires on this input"
+
+    run = LocalNetworkRun(spark, load_network(NETWORK), federation, registry,
+                          tmp_path / "checkpoints", topic_prefix=prefix)
+    with run:
+        with RateProgress("linear road", total=PROFILE.duration_s - 1.0) as progress:
+            summary = feed(simulated(PROFILE), kafka_config=kafka_config, registry=registry,
+                           topics=lr.TOPICS, to_dict=lr.to_dict, source_id="linear-road",
+                           speedup=20, boundary_interval_s=0.5, progress=progress,
+                           total_seconds=PROFILE.duration_s - 1.0, topic_prefix=prefix,
+                           stime_origin_ms=lr.STIME_ORIGIN_MS)
+        assert summary.failed == 0
+        # End of input: nothing will come with a smaller stime, so every window closes.
+        with TupleProducer(kafka_config, registry, prefix + lr.POSITION_REPORTS,
+                           schema_for_topic(lr.POSITION_REPORTS), "linear-road") as producer:
+            producer.emit_boundaries(lr.STIME_ORIGIN_MS + (PROFILE.duration_s + 3600) * 1000)
+        run.wait_until_quiet()
+        for name in OUTPUTS:
+            got = Counter(_read(kafka_config, registry, run.topic(name)))
+            want = Counter(json.dumps(row, sort_keys=True) for row in getattr(expected, name))
+            missing, extra = want - got, got - want
+            assert not missing and not extra, (
+                f"{name}: {sum(missing.values())} missing, e.g. {list(missing)[:3]}; "
+                f"{sum(extra.values())} extra, e.g. {list(extra)[:3]}")
