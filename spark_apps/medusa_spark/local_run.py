@@ -32,7 +32,8 @@ class LocalNetworkRun:
 
     def topic(self, stream: str) -> str:
         """The topic a declared stream of the network is on, in this run."""
-        return self.topic_prefix + self.plan.network.streams[stream].topic
+        network = self.plan.network
+        return network.topic_prefix + self.topic_prefix + network.streams[stream].topic
 
     def start(self) -> LocalNetworkRun:
         for box in self.plan.order:

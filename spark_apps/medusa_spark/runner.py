@@ -60,6 +60,8 @@ class BoxWiring:
     """The output schema's fields, in order, with their Spark types."""
     partitions: int
     key: tuple[str, ...]
+    topic_prefix: str
+    """The prefix of this copy of the network's topics."""
 
 
 def _registered(registry: SchemaRegistryClient, topic: str, bootstrap: str,
@@ -75,6 +77,7 @@ def wire(plan: Plan, endpoints: Endpoints, registry: SchemaRegistryClient,
     ``topic_prefix`` runs a copy of the network on topics of its own (tests, benchmarks).
     """
     network = plan.network
+    topic_prefix = network.topic_prefix + topic_prefix
     streams: dict[str, KafkaStream] = {}
     for name, spec in network.streams.items():
         bootstrap = endpoints.bootstrap(spec.participant)
@@ -104,7 +107,7 @@ def wire(plan: Plan, endpoints: Endpoints, registry: SchemaRegistryClient,
         wiring[box] = BoxWiring(
             box=box, inputs=inputs, output=output, output_fields=struct_of(output.schema),
             partitions=partition_count({"bootstrap.servers": output.bootstrap}, output.topic),
-            key=tuple(network.boxes[box].key),
+            key=tuple(network.boxes[box].key), topic_prefix=topic_prefix,
         )
     return wiring
 
@@ -242,7 +245,8 @@ def start_box(spark: SparkSession, plan: Plan, wiring: BoxWiring, checkpoint_roo
               on_batch: Callable[[str, int], None] | None = None) -> StreamingQuery:
     network = plan.network
     frame = build_box(spark, plan, wiring, max_offsets_per_trigger)
-    checkpoint = f"{checkpoint_root.rstrip('/')}/{network.name}/{wiring.box}"
+    # Topics are part of a query's identity: a copy on other topics has its own checkpoints.
+    checkpoint = f"{checkpoint_root.rstrip('/')}/{network.name}/{wiring.topic_prefix}{wiring.box}"
     interval = trigger or network.trigger
     duration_ms(interval)  # fail early on a malformed trigger
     return (frame.writeStream.queryName(f"{network.name}/{wiring.box}")

@@ -132,12 +132,31 @@ def up(layout: StackLayout, report: Report = print) -> Endpoints:
     return endpoints
 
 
+def start_service(layout: StackLayout, name: str, command: list[str],
+                  report: Report = print) -> RunningProcess:
+    """Starts one of the project's own processes (e.g. a node) so that ``down`` stops it too.
+
+    A process of that name that still runs is kept.
+    """
+    recorded = {n: p for n, p in _load_state(layout).items() if p.alive()}
+    if name in recorded:
+        report(f"  {name:<14} already running (pid {recorded[name].pid})")
+        return recorded[name]
+    process = processes.start(name, command, layout.logs_dir / f"{name}.log")
+    recorded[name] = process
+    raw = json.loads(layout.state_file.read_text()) if layout.state_file.is_file() else {}
+    endpoints = Endpoints(**raw["endpoints"]) if raw.get("endpoints") else local_endpoints(layout)
+    _save_state(layout, recorded, endpoints)
+    report(f"  {name:<14} started (pid {process.pid}, log {process.log})")
+    return process
+
+
 def down(layout: StackLayout, purge: bool = False, report: Report = print) -> list[str]:
     """Stop exactly the processes ``up`` started; with ``purge`` also delete their data."""
     recorded = _load_state(layout)
     stopped: list[str] = []
-    # Services first: the registry still writes to Kafka while it shuts down.
-    for name in sorted(recorded, key=lambda n: n.startswith("kafka-")):
+    # Nodes and services first: they still write to Kafka while they shut down.
+    for name in sorted(recorded, key=lambda n: (n.startswith("kafka-"), n == "registry")):
         process = recorded[name]
         if process.alive():
             report(f"  {name:<14} stopping (pid {process.pid})")

@@ -54,6 +54,8 @@ class NetworkSpec(BaseModel):
     partitions: int = Field(4, ge=1)
     """Partitions of the topics the network creates."""
     trigger: str = "500 milliseconds"
+    topic_prefix: str = ""
+    """Put in front of every topic of the network, to run a copy of it on topics of its own."""
     streams: dict[str, StreamSpec]
     boxes: dict[str, BoxSpec]
     arrows: list[ArrowSpec]
