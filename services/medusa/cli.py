@@ -333,21 +333,16 @@ def consume(
 
 @app.command()
 def demo(
-    duration: Annotated[int, typer.Option(min=10, help="Simulated seconds of traffic.")] = 300,
-    speedup: Annotated[float, typer.Option(min=0, help="Simulated seconds per wall second.")
-                       ] = 10.0,
+    duration: Annotated[int, typer.Option(min=120, help="Simulated seconds of traffic.")] = 600,
+    speedup: Annotated[float, typer.Option(min=1, help="Simulated seconds per wall second.")
+                       ] = 20.0,
     xways: Annotated[int, typer.Option("--xways", "-L", min=1, help="Expressways.")] = 1,
 ) -> None:
-    """Start the federation, register the schemas, publish Linear Road traffic, read it back."""
-    up(participants=None, kafka_base_port=None, registry_port=None, run_dir=None,
-       skip_install=False)
-    schemas_register(topic=None, file=None, participant=None)
-    produce_linear_road(xways=xways, duration=duration, peak_rate=1700.0, speedup=speedup,
-                        from_file=None, strict=False, write_csv=None, seed=7, partitions=4,
-                        topic_prefix="", participant=None, as_json=False)
-    console.print("[bold]A few position reports as they arrived:[/]")
-    consume(topic="linear-road.position-reports", count=5, timeout=30.0, group=None,
-            participant=None)
+    """The main job: the federation, a node, the Linear Road network, traffic, checked answers."""
+    from medusa.demo import run_demo
+
+    if not run_demo(duration, speedup, xways, console):
+        raise typer.Exit(1)
 
 
 @app.command()
