@@ -334,8 +334,8 @@ def consume(
 @app.command()
 def demo(
     duration: Annotated[int, typer.Option(min=120, help="Simulated seconds of traffic.")] = 600,
-    speedup: Annotated[float, typer.Option(min=1, help="Simulated seconds per wall second.")
-                       ] = 20.0,
+    speedup: Annotated[float, typer.Option(min=1, max=10,
+                                           help="Simulated seconds per wall second.")] = 5.0,
     xways: Annotated[int, typer.Option("--xways", "-L", min=1, help="Expressways.")] = 1,
 ) -> None:
     """The main job: the federation, a node, the Linear Road network, traffic, checked answers."""

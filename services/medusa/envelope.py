@@ -16,7 +16,7 @@ ID_HEADER = "medusa.id"
 STIME_HEADER = "medusa.stime"
 TRACEPARENT_HEADER = "traceparent"
 
-Headers = list[tuple[str, bytes]]
+Headers = list[tuple[str, str | bytes | None]]
 
 
 class TupleType(StrEnum):
@@ -40,7 +40,7 @@ class Envelope:
     stime: int
     """Event time in milliseconds since the epoch."""
 
-    def headers(self, extra: Iterable[tuple[str, bytes]] = ()) -> Headers:
+    def headers(self, extra: Iterable[tuple[str, str | bytes | None]] = ()) -> Headers:
         return [
             (TYPE_HEADER, self.type.value.encode()),
             (ID_HEADER, self.tuple_id.encode()),

@@ -13,7 +13,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from medusa.envelope import Envelope, TupleType, boundary
+from medusa.envelope import Envelope, Headers, TupleType, boundary
 from medusa.registry import SERDE_CONFIG, register
 from medusa.schemas import AvroSchema
 from medusa.topics import partition_count
@@ -113,8 +113,7 @@ class TupleProducer:
             self.stats.boundaries += 1
 
     def _send(
-        self, key: str | None, value: bytes | None, headers: list[tuple[str, bytes]],
-        partition: int | None,
+        self, key: str | None, value: bytes | None, headers: Headers, partition: int | None,
     ) -> None:
         kwargs: dict[str, Any] = {"headers": headers, "on_delivery": self._on_delivery}
         if partition is not None:

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
-from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER
+from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER, boundary
 from medusa.registry import register
 from medusa.schemas import load_schema
 from medusa.stack.endpoints import Endpoints
@@ -48,7 +49,6 @@ from medusa_spark.streams import (
 EMIT_TIME = "emit_time"
 PORT = "_port"
 """On control rows: the input port a BOUNDARY or INVALID record came in on."""
-DEFAULT_LATENESS = "10 seconds"
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,22 @@ class BoxWiring:
     key: tuple[str, ...]
     topic_prefix: str
     """The prefix of this copy of the network's topics."""
+
+
+def announce_start(stream: KafkaStream, partitions: int) -> None:
+    """A BOUNDARY at stime 0 on every partition of a new topic.
+
+    Spark gives an input a watermark only once a row has come in on it; until then a
+    join or union downstream would follow its other inputs alone. This first row makes
+    every box output an input with a watermark from the very first batch.
+    """
+    producer = Producer({"bootstrap.servers": stream.bootstrap, "enable.idempotence": True})
+    for partition in range(partitions):
+        envelope = boundary(f"{stream.topic}/start", partition, 0)
+        producer.produce(stream.topic, value=None, partition=partition,
+                         headers=envelope.headers())
+    if producer.flush(30) != 0:
+        raise RuntimeError(f"could not write the start boundary of {stream.topic}")
 
 
 def _registered(registry: SchemaRegistryClient, topic: str, bootstrap: str,
@@ -89,6 +105,7 @@ def wire(plan: Plan, endpoints: Endpoints, registry: SchemaRegistryClient,
         declared = plan.output_stream[box]
         if declared is not None:
             streams[box] = streams[declared]
+            announce_start(streams[box], network.partitions)
             continue
         participant = network.boxes[box].participant or network.participant
         bootstrap = endpoints.bootstrap(participant)
@@ -97,6 +114,7 @@ def wire(plan: Plan, endpoints: Endpoints, registry: SchemaRegistryClient,
         schema = record_schema(plan.output_schemas[box], box,
                                f"medusa.network.{network.name.replace('-', '_')}")
         streams[box] = _registered(registry, topic, bootstrap, schema)
+        announce_start(streams[box], network.partitions)
     wiring = {}
     for box in plan.order:
         output = streams[box]
@@ -113,8 +131,7 @@ def wire(plan: Plan, endpoints: Endpoints, registry: SchemaRegistryClient,
 
 
 def _lateness(plan: Plan, box: str) -> str:
-    params = plan.boxes[box].params
-    return str(getattr(params, "lateness", DEFAULT_LATENESS))
+    return str(getattr(plan.boxes[box].params, "lateness", plan.network.lateness))
 
 
 def build_box(spark: SparkSession, plan: Plan, wiring: BoxWiring,

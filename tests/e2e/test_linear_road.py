@@ -62,13 +62,15 @@ def test_linear_road_matches_the_reference(spark, federation, kafka_config, regi
     expected = compute(r for _, rs in TrafficSimulation(PROFILE).run() for r in rs)
     assert all(getattr(expected, name) for name in OUTPUTS), "every rule fires on this input"
 
-    run = LocalNetworkRun(spark, load_network(NETWORK), federation, registry,
-                          tmp_path / "checkpoints", topic_prefix=prefix)
+    # Fast replay: a micro-batch spans much stime, so tuples may come that much out of order.
+    network = load_network(NETWORK).model_copy(update={"lateness": "5 minutes"})
+    run = LocalNetworkRun(spark, network, federation, registry, tmp_path / "checkpoints",
+                          topic_prefix=prefix)
     with run:
         with RateProgress("linear road", total=PROFILE.duration_s - 1.0) as progress:
             summary = feed(simulated(PROFILE), kafka_config=kafka_config, registry=registry,
                            topics=lr.TOPICS, to_dict=lr.to_dict, source_id="linear-road",
-                           speedup=20, boundary_interval_s=0.5, progress=progress,
+                           speedup=10, boundary_interval_s=0.5, progress=progress,
                            total_seconds=PROFILE.duration_s - 1.0, topic_prefix=prefix,
                            stime_origin_ms=lr.STIME_ORIGIN_MS)
         assert summary.failed == 0

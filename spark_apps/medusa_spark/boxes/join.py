@@ -39,6 +39,7 @@ class JoinParams(BoxParams):
     where: str | None = None
     """Predicate over l.* and r.*, applied to the joined tuples."""
     lateness: str = "10 seconds"
+    """Set from the network's lateness unless given here."""
 
 
 def _interval(text: str) -> F.Column:

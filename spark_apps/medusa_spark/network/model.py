@@ -54,6 +54,9 @@ class NetworkSpec(BaseModel):
     partitions: int = Field(4, ge=1)
     """Partitions of the topics the network creates."""
     trigger: str = "500 milliseconds"
+    lateness: str = "10 seconds"
+    """How late (in stime) a tuple may reach a stateful box and still count, unless the box
+    sets its own; it must exceed the stime a micro-batch spans, or tuples are dropped."""
     topic_prefix: str = ""
     """Put in front of every topic of the network, to run a copy of it on topics of its own."""
     streams: dict[str, StreamSpec]
