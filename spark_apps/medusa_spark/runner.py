@@ -32,10 +32,12 @@ from medusa_spark.durations import duration_ms
 from medusa_spark.network.validate import Plan
 from medusa_spark.streams import (
     BOUNDARY,
+    CONTROL_EXTRA_TYPES,
     CONTROL_EXTRAS,
     ENVELOPE,
     INVALID,
     RAW,
+    RAW_HEADERS,
     REASON,
     SOURCE,
     STIME,
@@ -152,7 +154,7 @@ def build_box(spark: SparkSession, plan: Plan, wiring: BoxWiring,
     ]
     output = results.select(*ENVELOPE, *value_columns,
                             *(F.lit(None).cast(t).alias(c) for c, t in
-                              zip(CONTROL_EXTRAS, ("binary", "string", "string"), strict=True)))
+                              zip(CONTROL_EXTRAS, CONTROL_EXTRA_TYPES, strict=True)))
     lag = F.expr(f"INTERVAL {box.boundary_lag_ms()} MILLISECONDS")
     output = output.withColumn(PORT, F.lit(None).cast("string"))
     for port, frame in inputs.items():
@@ -228,14 +230,15 @@ class BatchWriter:
         for (source,) in invalid.select(SOURCE).distinct().collect():
             letters = invalid.where(F.col(SOURCE) == source).select(
                 F.lit(None).cast("string").alias("key"), F.col(RAW).alias("value"),
-                F.array(
+                F.concat(F.coalesce(F.col(RAW_HEADERS), F.array().cast(
+                    "array<struct<key:string,value:binary>>")), F.array(
                     F.struct(F.lit("medusa.dlq.reason").alias("key"),
                              F.col(REASON).cast("binary").alias("value")),
                     F.struct(F.lit("medusa.dlq.topic").alias("key"),
                              F.col(SOURCE).cast("binary").alias("value")),
                     F.struct(F.lit("medusa.dlq.box").alias("key"),
                              F.lit(self.wiring.box).cast("binary").alias("value")),
-                ).alias("headers"))
+                )).alias("headers"))
             self._write(letters, dead_letter_topic(source))
 
     def _boundaries(self, spark: SparkSession, stime: Any) -> None:

@@ -19,9 +19,10 @@ from medusa_spark.wire import WIRE_HEADER_BYTES, header, schema_id
 
 TYPE, ID, STIME = "_type", "_id", "_stime"
 ENVELOPE = (TYPE, ID, STIME)
-RAW, REASON, SOURCE = "_raw", "_reason", "_source"
-"""Set on INVALID rows only: the original value, why it is unusable, its topic."""
-CONTROL_EXTRAS = (RAW, REASON, SOURCE)
+RAW, RAW_HEADERS, REASON, SOURCE = "_raw", "_raw_headers", "_reason", "_source"
+"""Set on INVALID rows only: the original value and headers, why it is unusable, its topic."""
+CONTROL_EXTRAS = (RAW, RAW_HEADERS, REASON, SOURCE)
+CONTROL_EXTRA_TYPES = ("binary", "array<struct<key:string,value:binary>>", "string", "string")
 BOUNDARY = "BOUNDARY"
 TENTATIVE = "TENTATIVE"
 STABLE = "STABLE"
@@ -82,11 +83,13 @@ def decode(raw: DataFrame, stream: KafkaStream) -> DataFrame:
     rows = raw.select(
         declared.alias("_declared"), header(ID_HEADER).alias(ID),
         F.timestamp_millis(stime.cast("long")).alias(STIME),
-        decoded.alias("_value"), reason.alias(REASON), value.alias("_bytes"))
+        decoded.alias("_value"), reason.alias(REASON), value.alias("_bytes"),
+        F.col("headers").alias("_headers"))
     return rows.select(
         F.when(F.col(REASON).isNull(), F.col("_declared")).otherwise(F.lit(INVALID)).alias(TYPE),
         ID, STIME, "_value.*",
         F.when(F.col(REASON).isNotNull(), F.col("_bytes")).alias(RAW),
+        F.when(F.col(REASON).isNotNull(), F.col("_headers")).alias(RAW_HEADERS),
         F.col(REASON),
         F.lit(stream.topic).alias(SOURCE),
     )
