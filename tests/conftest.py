@@ -70,8 +70,8 @@ def local_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local
         yield None
         return
     federation = LocalFederation(tmp_path_factory.mktemp("federation"))
-    federation.start()
     try:
+        federation.start()
         yield federation
     finally:
         federation.stop()

@@ -58,10 +58,12 @@ def boundary(stime_s: float) -> Tuple_:
 def run_network(spark, federation, registry, tmp_path, boxes: dict, arrows: list,
                 inputs: dict[str, list[Tuple_]], output_schema: str | None = None,
                 lateness: str = "10 seconds", raw: dict[str, bytes] | None = None,
-                prefix: str | None = None) -> list[Any]:
+                prefix: str | None = None,
+                then: dict[str, list[Tuple_]] | None = None) -> list[Any]:
     """Runs a small network over hand-written inputs; returns the output tuples.
 
-    ``raw`` values are written to an input's topic first, as they are (bad records).
+    ``raw`` values are written to an input's topic first, as they are (bad records);
+    ``then`` is written once the boxes have processed ``inputs`` (a later micro-batch).
     """
     prefix = prefix or f"box{uuid.uuid4().hex[:8]}."
     streams = {name: {"topic": f"in.{name}", "participant": "alpha",
@@ -80,17 +82,20 @@ def run_network(spark, federation, registry, tmp_path, boxes: dict, arrows: list
             bad.produce(run.topic(name), value=value,
                         headers=Envelope(TupleType.STABLE, "poison", BASE_MS).headers())
             bad.flush(10)
-        for name, tuples in inputs.items():
-            with TupleProducer(config, registry, run.topic(name), load_schema("position_report"),
-                               name, boundary_interval_s=3600) as producer:
-                for number, item in enumerate(tuples):
-                    stime = BASE_MS + round(item.stime_s * SECOND)
-                    if item.kind is TupleType.BOUNDARY:
-                        producer.emit_boundaries(stime)
-                    else:
-                        producer.produce(item.value, item.tuple_id or f"{name}-{number}", stime,
-                                         tuple_type=item.kind)
-        run.wait_until_quiet(timeout_s=300)
+        for phase, phase_inputs in enumerate([inputs, then or {}]):
+            for name, tuples in phase_inputs.items():
+                with TupleProducer(config, registry, run.topic(name),
+                                   load_schema("position_report"), name,
+                                   boundary_interval_s=3600) as producer:
+                    for number, item in enumerate(tuples):
+                        stime = BASE_MS + round(item.stime_s * SECOND)
+                        if item.kind is TupleType.BOUNDARY:
+                            producer.emit_boundaries(stime)
+                        else:
+                            producer.produce(item.value,
+                                             item.tuple_id or f"{name}-{phase}-{number}", stime,
+                                             tuple_type=item.kind)
+            run.wait_until_quiet(timeout_s=300)
         last_box = list(run.plan.order)[-1]
         out_topic = run.wiring[last_box].output.topic
         with TupleConsumer(config, registry, [out_topic], f"t-{uuid.uuid4()}") as consumer:
@@ -143,14 +148,14 @@ def test_empty_windows_give_nothing_and_open_windows_wait(spark, federation, reg
 
 
 def test_data_later_than_the_watermark_is_dropped(spark, federation, registry, tmp_path):
-    inputs = {"reports": [
-        report(10, 1), boundary(100),   # watermark now 90 s: [0, 60) closes
+    first = {"reports": [report(10, 1), boundary(100)]}   # watermark 90 s: [0, 60) closes
+    later = {"reports": [
         report(20, 2),                  # 80 s late, beyond the 10 s lateness: dropped
         report(95, 3),                  # 5 s behind the boundary, within lateness: counted
         boundary(200),
     ]}
     found = run_network(spark, federation, registry, tmp_path, COUNT_PER_MINUTE, INTO_COUNT,
-                        inputs)
+                        first, then=later)
     assert sorted((r.value["start_s"], r.value["cars"]) for r in found) == [(0, 1), (60, 1)]
 
 
@@ -185,7 +190,7 @@ def test_joins_with_and_without_a_match(spark, federation, registry, tmp_path):
                         JOIN_ARROWS, inputs)
     assert sorted((r.value["vid"], r.value["before"]) for r in outer) == [(1, 1), (2, None)]
     matched = next(r for r in outer if r.value["vid"] == 1)
-    assert matched.tuple_id == "pair/left-0/right-0"
+    assert matched.tuple_id == "pair/left-0-0/right-0-0"
 
 
 def test_undecodable_input_goes_to_the_dead_letter_topic(spark, federation, registry,

@@ -136,13 +136,17 @@ def kafka_broker(layout: StackLayout, participant: ParticipantLayout) -> Compone
         if (participant.data_dir / "log" / "meta.properties").is_file():
             return  # formatted by an earlier run: keep its data and cluster id
         cluster_id = new_cluster_id()
-        subprocess.run(
+        formatted = subprocess.run(
             [java, "-Xmx256m", *log_options, "-Dmedusa.kafka.log.level=WARN",
              "-cp", classpath,
              "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties),
              "--standalone"],
-            check=True, capture_output=True, text=True,
+            check=False, capture_output=True, text=True,
         )
+        if formatted.returncode != 0:
+            output = (formatted.stderr or formatted.stdout).strip().splitlines()
+            raise RuntimeError(f"formatting the storage of Kafka {participant.name} failed: "
+                               f"{' / '.join(output[-3:])}")
         participant.cluster_id_file.write_text(cluster_id + "\n")
 
     return Component(
