@@ -437,14 +437,18 @@ def undeploy(
 
 @app.command()
 def bench(
-    records: Annotated[int, typer.Option(min=1000, help="Records per producer run.")] = 200_000,
+    records: Annotated[int, typer.Option(min=1000, help="Records per throughput run.")
+                       ] = 200_000,
+    hold: Annotated[int, typer.Option(min=30, help="Seconds each Linear Road step holds "
+                                                   "the peak rate.")] = 120,
+    max_xways: Annotated[int, typer.Option(min=1, help="Largest L to try.")] = 16,
+    linear_road: Annotated[bool, typer.Option(help="Run the Linear Road steps.")] = True,
     out: Annotated[Path, typer.Option(help="Folder for JSON and plots.")] = Path("bench-results"),
 ) -> None:
     """Benchmarks against the running federation, side by side in one run."""
-    from medusa.bench.run import run_producer_benchmark
+    from medusa.bench.run import run_all
 
-    console.print("[bold]Producer throughput[/]")
-    run_producer_benchmark(out, records, console.print)
+    run_all(out, records, hold, max_xways, linear_road, console.print)
     console.print(f"results in {out}/")
 
 

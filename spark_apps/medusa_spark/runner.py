@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
@@ -49,6 +48,7 @@ from medusa_spark.streams import (
 )
 
 EMIT_TIME = "emit_time"
+AVAILABLE_NOW = "available-now"
 PORT = "_port"
 """On control rows: the input port a BOUNDARY or INVALID record came in on."""
 
@@ -268,18 +268,15 @@ def start_box(spark: SparkSession, plan: Plan, wiring: BoxWiring, checkpoint_roo
     # Topics are part of a query's identity: a copy on other topics has its own checkpoints.
     checkpoint = f"{checkpoint_root.rstrip('/')}/{network.name}/{wiring.topic_prefix}{wiring.box}"
     interval = trigger or network.trigger
+    writer = (frame.writeStream.queryName(f"{network.name}/{wiring.box}")
+              .outputMode("append")
+              .foreachBatch(BatchWriter(wiring, on_batch,
+                                        delay_boundaries=plan.boxes[wiring.box].stateful))
+              .option("checkpointLocation", checkpoint))
+    if interval == AVAILABLE_NOW:  # process what is there, then stop (benchmarks)
+        return writer.trigger(availableNow=True).start()
     duration_ms(interval)  # fail early on a malformed trigger
-    return (frame.writeStream.queryName(f"{network.name}/{wiring.box}")
-            .outputMode("append")
-            .foreachBatch(BatchWriter(wiring, on_batch,
-                                      delay_boundaries=plan.boxes[wiring.box].stateful))
-            .option("checkpointLocation", checkpoint)
-            .trigger(processingTime=interval)
-            .start())
-
-
-def checkpoint_root_default(run_dir: Path) -> str:
-    return str(run_dir / "checkpoints")
+    return writer.trigger(processingTime=interval).start()
 
 
 def _busy(query: StreamingQuery) -> bool:

@@ -112,3 +112,21 @@ def kafka_perf_tool(layout: StackLayout, bootstrap: str, count: int,
     records, rate = summary[-1]
     # The tool's own rate, which leaves out the JVM's start-up.
     return Throughput("Kafka ProducerPerformance", int(records), int(records) / float(rate))
+
+
+_CONSUMER_LINE = re.compile(r"^\S+, \S+, [\d.]+, [\d.]+, (\d+), ([\d.]+),", re.MULTILINE)
+
+
+def kafka_consumer_perf_tool(layout: StackLayout, bootstrap: str, topic: str,
+                             count: int) -> Throughput:
+    """Kafka's ConsumerPerformance reading ``count`` records of ``topic``."""
+    completed = subprocess.run(
+        [java_binary(layout), "-Xmx512m", "-cp", f"{kafka_libs(layout)}/*",
+         "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
+         "--topic", topic, "--messages", str(count), "--timeout", "60000"],
+        capture_output=True, text=True, check=True)
+    summary = _CONSUMER_LINE.findall(completed.stdout)
+    if not summary:
+        raise RuntimeError(f"no summary from ConsumerPerformance:\n{completed.stdout[-2000:]}")
+    records, rate = summary[-1]
+    return Throughput("Kafka ConsumerPerformance", int(records), int(records) / float(rate))

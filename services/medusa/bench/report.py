@@ -30,3 +30,22 @@ def bar_plot(path: Path, title: str, labels: list[str], values: list[float],
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def latency_plot(path: Path, title: str, series: dict[str, list[tuple[float, float]]],
+                 bound_s: float) -> None:
+    """Latency over time, one series per step."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure, axes = plt.subplots(figsize=(9, 4.5))
+    for label, points in series.items():
+        if points:
+            xs, ys = zip(*sorted(points), strict=True)
+            axes.plot(xs, ys, ".", markersize=2, label=label, alpha=0.6)
+    axes.axhline(bound_s, color="red", linestyle="--", linewidth=1, label=f"{bound_s:g} s bound")
+    axes.set_xlabel("simulated second of the step")
+    axes.set_ylabel("latency (s)")
+    axes.set_title(title)
+    axes.legend(loc="upper left", markerscale=4)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from medusa.bench import producers
-from medusa.bench.report import bar_plot, write_json
+from medusa.bench.report import bar_plot, latency_plot, write_json
 from medusa.registry import registry_client
 from medusa.settings import StackSettings
 from medusa.stack.endpoints import resolve
@@ -14,7 +17,11 @@ from medusa.stack.launcher import recorded_layout
 from medusa.stack.layout import StackLayout
 
 
-def run_producer_benchmark(out: Path, records: int, say: Callable[[str], None]) -> dict:
+def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: bool,
+            say: Callable[[str], None]) -> dict[str, Any]:
+    from medusa.bench import linear_road_latency, spark_paths
+    from medusa_spark.session import spark_session
+
     settings = StackSettings()
     layout = recorded_layout(StackLayout.from_settings(settings))
     endpoints = resolve(settings)
@@ -23,27 +30,59 @@ def run_producer_benchmark(out: Path, records: int, say: Callable[[str], None]) 
 
     say(f"preparing {records:,} Linear Road position reports")
     reports = producers.position_reports(records)
-    say("medusa producer (Avro through the registry, envelope headers, BOUNDARY records)")
+    say("1. producers: Medusa's (Avro, envelope, BOUNDARY), bare confluent-kafka, Kafka's tool")
     medusa, value_size = producers.medusa_producer(bootstrap, registry, reports)
-    say(f"  {medusa.per_second:,.0f} records/s; value size {value_size} bytes")
-    say("bare confluent-kafka producer, same value size")
     bare = producers.bare_producer(bootstrap, records, value_size)
-    say(f"  {bare.per_second:,.0f} records/s")
-    say("Kafka's ProducerPerformance, same value size")
     perf = producers.kafka_perf_tool(layout, bootstrap, records, value_size)
-    say(f"  {perf.per_second:,.0f} records/s")
 
+    say("2. consumers and Spark over one topic of position reports")
+    source = f"bench.source.{uuid.uuid4().hex[:8]}"
+    spark_paths.fill_topic(bootstrap, registry, source, records)
+    consumer_perf = producers.kafka_consumer_perf_tool(layout, bootstrap, source, records)
+    spark = spark_session("medusa-bench")
+    spark.sparkContext.setLogLevel("ERROR")
+    steps: list[Any] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="medusa-bench-") as scratch:
+            checkpoints = Path(scratch)
+            passthrough = spark_paths.passthrough(spark, bootstrap, source, records, checkpoints)
+            filtered = spark_paths.filter_box(spark, endpoints, registry, source, records,
+                                              checkpoints)
+            if linear_road:
+                say(f"3. Linear Road, {hold_s}s per step, until p99 > "
+                    f"{linear_road_latency.LATENCY_BOUND_S:g}s")
+                steps = linear_road_latency.run_steps(spark, endpoints, registry, hold_s,
+                                                      max_xways, checkpoints, say)
+    finally:
+        spark.stop()
+
+    runs = [perf, bare, medusa, consumer_perf, passthrough, filtered]
+    for run in runs:
+        say(f"  {run.name:<40} {run.per_second:>12,.0f} records/s")
+    met = [step.xways for step in steps if step.met]
     ratios = {
-        "medusa_over_bare_producer": round(medusa.per_second / bare.per_second, 3),
-        "bare_producer_over_kafka_perf_tool": round(bare.per_second / perf.per_second, 3),
-        "medusa_over_kafka_perf_tool": round(medusa.per_second / perf.per_second, 3),
+        "medusa_producer_over_bare_producer": medusa.per_second / bare.per_second,
+        "bare_producer_over_kafka_producer_tool": bare.per_second / perf.per_second,
+        "filter_box_over_spark_passthrough": filtered.per_second / passthrough.per_second,
+        "spark_passthrough_over_kafka_consumer_tool":
+            passthrough.per_second / consumer_perf.per_second,
     }
-    result = {"benchmark": "producer throughput", "records": records, "value_size": value_size,
-              "runs": [r.as_dict() for r in (perf, bare, medusa)], "ratios": ratios}
-    write_json(out / "producers.json", result)
-    bar_plot(out / "producers.png", f"Producer throughput ({records:,} records, one run)",
-             [perf.name, bare.name, medusa.name],
-             [perf.per_second, bare.per_second, medusa.per_second], "records per second")
+    result = {
+        "records": records, "value_size": value_size,
+        "runs": [run.as_dict() for run in runs],
+        "ratios": {name: round(value, 3) for name, value in ratios.items()},
+        "linear_road": [step.as_dict() for step in steps],
+        "highest_xways_met": max(met) if met else None,
+    }
+    write_json(out / "bench.json", result)
+    bar_plot(out / "throughput.png", f"Throughput, {records:,} records, one run",
+             [run.name for run in runs], [run.per_second for run in runs], "records per second")
+    if steps:
+        latency_plot(out / "linear_road_latency.png",
+                     "Linear Road: toll notification latency over time",
+                     {f"L={step.xways}": step.latencies_s for step in steps},
+                     linear_road_latency.LATENCY_BOUND_S)
     for name, value in ratios.items():
         say(f"{name.replace('_', ' ')}: {value:.2f}")
+    say(f"highest L met: {result['highest_xways_met']}")
     return result
