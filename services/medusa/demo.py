@@ -120,6 +120,7 @@ def _watch(endpoints: Endpoints, prefix: str, expected: dict[str, int], console:
     watch = OutputWatch(rows={name: [] for name in OUTPUTS})
     last_change = time.monotonic()
     deadline = last_change + timeout_s
+    since_ms = int(time.time() * 1000)
     with TupleConsumer(config, registry, [*topics, "medusa.node-load"],
                        f"demo-{uuid.uuid4()}", from_beginning=True) as consumer, \
             Live(_view(watch, expected), console=console, refresh_per_second=2) as live:
@@ -128,8 +129,13 @@ def _watch(endpoints: Endpoints, prefix: str, expected: dict[str, int], console:
             if consumed is not None and consumed.record.type is TupleType.STABLE:
                 value = dict(consumed.record.value)
                 if consumed.topic == "medusa.node-load":
+                    if consumed.record.stime < since_ms:
+                        continue
                     for box in value["boxes"]:
                         watch.box_rates[box["box"]] = box["processing_rate"]
+                    # Boxes still reading or holding windows open count as activity.
+                    if any(b["input_rate"] > 0 or b["lag"] > 0 for b in value["boxes"]):
+                        last_change = time.monotonic()
                 else:
                     name = topics[consumed.topic]
                     value.pop("emit_time", None)
@@ -180,7 +186,7 @@ def run_demo(duration_s: int, speedup: float, xways: int, console: Console) -> b
                        schema_for_topic(lr.POSITION_REPORTS), "linear-road") as producer:
         producer.emit_boundaries(lr.STIME_ORIGIN_MS + (duration_s + 3600) * 1000)
     console.print(f"sent {summary.sent:,} records at {summary.rate:,.0f}/s")
-    console.print("[bold]5. Outputs as they arrive[/] (until quiet for 30 s)")
+    console.print("[bold]5. Outputs as they arrive[/] (until the boxes are idle for 30 s)")
     watch = _watch(endpoints, prefix, expected, console)
 
     console.print("[bold]6. Against the reference[/]")

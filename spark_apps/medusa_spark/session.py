@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyspark
@@ -23,6 +24,8 @@ def connector_jars(settings: StackSettings | None = None) -> list[Path]:
 
 def spark_session(app_name: str, master: str = "local[2]",
                   settings: StackSettings | None = None) -> SparkSession:
+    # Everything this project runs binds to the loopback interface.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     jars = ",".join(str(jar) for jar in connector_jars(settings))
     return (
         SparkSession.builder.appName(app_name)
