@@ -35,6 +35,8 @@ RegistryPortOpt = Annotated[int | None, typer.Option(
     help="Schema registry port [default: MEDUSA_REGISTRY_PORT or 18081].")]
 RunDirOpt = Annotated[Path | None, typer.Option(
     "--run-dir", help="Data and logs [default: MEDUSA_RUN_DIR or <repo>/.run].")]
+PartitionsOpt = Annotated[int, typer.Option(min=1, help="Partitions of new topics.")]
+JsonSummaryOpt = Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")]
 TopicPrefixOpt = Annotated[str, typer.Option(
     help="Prefix of every topic written, to keep runs apart (e.g. 'test1.').")]
 ParticipantOpt = Annotated[str | None, typer.Option(
@@ -204,10 +206,10 @@ def produce_linear_road(
     write_csv: Annotated[Path | None, typer.Option(
         help="Also write the generated input in the benchmark's CSV format.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the simulation.")] = 7,
-    partitions: Annotated[int, typer.Option(min=1, help="Partitions of new topics.")] = 4,
+    partitions: PartitionsOpt = 4,
     topic_prefix: TopicPrefixOpt = "",
     participant: ParticipantOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    as_json: JsonSummaryOpt = False,
 ) -> None:
     """Publish Linear Road traffic: simulated, or replayed from a CSV file."""
     from medusa.feeding import feed
@@ -264,10 +266,10 @@ def produce_sensors(
     speedup: Annotated[float, typer.Option(
         min=0, help="Event-time seconds per wall second; 0 = as fast as possible.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed of the random walk.")] = 11,
-    partitions: Annotated[int, typer.Option(min=1, help="Partitions of new topics.")] = 4,
+    partitions: PartitionsOpt = 4,
     topic_prefix: TopicPrefixOpt = "",
     participant: ParticipantOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    as_json: JsonSummaryOpt = False,
 ) -> None:
     """Publish generic sensor readings."""
     import time

@@ -97,6 +97,18 @@ class TupleConsumer:
                 taken.append(consumed)
         return taken
 
+    def drain(self, idle_s: float = 3.0, timeout_s: float = 300.0) -> list[ConsumedTuple]:
+        """Everything there is: tuples until none came for ``idle_s`` seconds."""
+        taken: list[ConsumedTuple] = []
+        deadline = time.monotonic() + timeout_s
+        last = time.monotonic()
+        while time.monotonic() - last < idle_s and time.monotonic() < deadline:
+            consumed = self.poll(0.5)
+            if consumed is not None:
+                taken.append(consumed)
+                last = time.monotonic()
+        return taken
+
     def _decode(self, message: Message) -> ConsumedTuple:
         topic = message.topic() or ""
         headers = message.headers()

@@ -40,19 +40,14 @@ def spark():
 
 
 def _read(kafka_config, registry, topic: str) -> list[str]:
-    rows = []
     with TupleConsumer(kafka_config, registry, [topic], f"check-{uuid.uuid4()}") as consumer:
-        idle = 0
-        while idle < 3:
-            consumed = consumer.poll(1.0)
-            if consumed is None:
-                idle += 1
-                continue
-            idle = 0
-            if consumed.record.type is TupleType.STABLE:
-                value = dict(consumed.record.value)
-                value.pop("emit_time", None)
-                rows.append(json.dumps(value, sort_keys=True))
+        tuples = consumer.drain()
+    rows = []
+    for consumed in tuples:
+        if consumed.record.type is TupleType.STABLE:
+            value = dict(consumed.record.value)
+            value.pop("emit_time", None)
+            rows.append(json.dumps(value, sort_keys=True))
     return rows
 
 

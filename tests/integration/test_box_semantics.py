@@ -99,17 +99,9 @@ def run_network(spark, federation, registry, tmp_path, boxes: dict, arrows: list
         last_box = list(run.plan.order)[-1]
         out_topic = run.wiring[last_box].output.topic
         with TupleConsumer(config, registry, [out_topic], f"t-{uuid.uuid4()}") as consumer:
-            found = []
-            idle = 0
-            while idle < 3:
-                consumed = consumer.poll(1.0)
-                if consumed is None:
-                    idle += 1
-                    continue
-                idle = 0
-                if consumed.record.type in (TupleType.STABLE, TupleType.TENTATIVE):
-                    found.append(consumed.record)
-        return found
+            tuples = consumer.drain()
+        return [c.record for c in tuples
+                if c.record.type in (TupleType.STABLE, TupleType.TENTATIVE)]
 
 
 COUNT_PER_MINUTE = {
