@@ -33,6 +33,9 @@ def spark_session(app_name: str, master: str = "local[2]",
         .config("spark.jars", jars)
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.scheduler.mode", "FAIR")
+        # Stopping a query mid-batch logs its plan through a recursive regex, which can
+        # overflow the default thread stack with the plans of larger boxes.
+        .config("spark.driver.extraJavaOptions", "-Xss16m")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.bindAddress", "127.0.0.1")

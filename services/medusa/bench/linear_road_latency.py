@@ -70,19 +70,19 @@ class _Collector(threading.Thread):
     def __init__(self, config: dict[str, Any], registry: SchemaRegistryClient, topic: str):
         super().__init__(name="toll-collector", daemon=True)
         self.rows: list[tuple[int, int]] = []
-        self._stop = threading.Event()
+        self._done = threading.Event()
         self._consumer = TupleConsumer(config, registry, [topic], f"bench-{uuid.uuid4()}")
 
     def run(self) -> None:
         with self._consumer as consumer:
-            while not self._stop.is_set():
+            while not self._done.is_set():
                 consumed = consumer.poll(0.5)
                 if consumed is not None and consumed.record.type is TupleType.STABLE:
                     value = consumed.record.value
                     self.rows.append((value["time"], value["emit_time"]))
 
     def stop(self) -> None:
-        self._stop.set()
+        self._done.set()
         self.join(30)
 
 

@@ -114,19 +114,19 @@ def kafka_perf_tool(layout: StackLayout, bootstrap: str, count: int,
     return Throughput("Kafka ProducerPerformance", int(records), int(records) / float(rate))
 
 
-_CONSUMER_LINE = re.compile(r"^\S+, \S+, [\d.]+, [\d.]+, (\d+), ([\d.]+),", re.MULTILINE)
-
-
 def kafka_consumer_perf_tool(layout: StackLayout, bootstrap: str, topic: str,
                              count: int) -> Throughput:
     """Kafka's ConsumerPerformance reading ``count`` records of ``topic``."""
     completed = subprocess.run(
         [java_binary(layout), "-Xmx512m", "-cp", f"{kafka_libs(layout)}/*",
          "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
-         "--topic", topic, "--messages", str(count), "--timeout", "60000"],
+         "--topic", topic, "--num-records", str(count), "--timeout", "60000"],
         capture_output=True, text=True, check=True)
-    summary = _CONSUMER_LINE.findall(completed.stdout)
-    if not summary:
+    # A header line of column names, then one line of values, both ", "-separated.
+    lines = [line for line in completed.stdout.splitlines() if ", " in line]
+    if len(lines) < 2:
         raise RuntimeError(f"no summary from ConsumerPerformance:\n{completed.stdout[-2000:]}")
-    records, rate = summary[-1]
-    return Throughput("Kafka ConsumerPerformance", int(records), int(records) / float(rate))
+    row = dict(zip(lines[-2].split(", "), lines[-1].split(", "), strict=False))
+    records = int(row["data.consumed.in.nMsg"])
+    return Throughput("Kafka ConsumerPerformance", records,
+                      records / float(row["nMsg.sec"]))
