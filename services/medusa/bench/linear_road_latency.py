@@ -87,7 +87,8 @@ class _Collector(threading.Thread):
 
 
 def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
-             xways: int, hold_s: int, checkpoints: Path, drain_s: float = 30.0) -> StepResult:
+             xways: int, hold_s: int, checkpoints: Path, drain_s: float = 300.0,
+             quiet_s: float = 20.0) -> StepResult:
     prefix = f"bench-lr{xways}-{uuid.uuid4().hex[:6]}."
     config = {"bootstrap.servers": endpoints.bootstrap("alpha")}
     run = LocalNetworkRun(spark, load_network(NETWORK), endpoints, registry, checkpoints,
@@ -104,7 +105,15 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
                            speedup=1.0, boundary_interval_s=1.0, progress=progress,
                            total_seconds=hold_s - 1.0, topic_prefix=prefix,
                            stime_origin_ms=lr.STIME_ORIGIN_MS)
-        time.sleep(drain_s)  # results of the last seconds still on their way
+        # Results of the last seconds are still on their way: wait until the notifications
+        # stop coming (after at least one came), so that slow runs are measured, not cut off.
+        deadline, seen, last_change = time.monotonic() + drain_s, 0, time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            if len(collector.rows) != seen:
+                seen, last_change = len(collector.rows), time.monotonic()
+            elif seen and time.monotonic() - last_change > quiet_s:
+                break
         collector.stop()
     result = StepResult(xways, hold_s, summary.sent, summary.rate, len(collector.rows))
     for report_time, emit_ms in collector.rows:
