@@ -185,7 +185,8 @@ def status(layout: StackLayout) -> list[ComponentStatus]:
     for name in dict.fromkeys([*checks, *recorded]):
         process = recorded.get(name)
         running = bool(process and process.alive())
-        endpoint, ready = checks.get(name, ("", lambda: False))
+        # The project's own processes (nodes) have no endpoint: running is answering.
+        endpoint, ready = checks.get(name, ("", lambda: True))
         result.append(ComponentStatus(name, endpoint, process.pid if process else None, running,
                                       running and ready(), process.log if process else None))
     return result
