@@ -20,12 +20,13 @@ from medusa.settings import StackSettings
 from medusa.stack.endpoints import Endpoints, resolve
 from medusa.stack.layout import StackLayout
 
-# Test ports stay clear of a developer's own `medusa up` on the default ports.
+# Test ports stay clear of a developer's own `medusa up` on the default ports, and below
+# the kernel's ephemeral range (32768 and up), where outgoing connections take ports.
 TEST_PORTS = {
-    "kafka_base_port": 39092, "registry_port": 38081, "registry_management_port": 38082,
-    "jaeger_otlp_grpc_port": 34317,
-    "jaeger_otlp_http_port": 34318, "jaeger_query_port": 36686, "jaeger_query_grpc_port": 36685,
-    "jaeger_health_port": 33133, "jaeger_metrics_port": 38888, "toxiproxy_port": 38474,
+    "kafka_base_port": 29092, "registry_port": 28081, "registry_management_port": 28082,
+    "jaeger_otlp_grpc_port": 24317,
+    "jaeger_otlp_http_port": 24318, "jaeger_query_port": 26686, "jaeger_query_grpc_port": 26685,
+    "jaeger_health_port": 23133, "jaeger_metrics_port": 28888, "toxiproxy_port": 28474,
 }
 
 

@@ -78,16 +78,17 @@ def _medusa(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
 def test_cli_up_status_down_on_a_one_participant_stack(launched, tmp_path) -> None:
     import os
 
+    # Below the ephemeral range (32768 and up), clear of the session stack's ports.
     env = {**os.environ, "MEDUSA_RUN_DIR": str(tmp_path / "run"),
-           "MEDUSA_KAFKA_BASE_PORT": "49092", "MEDUSA_REGISTRY_PORT": "48081",
-           "MEDUSA_REGISTRY_MANAGEMENT_PORT": "48082",
-           "MEDUSA_JAEGER_OTLP_GRPC_PORT": "44317", "MEDUSA_JAEGER_OTLP_HTTP_PORT": "44318",
-           "MEDUSA_JAEGER_QUERY_PORT": "46686", "MEDUSA_JAEGER_QUERY_GRPC_PORT": "46685",
-           "MEDUSA_JAEGER_HEALTH_PORT": "43133", "MEDUSA_JAEGER_METRICS_PORT": "48888"}
+           "MEDUSA_KAFKA_BASE_PORT": "31092", "MEDUSA_REGISTRY_PORT": "30081",
+           "MEDUSA_REGISTRY_MANAGEMENT_PORT": "30082",
+           "MEDUSA_JAEGER_OTLP_GRPC_PORT": "30317", "MEDUSA_JAEGER_OTLP_HTTP_PORT": "30318",
+           "MEDUSA_JAEGER_QUERY_PORT": "30686", "MEDUSA_JAEGER_QUERY_GRPC_PORT": "30685",
+           "MEDUSA_JAEGER_HEALTH_PORT": "30133", "MEDUSA_JAEGER_METRICS_PORT": "30888"}
     started = _medusa("up", "--participants", "1", "--skip-install", env=env)
     try:
         assert started.returncode == 0, started.stderr + started.stdout
-        assert "127.0.0.1:49092" in started.stdout
+        assert "127.0.0.1:31092" in started.stdout
         status = json.loads(_medusa("status", "--json", env=env).stdout)
         assert {row["name"]: row["answering"] for row in status} == {
             "kafka-alpha": True, "registry": True, "jaeger": True}
@@ -97,6 +98,6 @@ def test_cli_up_status_down_on_a_one_participant_stack(launched, tmp_path) -> No
     assert stopped.returncode == 0
     assert "stopped 3 process(es)" in stopped.stdout
     assert all(processes.process_start_ticks(pid) is None for pid in pids)
-    assert not processes.port_in_use(49092)
+    assert not processes.port_in_use(31092)
     status = json.loads(_medusa("status", "--json", env=env).stdout)
     assert not any(row["running"] for row in status)
