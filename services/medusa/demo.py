@@ -22,15 +22,11 @@ from rich.table import Table
 
 from medusa.consuming import TupleConsumer
 from medusa.envelope import TupleType
-from medusa.feeding import feed
-from medusa.linear_road import records as lr
 from medusa.linear_road.reference import compute
-from medusa.linear_road.sources import simulated
+from medusa.linear_road.sources import publish_traffic
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
-from medusa.producing import TupleProducer
 from medusa.progress import RateProgress
 from medusa.registry import registry_client
-from medusa.schemas import schema_for_topic
 from medusa.settings import REPO_ROOT, StackSettings
 from medusa.stack import launcher
 from medusa.stack.endpoints import Endpoints, resolve
@@ -177,14 +173,9 @@ def run_demo(duration_s: int, speedup: float, xways: int, console: Console) -> b
     console.print(f"[bold]4. Traffic[/]: {duration_s} simulated seconds on {xways} "
                   f"expressway(s), {speedup:g}x real time")
     with RateProgress("position reports and queries", total=duration_s - 1.0) as progress:
-        summary = feed(simulated(profile), kafka_config=config, registry=registry,
-                       topics=lr.TOPICS, to_dict=lr.to_dict, source_id="linear-road",
-                       speedup=speedup, boundary_interval_s=0.5, progress=progress,
-                       total_seconds=duration_s - 1.0, topic_prefix=prefix,
-                       stime_origin_ms=lr.STIME_ORIGIN_MS)
-    with TupleProducer(config, registry, prefix + lr.POSITION_REPORTS,
-                       schema_for_topic(lr.POSITION_REPORTS), "linear-road") as producer:
-        producer.emit_boundaries(lr.STIME_ORIGIN_MS + (duration_s + 3600) * 1000)
+        summary = publish_traffic(profile, kafka_config=config, registry=registry,
+                                  speedup=speedup, progress=progress, topic_prefix=prefix,
+                                  end_of_stream=True)
     console.print(f"sent {summary.sent:,} records at {summary.rate:,.0f}/s")
     console.print("[bold]5. Outputs as they arrive[/] (until the boxes are idle for 30 s)")
     watch = _watch(endpoints, prefix, expected, console)

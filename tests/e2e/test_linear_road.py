@@ -9,17 +9,12 @@ import pytest
 
 from medusa.consuming import TupleConsumer
 from medusa.envelope import TupleType
-from medusa.feeding import feed
-from medusa.linear_road import records as lr
 from medusa.linear_road.reference import compute
-from medusa.linear_road.sources import simulated
+from medusa.linear_road.sources import publish_traffic
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
-from medusa.producing import TupleProducer
 from medusa.progress import RateProgress
-from medusa.schemas import schema_for_topic
 from medusa_spark.local_run import LocalNetworkRun
 from medusa_spark.network.model import load_network
-from medusa_spark.session import spark_session
 
 pytestmark = pytest.mark.e2e
 
@@ -29,14 +24,6 @@ OUTPUTS = ("segment_statistics", "toll_notifications", "accident_alerts",
 # Five simulated minutes, with breakdowns and accidents forced so that every rule fires.
 PROFILE = TrafficProfile(xways=1, duration_s=300, peak_rate=150, breakdown_probability=0.004,
                          accident_probability=0.6, seed=5)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session("linear-road-e2e")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 def _read(kafka_config, registry, topic: str) -> list[str]:
@@ -63,16 +50,11 @@ def test_linear_road_matches_the_reference(spark, federation, kafka_config, regi
                           topic_prefix=prefix)
     with run:
         with RateProgress("linear road", total=PROFILE.duration_s - 1.0) as progress:
-            summary = feed(simulated(PROFILE), kafka_config=kafka_config, registry=registry,
-                           topics=lr.TOPICS, to_dict=lr.to_dict, source_id="linear-road",
-                           speedup=10, boundary_interval_s=0.5, progress=progress,
-                           total_seconds=PROFILE.duration_s - 1.0, topic_prefix=prefix,
-                           stime_origin_ms=lr.STIME_ORIGIN_MS)
+            # End of input follows: nothing comes with a smaller stime, every window closes.
+            summary = publish_traffic(PROFILE, kafka_config=kafka_config, registry=registry,
+                                      speedup=10, progress=progress, topic_prefix=prefix,
+                                      end_of_stream=True)
         assert summary.failed == 0
-        # End of input: nothing will come with a smaller stime, so every window closes.
-        with TupleProducer(kafka_config, registry, prefix + lr.POSITION_REPORTS,
-                           schema_for_topic(lr.POSITION_REPORTS), "linear-road") as producer:
-            producer.emit_boundaries(lr.STIME_ORIGIN_MS + (PROFILE.duration_s + 3600) * 1000)
         run.wait_until_quiet()
         for name in OUTPUTS:
             got = Counter(_read(kafka_config, registry, run.topic(name)))

@@ -21,9 +21,7 @@ from pyspark.sql import SparkSession
 
 from medusa.consuming import TupleConsumer
 from medusa.envelope import TupleType
-from medusa.feeding import feed
-from medusa.linear_road import records as lr
-from medusa.linear_road.sources import simulated
+from medusa.linear_road.sources import publish_traffic
 from medusa.linear_road.traffic import PEAK_REPORTS_PER_S_PER_XWAY, TrafficProfile
 from medusa.progress import RateProgress
 from medusa.settings import REPO_ROOT
@@ -100,11 +98,9 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
     with run:
         collector.start()
         with RateProgress(f"L={xways}", total=hold_s - 1.0) as progress:
-            summary = feed(simulated(profile), kafka_config=config, registry=registry,
-                           topics=lr.TOPICS, to_dict=lr.to_dict, source_id="linear-road",
-                           speedup=1.0, boundary_interval_s=1.0, progress=progress,
-                           total_seconds=hold_s - 1.0, topic_prefix=prefix,
-                           stime_origin_ms=lr.STIME_ORIGIN_MS)
+            summary = publish_traffic(profile, kafka_config=config, registry=registry,
+                                      speedup=1.0, progress=progress, topic_prefix=prefix,
+                                      boundary_interval_s=1.0)
         # Results of the last seconds are still on their way: wait until the notifications
         # stop coming (after at least one came), so that slow runs are measured, not cut off.
         deadline, seen, last_change = time.monotonic() + drain_s, 0, time.monotonic()

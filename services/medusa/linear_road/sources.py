@@ -5,10 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from medusa.feeding import Keyed
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from medusa.feeding import FeedSummary, Keyed, feed
+from medusa.linear_road import records as lr
 from medusa.linear_road.records import CsvLineError, LinearRoadRecord, parse_csv_line
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
+from medusa.producing import TupleProducer
+from medusa.progress import RateProgress
+from medusa.schemas import schema_for_topic
 
 
 def keyed(record: LinearRoadRecord) -> Keyed:
@@ -19,6 +26,27 @@ def keyed(record: LinearRoadRecord) -> Keyed:
 def simulated(profile: TrafficProfile) -> Iterator[tuple[float, list[Keyed]]]:
     for t, records in TrafficSimulation(profile).run():
         yield t, [keyed(record) for record in records]
+
+
+def publish_traffic(profile: TrafficProfile, *, kafka_config: dict[str, Any],
+                    registry: SchemaRegistryClient, speedup: float, progress: RateProgress,
+                    topic_prefix: str = "", boundary_interval_s: float = 0.5,
+                    end_of_stream: bool = False) -> FeedSummary:
+    """Publishes a simulation to the Linear Road input topics at ``speedup``.
+
+    With ``end_of_stream`` a final BOUNDARY far beyond the last report follows: nothing
+    smaller will come, so every window downstream closes.
+    """
+    summary = feed(simulated(profile), kafka_config=kafka_config, registry=registry,
+                   topics=lr.TOPICS, to_dict=lr.to_dict, source_id="linear-road",
+                   speedup=speedup, boundary_interval_s=boundary_interval_s,
+                   progress=progress, total_seconds=profile.duration_s - 1.0,
+                   topic_prefix=topic_prefix, stime_origin_ms=lr.STIME_ORIGIN_MS)
+    if end_of_stream:
+        with TupleProducer(kafka_config, registry, topic_prefix + lr.POSITION_REPORTS,
+                           schema_for_topic(lr.POSITION_REPORTS), "linear-road") as producer:
+            producer.emit_boundaries(lr.STIME_ORIGIN_MS + (profile.duration_s + 3600) * 1000)
+    return summary
 
 
 @dataclass
