@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.avro.functions import from_avro, to_avro
+from pyspark.sql.avro.functions import to_avro
 
 from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER
-from medusa_spark.wire import WIRE_HEADER_BYTES, header, schema_id
+from medusa_spark.wire import decode_avro, header, schema_id
 
 TYPE, ID, STIME = "_type", "_id", "_stime"
 ENVELOPE = (TYPE, ID, STIME)
@@ -62,10 +62,9 @@ def decode(raw: DataFrame, stream: KafkaStream) -> DataFrame:
     """Envelope columns, the record's fields, and for records that cannot be used
     (``_type`` INVALID) the raw value and the reason, for the dead-letter topic."""
     value = F.col("value")
-    body = F.substring(value, WIRE_HEADER_BYTES + 1, 2**31 - 1)
     writer_id = schema_id(value)
     decoded = F.when(value.isNotNull() & (writer_id == stream.schema_id),
-                     from_avro(body, stream.schema, {"mode": "PERMISSIVE"}))
+                     decode_avro(value, stream.schema))
     declared = header(TYPE_HEADER)
     stime = header(STIME_HEADER)
     reason = (
