@@ -110,3 +110,14 @@ def registry(federation: Endpoints):  # type: ignore[no-untyped-def]
     from medusa.registry import registry_client
 
     return registry_client(federation.registry_url)
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """One SparkSession with the connector jars for every test that runs boxes."""
+    from medusa_spark.session import spark_session
+
+    session = spark_session("medusa-tests")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

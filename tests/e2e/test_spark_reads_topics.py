@@ -8,17 +8,9 @@ from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
 from medusa.sensors import sensor_readings, to_dict
 from medusa.topics import ensure_topics
-from medusa_spark.session import spark_session
 from medusa_spark.wire import decode_avro, header, schema_id
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session("medusa-smoke-test")
-    yield session
-    session.stop()
 
 
 def test_spark_decodes_the_wire_format_with_the_writer_schema(

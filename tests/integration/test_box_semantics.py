@@ -21,20 +21,11 @@ from medusa.schemas import load_schema
 from medusa.topics import dead_letter_topic
 from medusa_spark.local_run import LocalNetworkRun
 from medusa_spark.network.model import parse_network
-from medusa_spark.session import spark_session
 
 pytestmark = pytest.mark.integration
 
 SECOND = 1000
 BASE_MS = 86_400_000  # clear of stime 0, which Spark reads as "no watermark"
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session("box-semantics")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 @dataclass

@@ -7,7 +7,6 @@ import yaml
 
 from medusa_spark.network.model import NetworkError, load_network, parse_network
 from medusa_spark.network.validate import check_structure, validate
-from medusa_spark.session import spark_session
 
 pytestmark = pytest.mark.integration
 
@@ -34,13 +33,6 @@ BASE = {
         {"from": "per_minute", "to": "stats"},
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session("network-validation", master="local[1]")
-    yield session
-    session.stop()
 
 
 def network(**changes: object) -> str:
