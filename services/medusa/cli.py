@@ -296,13 +296,16 @@ def produce_sensors(
         if batch:
             yield current, batch
 
-    with RateProgress("sensor readings", total=float(count)) as progress:
+    # The bar counts event-time seconds, as the feed reports them.
+    last_second = ((count - 1) // sensors) * interval_ms / 1000 or None
+    with RateProgress("sensor readings", total=last_second) as progress:
         summary = feed(seconds(), kafka_config=kafka, registry=registry,
                        topics=[sensor_data.SENSOR_READINGS], to_dict=sensor_data.to_dict,
                        source_id="sensors", speedup=speedup,
                        boundary_interval_s=settings.boundary_interval_s, progress=progress,
-                       partitions=partitions, flush_timeout_s=settings.flush_timeout_s,
-                       topic_prefix=topic_prefix, stime_origin_ms=start_ms)
+                       total_seconds=last_second, partitions=partitions,
+                       flush_timeout_s=settings.flush_timeout_s, topic_prefix=topic_prefix,
+                       stime_origin_ms=start_ms)
     _print_summary("sensors", summary.as_dict(), as_json)
     if summary.failed:
         raise typer.Exit(1)
