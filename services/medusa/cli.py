@@ -19,6 +19,9 @@ produce_app = typer.Typer(help="Publish data into the federation.", no_args_is_h
 schemas_app = typer.Typer(help="Schemas in the registry.", no_args_is_help=True)
 app.add_typer(produce_app, name="produce")
 app.add_typer(schemas_app, name="schemas")
+catalog_app = typer.Typer(help="The catalog: participants, nodes, streams, networks, boxes, "
+                               "contracts.", no_args_is_help=True)
+app.add_typer(catalog_app, name="catalog")
 
 console = Console()
 errors = Console(stderr=True)
@@ -95,6 +98,7 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
     table.add_row("schema registry (Confluent API)", endpoints.registry_url)
     table.add_row("Jaeger OTLP (gRPC)", endpoints.otlp_endpoint)
     table.add_row("Jaeger query API", endpoints.jaeger_query_url)
+    table.add_row("catalog (HTTP API, /docs)", endpoints.catalog_url)
     console.print(table)
 
 
@@ -438,6 +442,61 @@ def undeploy(
 
     publish_deployment(resolve().bootstrap(participant), None, name, None)
     console.print(f"withdrew {name}")
+
+
+@catalog_app.command("serve")
+def catalog_serve(
+    port: Annotated[int | None, typer.Option(
+        min=1024, max=65535, help="HTTP port [default: MEDUSA_CATALOG_PORT or 18090].")] = None,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    home: Annotated[str | None, typer.Option(
+        help="Participant whose Kafka keeps the catalog topic [default: the first].")] = None,
+    topic: Annotated[str, typer.Option(help="The compacted topic that holds the state.")
+                     ] = "medusa.catalog",
+) -> None:
+    """Serve the catalog's HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
+    import logging
+
+    from medusa.catalog.service import serve
+    from medusa.stack.endpoints import resolve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = StackSettings()
+    endpoints = resolve(settings)
+    home = home or settings.catalog_participant or next(iter(endpoints.kafka))
+    if home not in endpoints.kafka:
+        raise _fail(f"--home: no participant {home!r} (known: {', '.join(endpoints.kafka)})", 2)
+    serve(endpoints, home, host, port or settings.catalog_port, topic)
+
+
+@catalog_app.command("show")
+def catalog_show(
+    kind: Annotated[str, typer.Argument(
+        help="participants, nodes, streams, networks, boxes or contracts.")],
+    name: Annotated[str | None, typer.Argument(help="One entity, e.g. alpha/node-1.")] = None,
+) -> None:
+    """Print catalog entries as JSON."""
+    from medusa.catalog.client import CatalogClient, CatalogError
+    from medusa.catalog.model import Kind
+    from medusa.stack.endpoints import resolve
+
+    try:
+        chosen = Kind(kind)
+    except ValueError:
+        raise _fail(f"kind: expected one of {', '.join(k.value for k in Kind)}, got {kind!r}",
+                    2) from None
+    with CatalogClient(resolve().catalog_url) as catalog:
+        try:
+            if name is None:
+                found: Any = [e.model_dump(mode="json") for e in catalog.list(chosen)]
+            else:
+                entry = catalog.get(chosen, name)
+                if entry is None:
+                    raise _fail(f"no {chosen.singular} {name}")
+                found = entry.model_dump(mode="json")
+        except CatalogError as error:
+            raise _fail(str(error)) from None
+    print(json.dumps(found, indent=2))
 
 
 @app.command()

@@ -60,6 +60,9 @@ class StackSettings(BaseSettings):
     jaeger_health_port: int = Field(13133, ge=1024, le=65535)
     jaeger_metrics_port: int = Field(18888, ge=1024, le=65535)
     toxiproxy_port: int = Field(18474, ge=1024, le=65535)
+    catalog_port: int = Field(18090, ge=1024, le=65535)
+    catalog_participant: str | None = None
+    """Whose Kafka cluster keeps the catalog's topic; the first participant when unset."""
     run_dir: Path = REPO_ROOT / ".run"
     cache_dir: Path = REPO_ROOT / ".cache"
     java_home: Path | None = None
@@ -75,6 +78,7 @@ class StackSettings(BaseSettings):
     external_registry_url: str | None = None
     external_otlp_endpoint: str | None = None
     external_jaeger_query_url: str | None = None
+    external_catalog_url: str | None = None
 
     @field_validator("run_dir", "cache_dir")
     @classmethod

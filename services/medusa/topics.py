@@ -21,10 +21,12 @@ def ensure_topics(
     partitions: int = 4,
     replication_factor: int = 1,
     timeout_s: float = 30.0,
+    config: dict[str, str] | None = None,
 ) -> None:
-    """Create missing topics; existing ones are left as they are."""
+    """Create missing topics (with ``config``, e.g. compaction); existing ones stay as they are."""
     admin = AdminClient(admin_config)
-    wanted = [NewTopic(t, num_partitions=partitions, replication_factor=replication_factor)
+    wanted = [NewTopic(t, num_partitions=partitions, replication_factor=replication_factor,
+                       config=config or {})
               for t in dict.fromkeys(topics)]
     if not wanted:
         return

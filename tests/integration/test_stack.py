@@ -25,7 +25,7 @@ def launched(local_federation):
 
 def test_status_reports_every_component_answering(launched) -> None:
     rows = {row.name: row for row in launcher.status(launched.layout)}
-    assert set(rows) == {"kafka-alpha", "kafka-beta", "registry", "jaeger"}
+    assert set(rows) == {"kafka-alpha", "kafka-beta", "registry", "jaeger", "catalog"}
     assert all(row.running and row.answering for row in rows.values()), rows
 
 
@@ -40,7 +40,7 @@ def test_a_second_up_is_harmless(launched) -> None:
     launcher.up(launched.layout, report=messages.append)
     after = {row.name: row.pid for row in launcher.status(launched.layout)}
     assert before == after
-    assert sum("already running" in m for m in messages) == 4
+    assert sum("already running" in m for m in messages) == 5
 
 
 def test_a_taken_port_is_named_in_the_error(tmp_path) -> None:
@@ -84,19 +84,20 @@ def test_cli_up_status_down_on_a_one_participant_stack(launched, tmp_path) -> No
            "MEDUSA_REGISTRY_MANAGEMENT_PORT": "30082",
            "MEDUSA_JAEGER_OTLP_GRPC_PORT": "30317", "MEDUSA_JAEGER_OTLP_HTTP_PORT": "30318",
            "MEDUSA_JAEGER_QUERY_PORT": "30686", "MEDUSA_JAEGER_QUERY_GRPC_PORT": "30685",
-           "MEDUSA_JAEGER_HEALTH_PORT": "30133", "MEDUSA_JAEGER_METRICS_PORT": "30888"}
+           "MEDUSA_JAEGER_HEALTH_PORT": "30133", "MEDUSA_JAEGER_METRICS_PORT": "30888",
+           "MEDUSA_CATALOG_PORT": "30090"}
     started = _medusa("up", "--participants", "1", "--skip-install", env=env)
     try:
         assert started.returncode == 0, started.stderr + started.stdout
         assert "127.0.0.1:31092" in started.stdout
         status = json.loads(_medusa("status", "--json", env=env).stdout)
         assert {row["name"]: row["answering"] for row in status} == {
-            "kafka-alpha": True, "registry": True, "jaeger": True}
+            "kafka-alpha": True, "registry": True, "jaeger": True, "catalog": True}
         pids = [row["pid"] for row in status]
     finally:
         stopped = _medusa("down", env=env)
     assert stopped.returncode == 0
-    assert "stopped 3 process(es)" in stopped.stdout
+    assert "stopped 4 process(es)" in stopped.stdout
     assert all(processes.process_start_ticks(pid) is None for pid in pids)
     assert not processes.port_in_use(31092)
     status = json.loads(_medusa("status", "--json", env=env).stdout)

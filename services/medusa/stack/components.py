@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,6 +112,7 @@ def health_checks(layout: StackLayout) -> dict[str, tuple[str, Callable[[], bool
     checks["registry"] = (layout.registry_url, lambda: http_ok(registry_health))
     health = f"http://127.0.0.1:{layout.settings.jaeger_health_port}/status"
     checks["jaeger"] = (layout.jaeger_query_url, lambda: http_ok(health))
+    checks["catalog"] = (layout.catalog_url, lambda: http_ok(f"{layout.catalog_url}/health"))
     return checks
 
 
@@ -210,10 +212,22 @@ def jaeger(layout: StackLayout) -> Component:
     )
 
 
+def catalog(layout: StackLayout) -> Component:
+    """The project's own catalog service, in this Python environment."""
+    return Component(
+        name="catalog",
+        command=[sys.executable, "-m", "medusa", "catalog", "serve",
+                 "--port", str(layout.settings.catalog_port), "--home", layout.catalog_home],
+        env={"MEDUSA_RUN_DIR": str(layout.run_dir)},
+        endpoint=layout.catalog_url,
+        ready=health_checks(layout)["catalog"][1],
+    )
+
+
 def kafka_components(layout: StackLayout) -> list[Component]:
     return [kafka_broker(layout, participant) for participant in layout.participants]
 
 
 def service_components(layout: StackLayout) -> list[Component]:
     """What starts once Kafka answers (the registry keeps its data in Kafka)."""
-    return [schema_registry(layout), jaeger(layout)]
+    return [schema_registry(layout), jaeger(layout), catalog(layout)]

@@ -17,6 +17,7 @@ class Endpoints:
     registry_url: str
     otlp_endpoint: str
     jaeger_query_url: str
+    catalog_url: str = ""
 
     def bootstrap(self, participant: str | None = None) -> str:
         if participant is None:
@@ -51,6 +52,7 @@ def local_endpoints(layout: StackLayout) -> Endpoints:
         registry_url=layout.registry_url,
         otlp_endpoint=layout.otlp_endpoint,
         jaeger_query_url=layout.jaeger_query_url,
+        catalog_url=layout.catalog_url,
     )
 
 
@@ -69,4 +71,5 @@ def resolve(settings: StackSettings | None = None) -> Endpoints:
         registry_url=settings.external_registry_url or local.registry_url,
         otlp_endpoint=settings.external_otlp_endpoint or local.otlp_endpoint,
         jaeger_query_url=settings.external_jaeger_query_url or local.jaeger_query_url,
+        catalog_url=settings.external_catalog_url or local.catalog_url or layout.catalog_url,
     )

@@ -69,6 +69,14 @@ class StackLayout:
         return f"http://127.0.0.1:{self.settings.jaeger_query_port}"
 
     @property
+    def catalog_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.catalog_port}"
+
+    @property
+    def catalog_home(self) -> str:
+        return self.settings.catalog_participant or self.participants[0].name
+
+    @property
     def toxiproxy_url(self) -> str:
         return f"http://127.0.0.1:{self.settings.toxiproxy_port}"
 
@@ -94,4 +102,5 @@ class StackLayout:
         ports[s.jaeger_query_grpc_port] = "Jaeger query gRPC API"
         ports[s.jaeger_health_port] = "Jaeger health check"
         ports[s.jaeger_metrics_port] = "Jaeger metrics"
+        ports[s.catalog_port] = "catalog"
         return ports

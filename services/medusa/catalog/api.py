@@ -1,0 +1,230 @@
+"""The catalog's HTTP JSON API; FastAPI serves its OpenAPI description at /openapi.json.
+
+Writes are versioned: a create sends no version, an update sends the version it
+read, and a stale one gets 409 instead of overwriting someone else's change.
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the handlers' annotations at
+# run time, and the PUT bodies are types made per kind inside a function.
+from typing import Annotated, Any
+
+from fastapi import Body, FastAPI, HTTPException, Path, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, create_model
+
+from medusa.catalog.model import (
+    PART,
+    SPECS,
+    BoxSpec,
+    ContractSpec,
+    Entry,
+    Kind,
+    NetworkSpec,
+    NodeSpec,
+    Spec,
+    StreamSpec,
+)
+from medusa.catalog.store import CatalogStore, CatalogUnavailableError, VersionConflictError
+
+Segment = Annotated[str, Path(pattern=rf"^{PART}$", max_length=63)]
+
+
+class Problem(BaseModel):
+    detail: str
+
+
+class Health(BaseModel):
+    status: str
+    entries: int
+    revision: int
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": Problem, "description": "No such entity"},
+    409: {"model": Problem, "description": "Version conflict: read again and retry"},
+    422: {"description": "Malformed request, or it names something that does not exist"},
+    503: {"model": Problem, "description": "The catalog cannot reach its Kafka topic"},
+}
+
+
+def _put_body(spec: type[Spec]) -> type[BaseModel]:
+    """The body of a PUT for one kind: the spec, and the version read (absent to create)."""
+    model: type[BaseModel] = create_model(
+        f"Put{spec.__name__.removesuffix('Spec')}",
+        __config__={"extra": "forbid"},
+        spec=(spec, ...),
+        version=(int | None, Field(None, ge=1, le=2**62,
+                                   description="The version read; leave out to create")),
+    )
+    return model
+
+
+class References:
+    """Checks that what a write names exists: a stale or misspelt name is a 422, not data."""
+
+    def __init__(self, store: CatalogStore) -> None:
+        self.store = store
+
+    def require(self, kind: Kind, name: str, field: str) -> Entry:
+        entry = self.store.get(kind, name)
+        if entry is None:
+            raise HTTPException(422, f"{field}: there is no {kind.singular} {name!r} "
+                                     "in the catalog")
+        return entry
+
+    def check(self, kind: Kind, name: str, spec: Spec) -> None:
+        participant = name.split("/", 1)[0]
+        if kind is not Kind.PARTICIPANTS:
+            self.require(Kind.PARTICIPANTS, participant, "participant")
+        if isinstance(spec, NodeSpec) and spec.secondary == name:
+            raise HTTPException(422, f"secondary: node {name} cannot be its own secondary")
+        if isinstance(spec, StreamSpec) and spec.network is not None:
+            self.require(Kind.NETWORKS, spec.network, "network")
+        if isinstance(spec, NetworkSpec):
+            self._check_network(name, spec)
+        if isinstance(spec, BoxSpec):
+            self._check_box(name, spec)
+        if isinstance(spec, ContractSpec):
+            if participant not in spec.parties:
+                raise HTTPException(422, f"parties: the contract is filed under {participant!r}, "
+                                         "which must be one of its parties")
+            for party in spec.parties:
+                self.require(Kind.PARTICIPANTS, party, "parties")
+
+    def _check_network(self, name: str, spec: NetworkSpec) -> None:
+        from medusa_spark.network.model import NetworkError, parse_network
+
+        try:
+            network = parse_network(spec.definition, origin=f"network {name}")
+        except NetworkError as error:
+            raise HTTPException(422, f"definition: {error}") from None
+        participant, _, network_name = name.partition("/")
+        if network.name != network_name or network.participant != participant:
+            raise HTTPException(422, f"definition: the YAML names network "
+                                     f"{network.participant}/{network.name}, not {name}")
+
+    def _check_box(self, name: str, spec: BoxSpec) -> None:
+        participant, network_name, box = name.split("/")
+        if spec.network != f"{participant}/{network_name}":
+            raise HTTPException(422, f"network: box {name} belongs to network "
+                                     f"{participant}/{network_name}, not {spec.network}")
+        network = self.require(Kind.NETWORKS, spec.network, "network")
+        from medusa_spark.network.model import parse_network
+
+        if box not in parse_network(network.spec["definition"]).boxes:
+            raise HTTPException(422, f"box: network {spec.network} has no box {box!r}")
+        self.require(Kind.NODES, spec.node, "node")
+
+
+def create_app(store: CatalogStore) -> FastAPI:
+    app = FastAPI(title="Medusa catalog", version="1",
+                  description="Participants, nodes, streams, query networks, box placement "
+                              "and contracts of a Medusa federation.")
+    references = References(store)
+
+    @app.exception_handler(VersionConflictError)
+    def _conflict(_: Request, error: VersionConflictError) -> JSONResponse:
+        status = 404 if error.actual is None and error.expected is not None else 409
+        return JSONResponse({"detail": str(error)}, status_code=status)
+
+    @app.exception_handler(CatalogUnavailableError)
+    def _unavailable(_: Request, error: CatalogUnavailableError) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=503)
+
+    @app.get("/health", response_model=Health, tags=["service"])
+    def health() -> Health:
+        return Health(status="ok", entries=len(store.snapshot()), revision=store.revision)
+
+    for kind in Kind:
+        _routes(app, store, references, kind)
+    return app
+
+
+def _routes(app: FastAPI, store: CatalogStore, references: References, kind: Kind) -> None:
+    spec_type = SPECS[kind]
+    body_type = _put_body(spec_type)
+    singular = kind.singular
+    segments = ["participant", "name"][:kind.segments] if kind is not Kind.BOXES else [
+        "participant", "network", "box"]
+    path = f"/v1/{kind.value}/" + "/".join(f"{{{s}}}" for s in segments)
+    tags: list[str | Any] = [kind.value]
+
+    def name_of(parts: dict[str, str]) -> str:
+        return "/".join(parts[s] for s in segments)
+
+    @app.get(f"/v1/{kind.value}", response_model=list[Entry], tags=tags,
+             operation_id=f"list_{kind.value}", summary=f"List {kind.value}")
+    def list_entries(
+        participant: Annotated[str | None, Query(pattern=rf"^{PART}$")] = None,
+        node: Annotated[str | None, Query(pattern=rf"^{PART}/{PART}$",
+                                          description="Boxes placed on this node")] = None,
+        network: Annotated[str | None, Query(pattern=rf"^{PART}/{PART}$",
+                                             description="Boxes of this network")] = None,
+    ) -> list[Entry]:
+        entries = store.list(kind, f"{participant}/" if participant else "")
+        if node is not None:
+            entries = [e for e in entries if e.spec.get("node") == node]
+        if network is not None:
+            entries = [e for e in entries if e.spec.get("network") == network]
+        return entries
+
+    def get_entry(**parts: str) -> Entry:
+        entry = store.get(kind, name_of(parts))
+        if entry is None:
+            raise HTTPException(404, f"no {singular} {name_of(parts)}")
+        return entry
+
+    def put_entry(body: Any, **parts: str) -> Entry:
+        name = name_of(parts)
+        references.check(kind, name, body.spec)
+        return store.put(kind, name, body.spec.model_dump(mode="json"), body.version)
+
+    def delete_entry(version: int | None, **parts: str) -> Entry:
+        return store.delete(kind, name_of(parts), version)
+
+    # FastAPI reads the path parameters from the signature, so each arity gets its own.
+    if len(segments) == 1:
+        def get1(participant: Segment) -> Entry:
+            return get_entry(participant=participant)
+
+        def put1(participant: Segment, body: Annotated[body_type, Body()]) -> Entry:  # type: ignore[valid-type]
+            return put_entry(body, participant=participant)
+
+        def delete1(participant: Segment, version: Annotated[
+                int | None, Query(ge=1, le=2**62)] = None) -> Entry:
+            return delete_entry(version, participant=participant)
+        handlers: tuple[Any, Any, Any] = (get1, put1, delete1)
+    elif len(segments) == 2:
+        def get2(participant: Segment, name: Segment) -> Entry:
+            return get_entry(participant=participant, name=name)
+
+        def put2(participant: Segment, name: Segment,
+                 body: Annotated[body_type, Body()]) -> Entry:  # type: ignore[valid-type]
+            return put_entry(body, participant=participant, name=name)
+
+        def delete2(participant: Segment, name: Segment, version: Annotated[
+                int | None, Query(ge=1, le=2**62)] = None) -> Entry:
+            return delete_entry(version, participant=participant, name=name)
+        handlers = (get2, put2, delete2)
+    else:
+        def get3(participant: Segment, network: Segment, box: Segment) -> Entry:
+            return get_entry(participant=participant, network=network, box=box)
+
+        def put3(participant: Segment, network: Segment, box: Segment,
+                 body: Annotated[body_type, Body()]) -> Entry:  # type: ignore[valid-type]
+            return put_entry(body, participant=participant, network=network, box=box)
+
+        def delete3(participant: Segment, network: Segment, box: Segment, version: Annotated[
+                int | None, Query(ge=1, le=2**62)] = None) -> Entry:
+            return delete_entry(version, participant=participant, network=network, box=box)
+        handlers = (get3, put3, delete3)
+    get_handler, put_handler, delete_handler = handlers
+    app.get(path, response_model=Entry, responses=ERRORS, tags=tags,
+            operation_id=f"get_{singular}", summary=f"Read a {singular}")(get_handler)
+    app.put(path, response_model=Entry, responses=ERRORS, tags=tags,
+            operation_id=f"put_{singular}",
+            summary=f"Create a {singular} (no version) or update it (the version read)",
+            )(put_handler)
+    app.delete(path, response_model=Entry, responses=ERRORS, tags=tags,
+               operation_id=f"delete_{singular}",
+               summary=f"Remove a {singular} (only at ``version`` when given)")(delete_handler)

@@ -1,0 +1,146 @@
+"""What the catalog holds: one versioned entry per named entity, of six kinds.
+
+Every name is global: ``participant/entity`` (a participant's own name is just
+``participant``; a box is ``participant/network/box``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PART = r"[a-z][a-z0-9_-]{0,62}"
+"""One segment of a name: a participant, node, stream, network or box."""
+NODE_NAME = rf"^{PART}/{PART}$"
+NETWORK_NAME = rf"^{PART}/{PART}$"
+
+PartName = Annotated[str, Field(pattern=rf"^{PART}$", examples=["alpha"])]
+NodeName = Annotated[str, Field(pattern=NODE_NAME, examples=["alpha/node-1"])]
+
+
+class Kind(StrEnum):
+    PARTICIPANTS = "participants"
+    NODES = "nodes"
+    STREAMS = "streams"
+    NETWORKS = "networks"
+    BOXES = "boxes"
+    CONTRACTS = "contracts"
+
+    @property
+    def singular(self) -> str:
+        return "box" if self is Kind.BOXES else self.value[:-1]
+
+    @property
+    def segments(self) -> int:
+        """How many ``/``-separated parts a name of this kind has."""
+        return {Kind.PARTICIPANTS: 1, Kind.BOXES: 3}.get(self, 2)
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ParticipantSpec(Spec):
+    """An administrative domain: one Kafka cluster with its own nodes."""
+
+    kafka_bootstrap: str = Field(min_length=1, max_length=1000, examples=["127.0.0.1:19092"])
+    registry_url: str | None = Field(None, max_length=1000)
+    description: str = Field("", max_length=2000)
+
+
+class NodeSpec(Spec):
+    """A node process: one SparkSession hosting the boxes placed on it."""
+
+    secondary: NodeName | None = None
+    """The node that takes over this node's boxes when it fails."""
+    status: Literal["up", "down", "draining"] = "up"
+    checkpoint_root: str | None = Field(None, max_length=2000)
+    """Where this node keeps its boxes' checkpoints; a box moved away is copied from here."""
+    incarnation: str | None = Field(None, max_length=100)
+    """Changes at every start of the node process."""
+    capacity: float = Field(1.0, gt=0, le=1_000_000)
+    """Relative capacity, used by the automatic placement."""
+
+
+class StreamSpec(Spec):
+    """A Kafka topic of the participant's cluster, with its schema."""
+
+    topic: str = Field(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$")
+    schema_subject: str = Field(min_length=1, max_length=500)
+    network: str | None = Field(None, pattern=NETWORK_NAME)
+    """The network that declared it, if any."""
+
+
+class NetworkSpec(Spec):
+    """A query network: its YAML definition, which nodes instantiate by name (remote definition)."""
+
+    definition: str = Field(min_length=1, max_length=1_000_000)
+
+
+BoxPhase = Literal["placed", "running", "releasing", "released"]
+
+
+class BoxSpec(Spec):
+    """Where one box of a network runs.
+
+    A move changes ``node``: the old node stops the box at a batch boundary and
+    sets ``phase: released`` with its ``checkpoint``; only then does the new node
+    start it from a copy of that checkpoint.
+    """
+
+    network: str = Field(pattern=NETWORK_NAME)
+    node: NodeName
+    phase: BoxPhase = "placed"
+    checkpoint: str | None = Field(None, max_length=2000)
+    """Where the box's state is, once a node has run it."""
+    released_by: NodeName | None = None
+
+
+class ContractSpec(Spec):
+    """Terms under which load may move between two participants (used by load management)."""
+
+    parties: list[PartName] = Field(min_length=2, max_length=2)
+    price: float = Field(ge=0, le=1e12)
+    """The upper end p of the price range [p - delta, p], per unit of load."""
+    delta: float = Field(0.0, ge=0, le=1e12)
+    movable: list[str] = Field(default_factory=list, max_length=10_000)
+    """Global names of the boxes and streams that may move under this contract."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ContractSpec:
+        if self.parties[0] == self.parties[1]:
+            raise ValueError("a contract needs two different parties")
+        if self.delta > self.price:
+            raise ValueError("delta must not exceed price (the range is [price - delta, price])")
+        return self
+
+
+SPECS: dict[Kind, type[Spec]] = {
+    Kind.PARTICIPANTS: ParticipantSpec,
+    Kind.NODES: NodeSpec,
+    Kind.STREAMS: StreamSpec,
+    Kind.NETWORKS: NetworkSpec,
+    Kind.BOXES: BoxSpec,
+    Kind.CONTRACTS: ContractSpec,
+}
+
+
+class Entry(BaseModel):
+    """One entity as stored: its kind, global name, version and spec."""
+
+    kind: Kind
+    name: str
+    version: int = Field(ge=1)
+    updated_at: int
+    """Milliseconds since the epoch."""
+    spec: dict[str, Any]
+
+    @property
+    def participant(self) -> str:
+        return self.name.split("/", 1)[0]
+
+
+def key_of(kind: Kind, name: str) -> str:
+    return f"{kind.value}/{name}"

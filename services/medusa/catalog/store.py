@@ -1,0 +1,170 @@
+"""The catalog's state: a compacted Kafka topic, replayed into memory at start.
+
+Every write is one Kafka transaction that is committed before the write is
+acknowledged, so an acknowledged write survives a kill -9. The producer's fixed
+transactional id fences an older instance: a second catalog that starts on the
+same topic makes the first one's writes fail instead of interleaving with them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from medusa.catalog.model import Entry, Kind, key_of
+from medusa.topics import ensure_topics
+
+CATALOG_TOPIC = "medusa.catalog"
+
+log = logging.getLogger("medusa.catalog")
+
+
+class VersionConflictError(Exception):
+    """The entity is not at the version the writer read."""
+
+    def __init__(self, kind: Kind, name: str, expected: int | None, actual: int | None) -> None:
+        self.kind, self.name, self.expected, self.actual = kind, name, expected, actual
+        what = f"{kind.singular} {name}"
+        if actual is None:
+            message = f"{what} does not exist (the update expected version {expected})"
+        elif expected is None:
+            message = (f"{what} already exists at version {actual}; send that version "
+                       "to update it")
+        else:
+            message = f"{what} is at version {actual}, not {expected}: read it again and retry"
+        super().__init__(message)
+
+
+class CatalogUnavailableError(Exception):
+    """The catalog cannot write: Kafka is unreachable, or a newer instance fenced this one."""
+
+
+class CatalogStore:
+    def __init__(self, bootstrap: str, topic: str = CATALOG_TOPIC,
+                 transactional_id: str | None = None, timeout_s: float = 30.0) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.transactional_id = transactional_id or f"medusa-catalog-{topic}"
+        self.timeout_s = timeout_s
+        self._entries: dict[str, Entry] = {}
+        self._lock = threading.Lock()
+        self._producer: Producer | None = None
+        self.revision = 0
+        """Counts the changes this instance has applied, replayed ones included."""
+
+    def start(self) -> CatalogStore:
+        ensure_topics({"bootstrap.servers": self.bootstrap}, [self.topic], partitions=1,
+                      config={"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"})
+        producer = Producer({"bootstrap.servers": self.bootstrap,
+                             "transactional.id": self.transactional_id,
+                             "enable.idempotence": True, "acks": "all", "linger.ms": 0})
+        # Fences an older instance and aborts its open transaction before we read.
+        producer.init_transactions(self.timeout_s)
+        self._producer = producer
+        self._replay()
+        log.info("catalog: %d entries replayed from %s on %s", len(self._entries), self.topic,
+                 self.bootstrap)
+        return self
+
+    def _replay(self) -> None:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap,
+                             "group.id": f"{self.transactional_id}-replay",
+                             "isolation.level": "read_committed",
+                             "enable.partition.eof": True, "enable.auto.commit": False})
+        consumer.assign([TopicPartition(self.topic, 0, 0)])
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while True:
+                if time.monotonic() > deadline:
+                    raise CatalogUnavailableError(
+                        f"could not read {self.topic} on {self.bootstrap} to the end "
+                        f"within {self.timeout_s:.0f}s")
+                message = consumer.poll(1.0)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        return
+                    raise CatalogUnavailableError(f"reading {self.topic}: {error.str()}")
+                self._apply((message.key() or b"").decode(), message.value())
+        finally:
+            consumer.close()
+
+    def _apply(self, key: str, value: bytes | None) -> None:
+        self.revision += 1
+        if value is None:
+            self._entries.pop(key, None)
+        else:
+            self._entries[key] = Entry.model_validate_json(value)
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(self.timeout_s)
+            self._producer = None
+
+    def get(self, kind: Kind, name: str) -> Entry | None:
+        return self._entries.get(key_of(kind, name))
+
+    def list(self, kind: Kind, prefix: str = "") -> list[Entry]:
+        start = key_of(kind, prefix)
+        with self._lock:
+            entries = [e for k, e in self._entries.items() if k.startswith(start)]
+        return sorted(entries, key=lambda e: e.name)
+
+    def put(self, kind: Kind, name: str, spec: dict[str, Any], expected: int | None) -> Entry:
+        """Create (``expected`` None) or update (``expected``: the version read) an entity."""
+        key = key_of(kind, name)
+        with self._lock:
+            current = self._entries.get(key)
+            actual = current.version if current else None
+            if actual != expected:
+                raise VersionConflictError(kind, name, expected, actual)
+            entry = Entry(kind=kind, name=name, version=(actual or 0) + 1,
+                          updated_at=int(time.time() * 1000), spec=spec)
+            self._write(key, entry.model_dump_json().encode())
+            self._apply(key, entry.model_dump_json().encode())
+            return entry
+
+    def delete(self, kind: Kind, name: str, expected: int | None) -> Entry:
+        """Remove an entity; with ``expected``, only if it is still at that version."""
+        key = key_of(kind, name)
+        with self._lock:
+            current = self._entries.get(key)
+            if current is None or (expected is not None and current.version != expected):
+                raise VersionConflictError(kind, name, expected,
+                                           current.version if current else None)
+            self._write(key, None)
+            self._apply(key, None)
+            return current
+
+    def _write(self, key: str, value: bytes | None) -> None:
+        producer = self._producer
+        if producer is None:
+            raise CatalogUnavailableError("the catalog store is not started")
+        try:
+            producer.begin_transaction()
+            producer.produce(self.topic, key=key.encode(), value=value, partition=0)
+            producer.commit_transaction(self.timeout_s)
+        except KafkaException as error:
+            kafka_error = error.args[0]
+            if kafka_error.txn_requires_abort():
+                try:
+                    producer.abort_transaction(self.timeout_s)
+                except KafkaException:
+                    pass
+            reason = kafka_error.str()
+            if kafka_error.fatal():
+                self._producer = None
+                reason += " (fenced by a newer catalog instance, or fatal; restart this one)"
+            raise CatalogUnavailableError(f"could not write {key} to {self.topic}: "
+                                          f"{reason}") from None
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [json.loads(e.model_dump_json()) for e in self._entries.values()]
