@@ -93,9 +93,11 @@ class References:
 
     def _check_network(self, name: str, spec: NetworkSpec) -> None:
         from medusa_spark.network.model import NetworkError, parse_network
+        from medusa_spark.network.validate import check_structure
 
         try:
             network = parse_network(spec.definition, origin=f"network {name}")
+            check_structure(network)  # types need Spark: `medusa deploy` checks them first
         except NetworkError as error:
             raise HTTPException(422, f"definition: {error}") from None
         participant, _, network_name = name.partition("/")
