@@ -359,17 +359,21 @@ def node(
     name: Annotated[str, typer.Option(help="Node name, unique in its participant.")] = "node-1",
     participant: Annotated[str, typer.Option(help="Participant the node belongs to.")
                            ] = "alpha",
+    secondary: Annotated[str | None, typer.Option(
+        help="The node that takes over this one's boxes if it fails, as participant/node.")
+                         ] = None,
     master: Annotated[str, typer.Option(
         help="Spark master: local[N], or a cluster URL such as spark://host:7077.")
                       ] = "local[2]",
     checkpoint_root: Annotated[str | None, typer.Option(
         help="Checkpoint root: a path here, an HDFS or S3 URI on a cluster "
-             "[default: <run dir>/checkpoints].")] = None,
+             "[default: <run dir>/checkpoints/<participant>/<name>].")] = None,
 ) -> None:
-    """Run a node: a SparkSession hosting the boxes deployed to it, until interrupted."""
+    """Run a node: a SparkSession hosting the boxes the catalog places on it, until stopped."""
     import logging
     import signal
 
+    from medusa.catalog.client import CatalogClient
     from medusa.registry import registry_client
     from medusa.stack.endpoints import resolve
     from medusa_spark.node import Node
@@ -379,12 +383,19 @@ def node(
     settings = StackSettings()
     endpoints = resolve(settings)
     if participant not in endpoints.kafka:
-        raise _fail(f"no participant {participant!r} (known: {', '.join(endpoints.kafka)})", 2)
+        raise _fail(f"--participant: no participant {participant!r} "
+                    f"(known: {', '.join(endpoints.kafka)})", 2)
+    if secondary is not None and secondary.count("/") != 1:
+        raise _fail(f"--secondary: expected participant/node, got {secondary!r}", 2)
+    catalog = CatalogClient(endpoints.catalog_url)
+    if not catalog.healthy():
+        raise _fail(f"the catalog at {endpoints.catalog_url} does not answer; "
+                    "start the federation with `medusa up`")
     spark = spark_session(f"medusa-node-{participant}-{name}", master=master)
     spark.sparkContext.setLogLevel("WARN")
     root = checkpoint_root or str(settings.run_dir / "checkpoints" / participant / name)
     running = Node(name, participant, endpoints, registry_client(endpoints.registry_url), spark,
-                   root)
+                   root, catalog, secondary)
     signal.signal(signal.SIGTERM, lambda *_: running.stop())
     console.print(f"node {running.global_name} on {master}, checkpoints in {root}")
     try:
@@ -393,55 +404,100 @@ def node(
         running.stop()
     finally:
         spark.stop()
+        catalog.close()
 
 
 @app.command()
 def deploy(
     network: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
                                             help="Query network YAML file.")],
-    node_name: Annotated[str | None, typer.Option(
-        "--node", help="Node to run it on [default: any node of the participant].")] = None,
+    placement: Annotated[Path | None, typer.Option(
+        exists=True, dir_okay=False,
+        help="YAML mapping of box to node (participant/node); boxes it leaves out, "
+             "and all when it is not given, are placed automatically.")] = None,
     check: Annotated[bool, typer.Option(
         "--check", help="Only validate the network; deploy nothing.")] = False,
 ) -> None:
-    """Validate a query network and hand it to a node."""
+    """Validate a query network and place its boxes on the federation's nodes."""
+    from medusa.catalog.client import CatalogClient, CatalogError
+    from medusa.placement import PlacementError, parse_placement
+    from medusa.registry import registry_client
     from medusa.stack.endpoints import resolve
+    from medusa_spark.deploy import deploy as deploy_network
     from medusa_spark.network.model import NetworkError, load_network
     from medusa_spark.network.validate import validate
-    from medusa_spark.node import publish_deployment
     from medusa_spark.session import spark_session
 
     try:
         spec = load_network(network)
-    except NetworkError as error:
+        given = parse_placement(placement.read_text(), str(placement)) if placement else None
+    except (NetworkError, PlacementError) as error:
         raise _fail(str(error), 2) from None
-    spark = spark_session("medusa-deploy-check", master="local[1]")
+    spark = spark_session("medusa-deploy", master="local[1]")
     try:
-        plan = validate(spec, spark)
-    except NetworkError as error:
+        if check:
+            plan = validate(spec, spark)
+            console.print(f"network {spec.name}: {len(plan.boxes)} boxes, valid")
+            return
+        endpoints = resolve()
+        with CatalogClient(endpoints.catalog_url) as catalog:
+            placed = deploy_network(network.read_text(), str(network), endpoints,
+                                    registry_client(endpoints.registry_url), spark, catalog,
+                                    given, console.print)
+    except (NetworkError, PlacementError) as error:
         raise _fail(f"{network}: {error}", 2) from None
+    except CatalogError as error:
+        raise _fail(str(error)) from None
     finally:
         spark.stop()
-    console.print(f"network {spec.name}: {len(plan.boxes)} boxes, valid")
-    if check:
-        return
-    participant, _, node_part = (node_name or "").rpartition("/")
-    bootstrap = resolve().bootstrap(participant or spec.participant)
-    publish_deployment(bootstrap, network.read_text(), spec.name, node_part or None)
-    console.print(f"deployed {spec.name} to {node_name or 'the nodes of ' + spec.participant}")
+    nodes = sorted(set(placed.values()))
+    console.print(f"deployed {spec.participant}/{spec.name}: {len(placed)} boxes on "
+                  f"{len(nodes)} node(s) ({', '.join(nodes)})")
 
 
 @app.command()
 def undeploy(
-    name: Annotated[str, typer.Argument(help="Network name.")],
-    participant: Annotated[str, typer.Option(help="Participant it runs in.")] = "alpha",
+    name: Annotated[str, typer.Argument(help="Network, as participant/network "
+                                             "(or a bare name of the first participant).")],
 ) -> None:
-    """Stop a network on the nodes that run it."""
+    """Stop a network: its nodes stop its boxes, and the catalog forgets it."""
+    from medusa.catalog.client import CatalogClient, CatalogError
     from medusa.stack.endpoints import resolve
-    from medusa_spark.node import publish_deployment
+    from medusa_spark.deploy import undeploy as undeploy_network
 
-    publish_deployment(resolve().bootstrap(participant), None, name, None)
-    console.print(f"withdrew {name}")
+    endpoints = resolve()
+    if "/" not in name:
+        name = f"{next(iter(endpoints.kafka))}/{name}"
+    with CatalogClient(endpoints.catalog_url) as catalog:
+        try:
+            count = undeploy_network(catalog, name, console.print)
+        except CatalogError as error:
+            raise _fail(str(error)) from None
+    console.print(f"withdrew {name} ({count} boxes)")
+
+
+@app.command()
+def move(
+    box: Annotated[str, typer.Argument(
+        help="The box, as participant/box (or participant/network/box).")],
+    to: Annotated[str, typer.Option("--to", help="Node to move it to, as participant/node.")],
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for the hand-over.")
+                       ] = 300.0,
+) -> None:
+    """Move a running box, with its state, to another node."""
+    from medusa.catalog.client import CatalogClient, CatalogError
+    from medusa.stack.endpoints import resolve
+    from medusa_spark.deploy import move as move_box
+
+    if to.count("/") != 1:
+        raise _fail(f"--to: expected participant/node, got {to!r}", 2)
+    with CatalogClient(resolve().catalog_url) as catalog:
+        try:
+            result = move_box(catalog, box, to, timeout, console.print)
+        except (CatalogError, TimeoutError) as error:
+            raise _fail(str(error)) from None
+    console.print(f"moved {result.box} from {result.source} to {result.target} "
+                  f"in {result.seconds:.1f}s")
 
 
 @catalog_app.command("serve")

@@ -52,9 +52,9 @@ class OutputWatch:
 
 
 def _deploy(endpoints: Endpoints, prefix: str, console: Console) -> str:
+    from medusa.catalog.client import CatalogClient
+    from medusa_spark.deploy import deploy, wait_for_node
     from medusa_spark.network.model import parse_network
-    from medusa_spark.network.validate import validate
-    from medusa_spark.node import publish_deployment
     from medusa_spark.session import spark_session
 
     raw = yaml.safe_load(NETWORK.read_text())
@@ -62,15 +62,20 @@ def _deploy(endpoints: Endpoints, prefix: str, console: Console) -> str:
     # Replayed faster than real time, a micro-batch spans more stime: allow for it.
     raw["lateness"] = "2 minutes"
     text = yaml.safe_dump(raw, sort_keys=False)
-    spark = spark_session("medusa-demo-validate", master="local[1]")
+    network = parse_network(text, str(NETWORK))
+    spark = spark_session("medusa-demo-deploy", master="local[1]")
     try:
-        plan = validate(parse_network(text, str(NETWORK)), spark)
+        with CatalogClient(endpoints.catalog_url) as catalog, \
+                console.status(f"waiting for alpha/{NODE} to register in the catalog"):
+            wait_for_node(catalog, f"alpha/{NODE}")
+            deploy(text, str(NETWORK), endpoints, registry_client(endpoints.registry_url),
+                   spark, catalog, {box: f"alpha/{NODE}" for box in network.boxes},
+                   report=lambda _: None)
     finally:
         spark.stop()
-    publish_deployment(endpoints.bootstrap("alpha"), text, plan.network.name, NODE)
-    console.print(f"deployed [bold]{plan.network.name}[/] ({len(plan.boxes)} boxes) to "
+    console.print(f"deployed [bold]{network.name}[/] ({len(network.boxes)} boxes) to "
                   f"alpha/{NODE}, topics prefixed {prefix!r}")
-    return plan.network.name
+    return network.name
 
 
 def _wait_for_boxes(consumer: TupleConsumer, network: str, since_ms: int, boxes: int,

@@ -1,86 +1,79 @@
-"""A Medusa node: one long-lived SparkSession hosting the boxes deployed to it.
+"""A Medusa node: one long-lived SparkSession hosting the boxes the catalog places on it.
 
-Deployments arrive on the control topic ``medusa.deployments`` of the node's
-participant (key: network name; value: JSON with the network's YAML and the node
-it is for; an empty value withdraws the network). The topic is compacted and read
-from the start, so a restarted node picks up what it should run. Every few
-seconds the node publishes each box's progress (input and processing rates,
-batch duration, consumer lag) as a NodeLoadReport to ``medusa.node-load``.
+The node registers itself in the catalog and then follows it: every second it
+reads the boxes placed on it and starts the ones it does not run, and stops the
+ones placed elsewhere. A box placed elsewhere is handed over: the node stops it
+at a batch boundary and marks it ``released`` with the location of its
+checkpoint; the new node copies that checkpoint (most of it while the box still
+ran) and resumes the box from it. Every few seconds the node publishes each
+box's progress (rates, batch duration, consumer lag) as a NodeLoadReport to
+``medusa.node-load`` of its participant.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
 
+from medusa.catalog.client import CatalogClient, CatalogError
+from medusa.catalog.model import Entry, Kind
 from medusa.producing import TupleProducer
 from medusa.schemas import schema_for_topic
 from medusa.stack.endpoints import Endpoints
 from medusa.topics import ensure_topics
+from medusa_spark.checkpoints import sync_checkpoint
 from medusa_spark.network.model import NetworkError, parse_network
 from medusa_spark.network.validate import Plan, validate
-from medusa_spark.runner import start_box, wire
+from medusa_spark.runner import BoxRun, BoxWiring, run_box, wire
 
-DEPLOYMENTS_TOPIC = "medusa.deployments"
 LOAD_TOPIC = "medusa.node-load"
 
 log = logging.getLogger("medusa.node")
 
 
-def ensure_control_topic(bootstrap: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topic = NewTopic(DEPLOYMENTS_TOPIC, num_partitions=1, replication_factor=1,
-                     config={"cleanup.policy": "compact"})
-    for future in admin.create_topics([topic]).values():
-        try:
-            future.result(30)
-        except Exception as error:  # already there is fine
-            if "TOPIC_ALREADY_EXISTS" not in str(error):
-                raise
-
-
-def publish_deployment(bootstrap: str, network_yaml: str | None, name: str,
-                       node: str | None) -> None:
-    """Ask ``node`` (any node of the participant when None) to run a network, or to stop it."""
-    ensure_control_topic(bootstrap)
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    value = None if network_yaml is None else json.dumps(
-        {"network": network_yaml, "node": node}).encode()
-    producer.produce(DEPLOYMENTS_TOPIC, key=name.encode(), value=value)
-    if producer.flush(30) != 0:
-        raise RuntimeError(f"could not publish the deployment of {name} to {bootstrap}")
+@dataclass
+class HostedBox:
+    name: str
+    """Global name: participant/network/box."""
+    network_version: int
+    run: BoxRun
+    started_at: float
 
 
 @dataclass
-class Deployed:
+class NetworkPlan:
+    version: int
     plan: Plan
-    queries: dict[str, StreamingQuery] = field(default_factory=dict)
+    wiring: dict[str, BoxWiring]
 
 
 class Node:
     def __init__(self, name: str, participant: str, endpoints: Endpoints,
                  registry: SchemaRegistryClient, spark: SparkSession, checkpoint_root: str,
-                 metrics_interval_s: float = 5.0) -> None:
+                 catalog: CatalogClient, secondary: str | None = None,
+                 poll_interval_s: float = 1.0, metrics_interval_s: float = 5.0) -> None:
         self.name = name
         self.participant = participant
         self.endpoints = endpoints
         self.registry = registry
         self.spark = spark
-        self.checkpoint_root = checkpoint_root
+        self.checkpoint_root = checkpoint_root.rstrip("/")
+        self.catalog = catalog
+        self.secondary = secondary
+        self.poll_interval_s = poll_interval_s
         self.metrics_interval_s = metrics_interval_s
-        self.networks: dict[str, Deployed] = {}
+        self.hosted: dict[str, HostedBox] = {}
         self.errors: dict[str, str] = {}
+        self.incarnation = uuid.uuid4().hex
+        self._plans: dict[str, NetworkPlan] = {}
+        self._precopied: set[str] = set()
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -92,66 +85,130 @@ class Node:
     def bootstrap(self) -> str:
         return self.endpoints.bootstrap(self.participant)
 
-    def deploy(self, network_yaml: str, boxes: list[str] | None = None) -> Deployed:
-        network = parse_network(network_yaml)
-        self.undeploy(network.name)
-        plan = validate(network, self.spark)
-        wiring = wire(plan, self.endpoints, self.registry)
-        deployed = Deployed(plan)
-        for box in plan.order:
-            if boxes is None or box in boxes:
-                deployed.queries[box] = start_box(self.spark, plan, wiring[box],
-                                                  self.checkpoint_root)
-        with self._lock:
-            self.networks[network.name] = deployed
-        log.info("%s: running %s (%d boxes)", self.global_name, network.name,
-                 len(deployed.queries))
-        return deployed
+    def checkpoint_of(self, box: str, network: NetworkPlan) -> str:
+        # A copy of a network on other topics is another query: it gets its own checkpoint.
+        participant, network_name, box_name = box.split("/")
+        prefix = network.plan.network.topic_prefix
+        return f"{self.checkpoint_root}/{participant}/{network_name}/{prefix}{box_name}"
 
-    def undeploy(self, name: str) -> None:
-        with self._lock:
-            deployed = self.networks.pop(name, None)
-        if deployed is None:
-            return
-        for query in deployed.queries.values():
-            query.stop()
-        log.info("%s: stopped %s", self.global_name, name)
+    def register(self) -> Entry | None:
+        """Adds this node to the catalog, or marks it up again with a new incarnation."""
+        def change(spec: dict[str, Any] | None) -> dict[str, Any]:
+            return {**(spec or {}), "status": "up", "incarnation": self.incarnation,
+                    "checkpoint_root": self.checkpoint_root,
+                    "secondary": self.secondary or (spec or {}).get("secondary")}
+        return self.catalog.update(Kind.NODES, self.global_name, change)
 
-    def apply_control(self, key: str, value: bytes | None) -> None:
-        """One record of the deployments topic."""
-        if value is None:
-            self.undeploy(key)
+    # -- following the catalog ------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """One pass: start what is placed here, hand over what is placed elsewhere."""
+        placed = {e.name: e for e in self.catalog.list(Kind.BOXES, node=self.global_name)}
+        for name in [n for n in self.hosted if n not in placed]:
+            self._hand_over(name)
+        for name, entry in placed.items():
+            try:
+                self._follow(name, entry)
+                self.errors.pop(name, None)
+            except (NetworkError, CatalogError, RuntimeError) as error:
+                if self.errors.get(name) != str(error):
+                    log.error("%s: box %s: %s", self.global_name, name, error)
+                self.errors[name] = str(error)
+
+    def _follow(self, name: str, entry: Entry) -> None:
+        network = self._network(entry.spec["network"])
+        hosted = self.hosted.get(name)
+        if hosted is not None:
+            failure = hosted.run.failure()
+            if failure is not None:
+                self.errors[name] = failure
+            if hosted.network_version != network.version:  # redeployed: run the new definition
+                self._hand_over(name, keep_placement=True)
+                hosted = None
+            else:
+                return
+        phase = entry.spec.get("phase", "placed")
+        source = entry.spec.get("checkpoint")
+        mine = self.checkpoint_of(name, network)
+        if phase == "moving":
+            # The old node still runs it: copy the bulk of its state ahead of the hand-over.
+            if source and name not in self._precopied:
+                stats = sync_checkpoint(source, mine)
+                self._precopied.add(name)
+                log.info("%s: %s: copied %d files (%d bytes) ahead of the hand-over",
+                         self.global_name, name, stats.files, stats.bytes)
             return
-        request = json.loads(value)
-        target = request.get("node")
-        if target not in (None, self.name, self.global_name):
-            self.undeploy(key)  # moved elsewhere
+        if source and source != mine:
+            stats = sync_checkpoint(source, mine)
+            log.info("%s: %s: copied %d more files (%d bytes) of its checkpoint",
+                     self.global_name, name, stats.files, stats.bytes)
+        box = name.rsplit("/", 1)[1]
+        if box not in network.wiring:
+            raise NetworkError(f"network {entry.spec['network']} has no box {box!r}")
+        run = run_box(self.spark, network.plan, network.wiring[box], mine)
+        with self._lock:
+            self.hosted[name] = HostedBox(name, network.version, run, time.time())
+        self._precopied.discard(name)
+        log.info("%s: running %s", self.global_name, name)
+
+        def running(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("node") != self.global_name:
+                return None  # moved on meanwhile; the next pass hands it over
+            return {**spec, "phase": "running", "checkpoint": mine, "released_by": None}
+        self.catalog.update(Kind.BOXES, name, running)
+
+    def _network(self, network_name: str) -> NetworkPlan:
+        entry = self.catalog.get(Kind.NETWORKS, network_name)
+        if entry is None:
+            raise NetworkError(f"network {network_name} is not in the catalog")
+        cached = self._plans.get(network_name)
+        if cached is not None and cached.version == entry.version:
+            return cached
+        spec = parse_network(entry.spec["definition"], origin=f"network {network_name}")
+        plan = validate(spec, self.spark)
+        # Topics and schemas exist since the deploy; wiring here only looks them up.
+        wiring = wire(plan, self.endpoints, self.registry, announce=False)
+        self._plans[network_name] = NetworkPlan(entry.version, plan, wiring)
+        return self._plans[network_name]
+
+    def _hand_over(self, name: str, keep_placement: bool = False) -> None:
+        with self._lock:
+            hosted = self.hosted.pop(name)
+        started = time.monotonic()
+        hosted.run.hand_over()
+        log.info("%s: stopped %s at a batch boundary in %.1fs", self.global_name, name,
+                 time.monotonic() - started)
+        if keep_placement:
             return
-        try:
-            self.deploy(request["network"])
-            self.errors.pop(key, None)
-        except NetworkError as error:
-            self.errors[key] = str(error)
-            log.error("%s: network %s rejected: %s", self.global_name, key, error)
+
+        def released(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("node") == self.global_name:
+                return None  # withdrawn, or placed back here
+            return {**spec, "phase": "released", "checkpoint": hosted.run.checkpoint,
+                    "released_by": self.global_name}
+        self.catalog.update(Kind.BOXES, name, released)
+
+    # -- load reports ---------------------------------------------------------------------
 
     def box_loads(self) -> list[dict[str, Any]]:
         loads = []
         with self._lock:
-            items = [(n, b, q) for n, d in self.networks.items() for b, q in d.queries.items()]
-        for network, box, query in items:
+            items = list(self.hosted.values())
+        for hosted in items:
+            query = hosted.run.query
             progress: dict[str, Any] = query.lastProgress or {}
             lag = 0
             for source in progress.get("sources", []):
                 metrics = source.get("metrics") or {}
                 lag += int(float(metrics.get("maxOffsetsBehindLatest", 0) or 0))
             loads.append({
-                "box": f"{self.participant}/{network}/{box}",
+                "box": hosted.name,
                 "input_rate": float(progress.get("inputRowsPerSecond") or 0.0),
                 "processing_rate": float(progress.get("processedRowsPerSecond") or 0.0),
                 "batch_duration_ms": int(progress.get("batchDuration") or 0),
                 "lag": lag,
                 "active": query.isActive,
-                "error": str(query.exception()) if query.exception() else None,
+                "error": hosted.run.failure(),
             })
         return loads
 
@@ -175,31 +232,31 @@ class Node:
                 producer.produce(report, f"{self.global_name}/load/{now}", now,
                                  key=self.global_name)
 
+    # -- life cycle -----------------------------------------------------------------------
+
     def run(self) -> None:
-        """Follow the deployments topic until ``stop``."""
-        ensure_control_topic(self.bootstrap)
+        """Register, then follow the catalog until ``stop``."""
+        self.register()
         reporter = threading.Thread(target=self._report_loop, name="load-reports", daemon=True)
         reporter.start()
-        consumer = Consumer({"bootstrap.servers": self.bootstrap,
-                             "group.id": f"medusa-node-{self.name}-{uuid.uuid4()}",
-                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
-        consumer.subscribe([DEPLOYMENTS_TOPIC])
         try:
             while not self._stop.is_set():
-                message = consumer.poll(1.0)
-                if message is None:
-                    continue
-                error = message.error()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        log.warning("deployments topic: %s", error.str())
-                    continue
-                key = (message.key() or b"").decode()
-                self.apply_control(key, message.value())
+                try:
+                    self.reconcile()
+                except CatalogError as error:  # keep running what runs; try again
+                    log.warning("%s: %s", self.global_name, error)
+                self._stop.wait(self.poll_interval_s)
         finally:
-            consumer.close()
-            for name in list(self.networks):
-                self.undeploy(name)
+            for name in list(self.hosted):
+                try:  # at a batch boundary, so a restart resumes without a duplicate
+                    self.hosted.pop(name).run.hand_over(timeout_s=30)
+                except Exception as error:
+                    log.warning("%s: stopping %s: %s", self.global_name, name, error)
+            try:
+                self.catalog.update(Kind.NODES, self.global_name,
+                                    lambda spec: {**spec, "status": "down"} if spec else None)
+            except CatalogError as error:
+                log.warning("%s: could not mark itself down: %s", self.global_name, error)
 
     def stop(self) -> None:
         self._stop.set()

@@ -9,6 +9,7 @@ schema and the envelope headers.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,10 +90,12 @@ def _registered(registry: SchemaRegistryClient, topic: str, bootstrap: str,
 
 
 def wire(plan: Plan, endpoints: Endpoints, registry: SchemaRegistryClient,
-         topic_prefix: str = "") -> dict[str, BoxWiring]:
+         topic_prefix: str = "", announce: bool = True) -> dict[str, BoxWiring]:
     """Creates the topics and registers the schemas the network needs; says who reads what.
 
     ``topic_prefix`` runs a copy of the network on topics of its own (tests, benchmarks).
+    ``announce`` writes the start BOUNDARY into the topics the boxes write: once, when the
+    network is deployed, not again when a node starts or takes over a box.
     """
     network = plan.network
     topic_prefix = network.topic_prefix + topic_prefix
@@ -107,7 +110,8 @@ def wire(plan: Plan, endpoints: Endpoints, registry: SchemaRegistryClient,
         declared = plan.output_stream[box]
         if declared is not None:
             streams[box] = streams[declared]
-            announce_start(streams[box], network.partitions)
+            if announce:
+                announce_start(streams[box], network.partitions)
             continue
         participant = network.boxes[box].participant or network.participant
         bootstrap = endpoints.bootstrap(participant)
@@ -116,7 +120,8 @@ def wire(plan: Plan, endpoints: Endpoints, registry: SchemaRegistryClient,
         schema = record_schema(plan.output_schemas[box], box,
                                f"medusa.network.{network.name.replace('-', '_')}")
         streams[box] = _registered(registry, topic, bootstrap, schema)
-        announce_start(streams[box], network.partitions)
+        if announce:
+            announce_start(streams[box], network.partitions)
     wiring = {}
     for box in plan.order:
         output = streams[box]
@@ -171,6 +176,10 @@ def build_box(spark: SparkSession, plan: Plan, wiring: BoxWiring,
     return output
 
 
+class BoxHaltedError(RuntimeError):
+    """Raised by a box's writer after ``halt``: the batch is left to whoever runs the box next."""
+
+
 class BatchWriter:
     """foreachBatch sink: results to the output topic, INVALID rows to dead-letter topics,
     then one BOUNDARY per output partition.
@@ -191,8 +200,31 @@ class BatchWriter:
         self._input_boundaries: dict[str, Any] = {}
         self._pending: Any = None
         self._emitted: Any = None
+        self._lock = threading.Lock()
+        self._halted = False
+        self.last_written: int | None = None
+        """The id of the last batch written in full."""
+
+    def halt(self) -> int | None:
+        """No batch is written after this returns; says the last one that was."""
+        with self._lock:
+            self._halted = True
+            return self.last_written
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        # Held for the whole batch: ``halt`` waits for a batch being written to finish.
+        with self._lock:
+            if self._halted:
+                # Nothing of this batch is written and Spark does not commit it, so the
+                # box's next runner replays it from the same offsets and state.
+                raise BoxHaltedError(f"box {self.wiring.box} is handing over; "
+                                     f"batch {batch_id} is left to its next runner")
+            self._write_batch(batch, batch_id)
+            self.last_written = batch_id
+        if self.on_batch is not None:
+            self.on_batch(self.wiring.box, batch_id)
+
+    def _write_batch(self, batch: DataFrame, batch_id: int) -> None:
         output = self.wiring.output
         batch = batch.persist()
         try:
@@ -218,8 +250,6 @@ class BatchWriter:
                 self._emitted = release
         finally:
             batch.unpersist()
-        if self.on_batch is not None:
-            self.on_batch(self.wiring.box, batch_id)
 
     def _write(self, frame: DataFrame, topic: str) -> None:
         (frame.write.format("kafka")
@@ -260,23 +290,74 @@ class BatchWriter:
         self._write(rows, self.wiring.output.topic)
 
 
+@dataclass
+class BoxRun:
+    """A running box: its Spark query and the writer that can halt it between batches."""
+
+    box: str
+    query: StreamingQuery
+    writer: BatchWriter
+    checkpoint: str
+
+    def failure(self) -> str | None:
+        """Why the query stopped, unless it stopped because it was asked to."""
+        error = self.query.exception()
+        if error is None or BoxHaltedError.__name__ in str(error):
+            return None
+        return str(error)
+
+    def hand_over(self, timeout_s: float = 120.0) -> None:
+        """Stops the box at a batch boundary, so its checkpoint holds exactly what it wrote.
+
+        Every batch written is committed to the checkpoint before the query stops; a
+        batch begun after ``halt`` writes nothing and is replayed by the next runner.
+        """
+        last = self.writer.halt()
+        deadline = time.monotonic() + timeout_s
+        while last is not None and self.query.isActive:
+            progress: dict[str, Any] = self.query.lastProgress or {}
+            if int(progress.get("batchId", -1)) >= last:
+                break  # progress is reported after the batch's commit
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"box {self.box}: batch {last} was not committed within "
+                                   f"{timeout_s:.0f}s")
+            time.sleep(0.05)
+        self.query.stop()
+
+
+def checkpoint_location(checkpoint_root: str, plan: Plan, wiring: BoxWiring) -> str:
+    # Topics are part of a query's identity: a copy on other topics has its own checkpoints.
+    return (f"{checkpoint_root.rstrip('/')}/{plan.network.name}/"
+            f"{wiring.topic_prefix}{wiring.box}")
+
+
+def run_box(spark: SparkSession, plan: Plan, wiring: BoxWiring, checkpoint: str,
+            trigger: str | None = None, max_offsets_per_trigger: int | None = None,
+            on_batch: Callable[[str, int], None] | None = None) -> BoxRun:
+    """Starts one box as a Spark query, resuming from ``checkpoint`` when it holds one."""
+    network = plan.network
+    frame = build_box(spark, plan, wiring, max_offsets_per_trigger)
+    interval = trigger or network.trigger
+    batch_writer = BatchWriter(wiring, on_batch,
+                               delay_boundaries=plan.boxes[wiring.box].stateful)
+    writer = (frame.writeStream.queryName(f"{network.name}/{wiring.box}")
+              .outputMode("append")
+              .foreachBatch(batch_writer)
+              .option("checkpointLocation", checkpoint))
+    if interval == AVAILABLE_NOW:  # process what is there, then stop (benchmarks)
+        query = writer.trigger(availableNow=True).start()
+    else:
+        duration_ms(interval)  # fail early on a malformed trigger
+        query = writer.trigger(processingTime=interval).start()
+    return BoxRun(wiring.box, query, batch_writer, checkpoint)
+
+
 def start_box(spark: SparkSession, plan: Plan, wiring: BoxWiring, checkpoint_root: str,
               trigger: str | None = None, max_offsets_per_trigger: int | None = None,
               on_batch: Callable[[str, int], None] | None = None) -> StreamingQuery:
-    network = plan.network
-    frame = build_box(spark, plan, wiring, max_offsets_per_trigger)
-    # Topics are part of a query's identity: a copy on other topics has its own checkpoints.
-    checkpoint = f"{checkpoint_root.rstrip('/')}/{network.name}/{wiring.topic_prefix}{wiring.box}"
-    interval = trigger or network.trigger
-    writer = (frame.writeStream.queryName(f"{network.name}/{wiring.box}")
-              .outputMode("append")
-              .foreachBatch(BatchWriter(wiring, on_batch,
-                                        delay_boundaries=plan.boxes[wiring.box].stateful))
-              .option("checkpointLocation", checkpoint))
-    if interval == AVAILABLE_NOW:  # process what is there, then stop (benchmarks)
-        return writer.trigger(availableNow=True).start()
-    duration_ms(interval)  # fail early on a malformed trigger
-    return writer.trigger(processingTime=interval).start()
+    """A box's query, checkpointed under ``checkpoint_root``."""
+    return run_box(spark, plan, wiring, checkpoint_location(checkpoint_root, plan, wiring),
+                   trigger, max_offsets_per_trigger, on_batch).query
 
 
 def _busy(query: StreamingQuery) -> bool:

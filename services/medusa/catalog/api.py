@@ -49,13 +49,13 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 def _put_body(spec: type[Spec]) -> type[BaseModel]:
     """The body of a PUT for one kind: the spec, and the version read (absent to create)."""
-    model: type[BaseModel] = create_model(
-        f"Put{spec.__name__.removesuffix('Spec')}",
-        __config__={"extra": "forbid"},
-        spec=(spec, ...),
-        version=(int | None, Field(None, ge=1, le=2**62,
-                                   description="The version read; leave out to create")),
-    )
+    fields: dict[str, Any] = {
+        "spec": (spec, ...),
+        "version": (int | None, Field(None, ge=1, le=2**62,
+                                      description="The version read; leave out to create")),
+    }
+    model: type[BaseModel] = create_model(f"Put{spec.__name__.removesuffix('Spec')}",
+                                          __config__={"extra": "forbid"}, **fields)
     return model
 
 
@@ -163,7 +163,7 @@ def _routes(app: FastAPI, store: CatalogStore, references: References, kind: Kin
         network: Annotated[str | None, Query(pattern=rf"^{PART}/{PART}$",
                                              description="Boxes of this network")] = None,
     ) -> list[Entry]:
-        entries = store.list(kind, f"{participant}/" if participant else "")
+        entries = store.entries(kind, f"{participant}/" if participant else "")
         if node is not None:
             entries = [e for e in entries if e.spec.get("node") == node]
         if network is not None:

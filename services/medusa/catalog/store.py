@@ -8,6 +8,7 @@ same topic makes the first one's writes fail instead of interleaving with them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -111,7 +112,7 @@ class CatalogStore:
     def get(self, kind: Kind, name: str) -> Entry | None:
         return self._entries.get(key_of(kind, name))
 
-    def list(self, kind: Kind, prefix: str = "") -> list[Entry]:
+    def entries(self, kind: Kind, prefix: str = "") -> list[Entry]:
         start = key_of(kind, prefix)
         with self._lock:
             entries = [e for k, e in self._entries.items() if k.startswith(start)]
@@ -154,10 +155,8 @@ class CatalogStore:
         except KafkaException as error:
             kafka_error = error.args[0]
             if kafka_error.txn_requires_abort():
-                try:
+                with contextlib.suppress(KafkaException):
                     producer.abort_transaction(self.timeout_s)
-                except KafkaException:
-                    pass
             reason = kafka_error.str()
             if kafka_error.fatal():
                 self._producer = None

@@ -1,0 +1,67 @@
+"""Copying a box's checkpoint to the node that takes the box over.
+
+Spark writes a checkpoint's files once, under new names (offsets/N, commits/N,
+the state store's N.changelog and N.zip), so a copy can run while the box still
+runs: a first pass copies the bulk ahead of the hand-over, and after the box has
+stopped a second pass copies only what is new (the SEEP way of moving state with
+a short pause). A checkpoint on a shared store (hdfs://, s3a://) is not copied:
+the next node resumes from it in place.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+
+@dataclass(frozen=True)
+class CopyStats:
+    files: int
+    bytes: int
+
+
+def is_local(location: str) -> bool:
+    return urlparse(location).scheme in ("", "file")
+
+
+def _path(location: str) -> Path:
+    return Path(urlparse(location).path if location.startswith("file:") else location)
+
+
+def checkpoint_size(location: str) -> int:
+    """Bytes under a local checkpoint (0 when there is none yet)."""
+    root = _path(location)
+    if not is_local(location) or not root.is_dir():
+        return 0
+    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+
+
+def sync_checkpoint(source: str, target: str) -> CopyStats:
+    """Copies the files of ``source`` that ``target`` lacks or has at another size."""
+    if source == target or not (is_local(source) and is_local(target)):
+        return CopyStats(0, 0)
+    source_root, target_root = _path(source), _path(target)
+    if not source_root.is_dir():
+        return CopyStats(0, 0)
+    files = copied = 0
+    for path in sorted(source_root.rglob("*")):
+        # Temporary files are renamed into place when complete; never copy one half-written.
+        if not path.is_file() or path.name.endswith(".tmp") or ".tmp." in path.name:
+            continue
+        destination = target_root / path.relative_to(source_root)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:  # cleaned up by Spark meanwhile
+            continue
+        if destination.is_file() and destination.stat().st_size == size:
+            continue
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copy2(path, destination)
+        except FileNotFoundError:
+            continue
+        files += 1
+        copied += size
+    return CopyStats(files, copied)
