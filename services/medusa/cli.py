@@ -118,13 +118,20 @@ def down(run_dir: RunDirOpt = None, purge: Annotated[bool, typer.Option(
 def status(run_dir: RunDirOpt = None, as_json: Annotated[bool, typer.Option(
         "--json", help="Machine-readable output.")] = False) -> None:
     """Say what runs, where, and whether it answers."""
+    from medusa.federation_status import federation_status
+    from medusa.registry import registry_client
+    from medusa.stack.endpoints import resolve
     from medusa.stack.launcher import status as stack_status
     from medusa.stack.layout import StackLayout
 
-    layout = StackLayout.from_settings(_stack_settings(run_dir=run_dir))
+    settings = _stack_settings(run_dir=run_dir)
+    layout = StackLayout.from_settings(settings)
     rows = stack_status(layout)
+    endpoints = resolve(settings)
+    federation = federation_status(endpoints, registry_client(endpoints.registry_url))
     if as_json:
-        print(json.dumps([row.as_dict() for row in rows], indent=2))
+        print(json.dumps({"components": [row.as_dict() for row in rows],
+                          **federation.as_dict()}, indent=2))
         return
     table = Table(title=f"Medusa local federation ({layout.run_dir})")
     for column in ("component", "pid", "state", "endpoint", "log"):
@@ -134,6 +141,38 @@ def status(run_dir: RunDirOpt = None, as_json: Annotated[bool, typer.Option(
                  "[yellow]running, not answering" if row.running else "[red]stopped")
         table.add_row(row.name, str(row.pid or "-"), state, row.endpoint, row.log or "")
     console.print(table)
+    _print_federation(federation)
+
+
+def _print_federation(federation: Any) -> None:
+    if federation.error:
+        console.print(f"[yellow]catalog:[/] {federation.error}")
+        return
+    participants = Table(title="participants")
+    for column in ("participant", "Kafka", "registry"):
+        participants.add_column(column)
+    for p in federation.participants:
+        participants.add_row(p["name"], p["kafka_bootstrap"], p.get("registry_url") or "-")
+    nodes = Table(title="nodes")
+    for column in ("node", "status", "secondary", "boxes", "utilisation", "last report"):
+        nodes.add_column(column, justify="right" if column in ("boxes", "utilisation") else
+                         "left")
+    for n in federation.nodes:
+        nodes.add_row(n.name, n.status, n.secondary or "-", str(n.boxes),
+                      "-" if n.utilisation is None else f"{n.utilisation:.0%}",
+                      "-" if n.report_age_s is None else f"{n.report_age_s:.0f}s ago")
+    boxes = Table(title="boxes")
+    for column in ("box", "node", "phase", "in/s", "processed/s", "lag"):
+        boxes.add_column(column, justify="right" if column in ("in/s", "processed/s", "lag")
+                         else "left")
+
+    def number(value: float | None, pattern: str = "{:,.0f}") -> str:
+        return "-" if value is None else pattern.format(value)
+    for b in federation.boxes:
+        boxes.add_row(b.name, b.node, b.phase, number(b.input_rate),
+                      number(b.processing_rate), number(b.lag))
+    for table in (participants, nodes, boxes):
+        console.print(table)
 
 
 def _clients(participant: str | None) -> tuple[dict[str, Any], Any]:

@@ -38,6 +38,8 @@ class ConsumedTuple:
     partition: int
     offset: int
     key: bytes | None
+    timestamp_ms: int = 0
+    """The record's Kafka timestamp (when it was written, unless the writer set it)."""
 
 
 class TupleConsumer:
@@ -123,7 +125,7 @@ class TupleConsumer:
             record = TupleRecord(envelope_only.type, envelope_only.tuple_id, envelope_only.stime,
                                  value)
         return ConsumedTuple(record, topic, message.partition() or 0, message.offset() or 0,
-                             message.key())
+                             message.key(), message.timestamp()[1])
 
     def _dead_letter(self, message: Message, reason: str) -> None:
         topic = message.topic() or ""

@@ -13,7 +13,7 @@ import pytest
 
 from medusa.catalog.client import CatalogClient, CatalogError, ConflictError
 from medusa.catalog.model import Kind
-from tests.catalog_process import CatalogProcess
+from tests.federation_processes import CatalogProcess
 
 pytestmark = pytest.mark.integration
 

@@ -90,7 +90,7 @@ def test_cli_up_status_down_on_a_one_participant_stack(launched, tmp_path) -> No
     try:
         assert started.returncode == 0, started.stderr + started.stdout
         assert "127.0.0.1:31092" in started.stdout
-        status = json.loads(_medusa("status", "--json", env=env).stdout)
+        status = json.loads(_medusa("status", "--json", env=env).stdout)["components"]
         assert {row["name"]: row["answering"] for row in status} == {
             "kafka-alpha": True, "registry": True, "jaeger": True, "catalog": True}
         pids = [row["pid"] for row in status]
@@ -101,4 +101,5 @@ def test_cli_up_status_down_on_a_one_participant_stack(launched, tmp_path) -> No
     assert all(processes.process_start_ticks(pid) is None for pid in pids)
     assert not processes.port_in_use(31092)
     status = json.loads(_medusa("status", "--json", env=env).stdout)
-    assert not any(row["running"] for row in status)
+    assert not any(row["running"] for row in status["components"])
+    assert "did not answer" in status["error"]

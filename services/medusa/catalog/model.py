@@ -79,15 +79,16 @@ class NetworkSpec(Spec):
     definition: str = Field(min_length=1, max_length=1_000_000)
 
 
-BoxPhase = Literal["placed", "running", "releasing", "released"]
+BoxPhase = Literal["placed", "running", "moving", "released"]
 
 
 class BoxSpec(Spec):
-    """Where one box of a network runs.
+    """Where one box of a network runs, and how far its start or move has come.
 
-    A move changes ``node``: the old node stops the box at a batch boundary and
-    sets ``phase: released`` with its ``checkpoint``; only then does the new node
-    start it from a copy of that checkpoint.
+    ``placed``: not run yet; ``running`` on ``node``; ``moving``: placed on ``node``
+    while the old node still runs it (the new node copies the checkpoint ahead);
+    ``released``: the old node stopped it at a batch boundary, and its state is at
+    ``checkpoint``, from which the new node resumes it.
     """
 
     network: str = Field(pattern=NETWORK_NAME)

@@ -1,0 +1,161 @@
+"""The sensor-windows example: steady sensor input, and its per-window reference results.
+
+Used by the distribution tests and the move benchmark: readings of ``sensors``
+sensors, one per sensor and second, go to a topic in real time; the network
+averages them per sensor and 10-second window. Its stimes start at a fixed
+origin, so that the reference results do not depend on when the run happened.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from medusa.producing import TupleProducer
+from medusa.schemas import schema_for_topic
+from medusa.sensors import SENSOR_READINGS, SensorReading, sensor_readings, to_dict
+from medusa.settings import REPO_ROOT
+from medusa.topics import ensure_topics
+
+NETWORK = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks" / "sensor_windows.yaml"
+STIME_ORIGIN_MS = 1_800_000_000_000
+"""Second 0 of the input: a multiple of the window, so windows start at whole seconds."""
+WINDOW_MS = 10_000
+
+
+def network_yaml(name: str, topic_prefix: str, **overrides: Any) -> str:
+    """The example network under another name, on topics of its own."""
+    raw = yaml.safe_load(NETWORK.read_text())
+    raw.update(name=name, topic_prefix=topic_prefix, **overrides)
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+def reference(readings: list[SensorReading]) -> dict[str, dict[str, Any]]:
+    """Result id -> result of the per_sensor box, computed in plain Python."""
+    groups: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for reading in readings:
+        start = reading.measured_at - reading.measured_at % WINDOW_MS
+        groups[(reading.sensor_id, start)].append(reading.value)
+    return {
+        f"per_sensor/{sensor}/{start}": {
+            "sensor_id": sensor, "readings": len(values), "total": round(sum(values), 6),
+            "top": max(values), "window_start_ms": start}
+        for (sensor, start), values in groups.items()
+    }
+
+
+@dataclass
+class SteadyInput:
+    """Publishes ``seconds`` rounds of readings, one round per ``1 / speedup`` seconds."""
+
+    kafka_config: dict[str, Any]
+    registry: SchemaRegistryClient
+    topic: str
+    sensors: int
+    seconds: int
+    speedup: float = 1.0
+    sent: list[SensorReading] = field(default_factory=list)
+    finished: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+    def readings(self) -> list[SensorReading]:
+        return list(sensor_readings(self.sensors, STIME_ORIGIN_MS, 1000,
+                                    self.sensors * self.seconds))
+
+    def run(self) -> None:
+        try:
+            self._publish()
+        except BaseException as error:  # surfaced by the caller through .error
+            self.error = error
+        finally:
+            self.finished.set()
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name="steady-input", daemon=True)
+        thread.start()
+        return thread
+
+    def _publish(self) -> None:
+        ensure_topics(self.kafka_config, [self.topic], partitions=2)
+        rounds: dict[int, list[SensorReading]] = defaultdict(list)
+        for reading in self.readings():
+            rounds[reading.measured_at].append(reading)
+        started = time.monotonic()
+        with TupleProducer(self.kafka_config, self.registry, self.topic,
+                           schema_for_topic(SENSOR_READINGS), f"steady/{self.topic}",
+                           to_dict) as producer:
+            for index, (stime, batch) in enumerate(sorted(rounds.items())):
+                delay = started + index / self.speedup - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                for reading in batch:
+                    producer.produce(reading, reading.tuple_id, stime, key=reading.sensor_id)
+                    self.sent.append(reading)
+                producer.emit_boundaries(stime)
+            # End of input: a boundary past the last window and the lateness closes them all.
+            producer.emit_boundaries(STIME_ORIGIN_MS + (self.seconds + 60) * 1000)
+            if producer.flush(30):
+                raise RuntimeError(f"{self.topic}: readings left undelivered")
+
+
+@dataclass(frozen=True)
+class Arrival:
+    tuple_id: str
+    value: dict[str, Any]
+    appended_ms: int
+    """When the record was written (its Kafka timestamp)."""
+
+
+class OutputWatch:
+    """Collects the data tuples of some topics, from the start, on a thread of its own."""
+
+    def __init__(self, kafka_config: dict[str, Any], registry: SchemaRegistryClient,
+                 topics: list[str]) -> None:
+        from medusa.consuming import TupleConsumer
+
+        self.arrivals: dict[str, list[Arrival]] = {topic: [] for topic in topics}
+        self._consumer = TupleConsumer(kafka_config, registry, topics,
+                                       f"watch-{time.time_ns()}")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="output-watch", daemon=True)
+        self._lock = threading.Lock()
+
+    def start(self) -> OutputWatch:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from medusa.envelope import TupleType
+
+        while not self._stop.is_set():
+            consumed = self._consumer.poll(0.5)
+            if consumed is None or consumed.record.type not in (TupleType.STABLE,
+                                                                 TupleType.TENTATIVE):
+                continue
+            arrival = Arrival(consumed.record.tuple_id, dict(consumed.record.value),
+                              consumed.timestamp_ms)
+            with self._lock:
+                self.arrivals[consumed.topic].append(arrival)
+
+    def ids(self, topic: str) -> list[str]:
+        with self._lock:
+            return [a.tuple_id for a in self.arrivals[topic]]
+
+    def wait_for(self, topic: str, expected: set[str], timeout_s: float,
+                 settle_s: float = 5.0) -> None:
+        """Until every expected id has come (and ``settle_s`` more, for any duplicate)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not expected <= set(self.ids(topic)):
+            time.sleep(0.5)
+        time.sleep(settle_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()

@@ -1,0 +1,159 @@
+"""A network over nodes of both participants: a cross-participant arrow, and a stateful box
+moved to another node under continuous input, checked by tuple id against the reference."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
+from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
+from medusa_spark.deploy import MoveResult, deploy, move, undeploy
+from tests.federation_processes import NodeProcess
+
+pytestmark = pytest.mark.e2e
+
+SENSORS = 12
+SECONDS = 60
+MOVE_AFTER_S = 22
+"""Seconds into the input when the aggregate is moved."""
+
+
+@pytest.fixture(scope="module")
+def nodes(federation, tmp_path_factory) -> Iterator[dict[str, NodeProcess]]:
+    run_dir = tmp_path_factory.mktemp("nodes")
+    started = [NodeProcess("dist-a1", "alpha", federation, run_dir, secondary="beta/dist-b1"),
+               NodeProcess("dist-b1", "beta", federation, run_dir, secondary="alpha/dist-a1"),
+               NodeProcess("dist-b2", "beta", federation, run_dir)]
+    try:
+        for node in started:  # the JVMs start side by side
+            node.start()
+        for node in started:
+            node.wait_registered()
+        yield {node.global_name: node for node in started}
+    finally:
+        for node in started:
+            node.stop()
+
+
+@dataclass
+class MovedRun:
+    network: str
+    sent_ids: list[str]
+    expected: dict[str, dict]
+    crossed: list[str]
+    """Ids that came out of `plausible`, whose input is on the other participant."""
+    results: list[tuple[str, dict, int]]
+    """(id, value, written at ms) out of `per_sensor`, the box that was moved."""
+    move: MoveResult
+    move_started_ms: int
+    placement_after: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def moved_run(federation, nodes, spark, registry_module) -> Iterator[MovedRun]:
+    name = f"sw-{uuid.uuid4().hex[:6]}"
+    prefix = f"{name}."
+    text = network_yaml(name, prefix)
+    alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
+    beta = {"bootstrap.servers": federation.bootstrap("beta")}
+    crossed_topic = f"{prefix}medusa.{name}.plausible"
+    results_topic = f"{prefix}medusa.{name}.per_sensor"
+    with CatalogClient(federation.catalog_url) as catalog:
+        deploy(text, name, federation, registry_module, spark, catalog,
+               {"plausible": "beta/dist-b1", "per_sensor": "beta/dist-b1"})
+        _wait_running(catalog, f"alpha/{name}", {"plausible": "beta/dist-b1",
+                                                  "per_sensor": "beta/dist-b1"})
+        watch = OutputWatch(beta, registry_module, [crossed_topic, results_topic]).start()
+        steady = SteadyInput(alpha, registry_module, f"{prefix}sensors.readings", SENSORS,
+                             SECONDS)
+        expected = reference(steady.readings())
+        steady.start()
+        time.sleep(MOVE_AFTER_S)
+        move_started_ms = int(time.time() * 1000)
+        # To a node of the other participant: the box's output stays on beta's cluster.
+        moved = move(catalog, f"alpha/{name}/per_sensor", "alpha/dist-a1", timeout_s=300)
+        assert steady.finished.wait(SECONDS + 120), "the input did not finish"
+        assert steady.error is None, steady.error
+        watch.wait_for(results_topic, set(expected), timeout_s=300)
+        watch.wait_for(crossed_topic, {r.tuple_id for r in steady.sent}, timeout_s=60)
+        watch.stop()
+        placement_after = {e.name.rsplit("/", 1)[1]: e.spec["node"]
+                           for e in catalog.list(Kind.BOXES, network=f"alpha/{name}")}
+        yield MovedRun(
+            network=f"alpha/{name}", sent_ids=[r.tuple_id for r in steady.sent],
+            expected=expected, crossed=watch.ids(crossed_topic),
+            results=[(a.tuple_id, a.value, a.appended_ms)
+                     for a in watch.arrivals[results_topic]],
+            move=moved, move_started_ms=move_started_ms, placement_after=placement_after)
+        undeploy(catalog, f"alpha/{name}", report=lambda _: None)
+
+
+@pytest.fixture(scope="module")
+def registry_module(federation):  # type: ignore[no-untyped-def]
+    from medusa.registry import registry_client
+
+    return registry_client(federation.registry_url)
+
+
+def _wait_running(catalog: CatalogClient, network: str, placement: dict[str, str],
+                  timeout_s: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        boxes = {e.name.rsplit("/", 1)[1]: e.spec for e in
+                 catalog.list(Kind.BOXES, network=network)}
+        if all(boxes.get(b, {}).get("node") == n and boxes[b].get("phase") == "running"
+               for b, n in placement.items()):
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"{network} did not run as placed within {timeout_s:.0f}s: {boxes}")
+
+
+def test_the_cross_participant_arrow_loses_and_duplicates_nothing(moved_run) -> None:
+    crossed = Counter(moved_run.crossed)
+    sent = Counter(moved_run.sent_ids)
+    assert len(sent) == SENSORS * SECONDS
+    assert crossed - sent == Counter(), "tuples that were never sent"
+    assert sent - crossed == Counter(), f"lost on the way: {list(sent - crossed)[:5]}"
+    assert max(crossed.values()) == 1, f"duplicated: {[i for i, n in crossed.items() if n > 1]}"
+
+
+def test_the_moved_box_emits_every_result_exactly_once(moved_run) -> None:
+    counts = Counter(tuple_id for tuple_id, _, _ in moved_run.results)
+    duplicated = [i for i, n in counts.items() if n > 1]
+    missing = set(moved_run.expected) - set(counts)
+    assert not duplicated, f"results written twice across the move: {duplicated[:5]}"
+    assert not missing, f"results lost across the move: {sorted(missing)[:5]}"
+    assert set(counts) == set(moved_run.expected)
+
+
+def test_the_results_equal_the_reference(moved_run) -> None:
+    for tuple_id, value, _ in moved_run.results:
+        assert value == moved_run.expected[tuple_id], tuple_id
+
+
+def test_the_box_was_moved_while_results_were_flowing(moved_run) -> None:
+    assert moved_run.placement_after == {"plausible": "beta/dist-b1",
+                                         "per_sensor": "alpha/dist-a1"}
+    written = [at for _, _, at in moved_run.results]
+    assert any(at < moved_run.move_started_ms for at in written), "no result before the move"
+    assert any(at > moved_run.move_started_ms for at in written), "no result after the move"
+
+
+def test_automatic_placement_spreads_boxes_over_nodes_of_their_participant(
+        federation, nodes, spark, registry_module) -> None:
+    name = f"auto-{uuid.uuid4().hex[:6]}"
+    with CatalogClient(federation.catalog_url) as catalog:
+        try:
+            placed = deploy(network_yaml(name, f"{name}."), name, federation, registry_module,
+                            spark, catalog, report=lambda _: None)
+        finally:
+            undeploy(catalog, f"alpha/{name}", report=lambda _: None)
+    # Both boxes write to beta's cluster: they go to beta's two nodes, one each.
+    assert set(placed.values()) == {"beta/dist-b1", "beta/dist-b2"}, placed

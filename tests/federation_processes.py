@@ -1,0 +1,135 @@
+"""The federation's own processes, started by tests: a catalog service, nodes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
+from medusa.stack.endpoints import Endpoints
+
+
+def free_port(start: int = 28100, end: int = 28400) -> int:
+    """A port below the ephemeral range, where outgoing connections cannot take it."""
+    for port in range(start + os.getpid() % 50, end):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {start}-{end}")
+
+
+def federation_env(endpoints: Endpoints, run_dir: Path,
+                   catalog_url: str | None = None) -> dict[str, str]:
+    """Environment that points a child process at this test session's federation."""
+    return {**os.environ, "MEDUSA_RUN_DIR": str(run_dir),
+            "MEDUSA_EXTERNAL_CATALOG_URL": catalog_url or endpoints.catalog_url,
+            "MEDUSA_EXTERNAL_KAFKA": ",".join(f"{p}={b}" for p, b in endpoints.kafka.items()),
+            "MEDUSA_EXTERNAL_REGISTRY_URL": endpoints.registry_url,
+            "MEDUSA_EXTERNAL_OTLP_ENDPOINT": endpoints.otlp_endpoint,
+            "MEDUSA_EXTERNAL_JAEGER_QUERY_URL": endpoints.jaeger_query_url}
+
+
+class CatalogProcess:
+    def __init__(self, endpoints: Endpoints, run_dir: Path, topic: str | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.topic = topic or f"test.catalog.{uuid.uuid4().hex[:8]}"
+        self.env = federation_env(endpoints, run_dir)
+        self.log = run_dir / f"catalog-{self.port}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> CatalogProcess:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "medusa", "catalog", "serve", "--port", str(self.port),
+                 "--topic", self.topic], stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        with CatalogClient(self.url) as client:
+            client.wait_healthy(90)
+        return self
+
+    def kill(self) -> None:
+        """kill -9: no shutdown hook runs."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(30)
+            self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+            self.process = None
+
+
+class NodeProcess:
+    """``medusa node`` as its own process, like a node on another machine."""
+
+    def __init__(self, name: str, participant: str, endpoints: Endpoints, run_dir: Path,
+                 secondary: str | None = None, master: str = "local[1]") -> None:
+        self.name, self.participant = name, participant
+        self.catalog_url = endpoints.catalog_url
+        self.env = federation_env(endpoints, run_dir)
+        self.log = run_dir / "logs" / f"node-{participant}-{name}.log"
+        self.command = [sys.executable, "-m", "medusa", "node", "--name", name,
+                        "--participant", participant, "--master", master,
+                        "--checkpoint-root", str(run_dir / "checkpoints" / participant / name)]
+        if secondary:
+            self.command += ["--secondary", secondary]
+        self.process: subprocess.Popen[bytes] | None = None
+        self._incarnation: str | None = None
+
+    @property
+    def global_name(self) -> str:
+        return f"{self.participant}/{self.name}"
+
+    def start(self) -> NodeProcess:
+        """Starts the process; ``wait_registered`` waits for it to join the catalog."""
+        with CatalogClient(self.catalog_url) as catalog:
+            known = catalog.get(Kind.NODES, self.global_name)
+        self._incarnation = known.spec.get("incarnation") if known else None
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                            env=self.env)
+        return self
+
+    def wait_registered(self, timeout_s: float = 240.0) -> None:
+        from medusa_spark.deploy import wait_for_node
+
+        deadline = time.monotonic() + timeout_s
+        with CatalogClient(self.catalog_url) as catalog:
+            while True:
+                if self.process is not None and self.process.poll() is not None:
+                    raise RuntimeError(f"node {self.global_name} exited; see {self.log}")
+                try:
+                    wait_for_node(catalog, self.global_name, 2.0, self._incarnation)
+                    return
+                except TimeoutError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"node {self.global_name} did not register; "
+                                           f"see {self.log}") from None
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(90)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(30)
+        self.process = None
