@@ -52,6 +52,15 @@ def _stack_settings(**overrides: Any) -> StackSettings:
     return StackSettings(**given)
 
 
+def _service_logging() -> None:
+    """INFO for the project's own loggers; the HTTP and Spark bridge clients only warn."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for chatty in ("httpx", "httpx2", "py4j"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+
+
 def _fail(message: str, code: int = 1) -> typer.Exit:
     errors.print(f"[bold red]error:[/] {message}")
     return typer.Exit(code)
@@ -409,7 +418,6 @@ def node(
              "[default: <run dir>/checkpoints/<participant>/<name>].")] = None,
 ) -> None:
     """Run a node: a SparkSession hosting the boxes the catalog places on it, until stopped."""
-    import logging
     import signal
 
     from medusa.catalog.client import CatalogClient
@@ -418,7 +426,7 @@ def node(
     from medusa_spark.node import Node
     from medusa_spark.session import spark_session
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    _service_logging()
     settings = StackSettings()
     endpoints = resolve(settings)
     if participant not in endpoints.kafka:
@@ -550,12 +558,11 @@ def catalog_serve(
                      ] = "medusa.catalog",
 ) -> None:
     """Serve the catalog's HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
-    import logging
 
     from medusa.catalog.service import serve
     from medusa.stack.endpoints import resolve
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    _service_logging()
     settings = StackSettings()
     endpoints = resolve(settings)
     home = home or settings.catalog_participant or next(iter(endpoints.kafka))
@@ -603,11 +610,19 @@ def bench(
     max_xways: Annotated[int, typer.Option(min=1, help="Largest L to try.")] = 16,
     linear_road: Annotated[bool, typer.Option(help="Run the Linear Road steps.")] = True,
     out: Annotated[Path, typer.Option(help="Folder for JSON and plots.")] = Path("bench-results"),
+    move_sizes: Annotated[str, typer.Option(
+        help="Sensor counts (state sizes) for the move benchmark, comma-separated; "
+             "empty to skip it.")] = "200,2000,8000",
 ) -> None:
     """Benchmarks against the running federation, side by side in one run."""
     from medusa.bench.run import run_all
 
-    run_all(out, records, hold, max_xways, linear_road, console.print)
+    try:
+        sizes = [int(size) for size in move_sizes.split(",") if size.strip()]
+    except ValueError:
+        raise _fail(f"--move-sizes: expected numbers separated by commas, got {move_sizes!r}",
+                    2) from None
+    run_all(out, records, hold, max_xways, linear_road, console.print, sizes)
     console.print(f"results in {out}/")
 
 

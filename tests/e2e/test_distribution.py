@@ -21,8 +21,7 @@ pytestmark = pytest.mark.e2e
 
 SENSORS = 12
 SECONDS = 60
-MOVE_AFTER_S = 22
-"""Seconds into the input when the aggregate is moved."""
+MOVE_AFTER_FIRST_RESULT_S = 3
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +74,11 @@ def moved_run(federation, nodes, spark, registry_module) -> Iterator[MovedRun]:
                              SECONDS)
         expected = reference(steady.readings())
         steady.start()
-        time.sleep(MOVE_AFTER_S)
+        # Moved once results flow: the first windows have closed and more are open.
+        deadline = time.monotonic() + 180
+        while not watch.ids(results_topic) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(MOVE_AFTER_FIRST_RESULT_S)
         move_started_ms = int(time.time() * 1000)
         # To a node of the other participant: the box's output stays on beta's cluster.
         moved = move(catalog, f"alpha/{name}/per_sensor", "alpha/dist-a1", timeout_s=300)

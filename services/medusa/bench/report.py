@@ -49,3 +49,22 @@ def latency_plot(path: Path, title: str, series: dict[str, list[tuple[float, flo
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def pause_plot(path: Path, title: str, state_mb: list[float], pauses_s: list[float | None],
+               hand_overs_s: list[float], slide_s: float) -> None:
+    """The output pause of a move against the moved state's size."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    measured = [(x, y) for x, y in zip(state_mb, pauses_s, strict=True) if y is not None]
+    if measured:
+        axes.plot(*zip(*measured, strict=True), "o-", label="output pause")
+    axes.plot(state_mb, hand_overs_s, "s--", label="hand-over (request to running)")
+    axes.axhline(slide_s, color="grey", linestyle=":", label=f"gap without a move ({slide_s:g} s)")
+    axes.set_xlabel("checkpointed state of the box (MB)")
+    axes.set_ylabel("seconds")
+    axes.set_title(title)
+    axes.legend(loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from medusa.bench import producers
-from medusa.bench.report import bar_plot, latency_plot, write_json
+from medusa.bench.report import bar_plot, latency_plot, pause_plot, write_json
 from medusa.registry import registry_client
 from medusa.settings import StackSettings
 from medusa.stack.endpoints import resolve
@@ -18,8 +18,8 @@ from medusa.stack.layout import StackLayout
 
 
 def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: bool,
-            say: Callable[[str], None]) -> dict[str, Any]:
-    from medusa.bench import linear_road_latency, spark_paths
+            say: Callable[[str], None], move_sizes: list[int] | None = None) -> dict[str, Any]:
+    from medusa.bench import linear_road_latency, move_pause, spark_paths
     from medusa_spark.session import spark_session
 
     settings = StackSettings()
@@ -53,6 +53,11 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
                     f"{linear_road_latency.LATENCY_BOUND_S:g}s")
                 steps = linear_road_latency.run_steps(spark, endpoints, registry, hold_s,
                                                       max_xways, checkpoints, say)
+        moves: list[Any] = []
+        if move_sizes:
+            say(f"4. moving a windowed aggregate between nodes, state of "
+                f"{', '.join(map(str, move_sizes))} sensors")
+            moves = move_pause.measure(endpoints, registry, spark, layout, move_sizes, say)
     finally:
         spark.stop()
 
@@ -73,6 +78,7 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         "ratios": {name: round(value, 3) for name, value in ratios.items()},
         "linear_road": [step.as_dict() for step in steps],
         "highest_xways_met": max(met) if met else None,
+        "move_pause": [move.as_dict() for move in moves],
     }
     write_json(out / "bench.json", result)
     bar_plot(out / "throughput.png", f"Throughput, {records:,} records, one run",
@@ -82,6 +88,10 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
                      "Linear Road: toll notification latency over time",
                      {f"L={step.xways}": step.latencies_s for step in steps},
                      linear_road_latency.LATENCY_BOUND_S)
+    if moves:
+        pause_plot(out / "move_pause.png", "Moving a windowed aggregate: output pause",
+                   [m.state_bytes / 1e6 for m in moves], [m.pause_s for m in moves],
+                   [m.hand_over_s for m in moves], move_pause.SLIDE_S)
     for name, value in ratios.items():
         say(f"{name.replace('_', ' ')}: {value:.2f}")
     say(f"highest L met: {result['highest_xways_met']}")
