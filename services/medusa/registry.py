@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka.schema_registry import (
@@ -46,6 +47,19 @@ def registry_client(url: str) -> SchemaRegistryClient:
 SERDE_CONFIG = {"subject.name.strategy": topic_subject_name_strategy}
 
 
+def _set_compatibility(client: SchemaRegistryClient, subject: str, attempts: int = 5) -> None:
+    """Apicurio answers 409 when another client created the subject's rule a moment earlier;
+    setting it again then updates the rule, so that race is retried."""
+    for attempt in range(attempts):
+        try:
+            client.set_compatibility(subject_name=subject, level=COMPATIBILITY)
+            return
+        except SchemaRegistryError as error:
+            if error.http_status_code != 409 or attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+
+
 def register(client: SchemaRegistryClient, topic: str, schema: AvroSchema | str) -> Registration:
     """Register a value schema for ``topic`` under BACKWARD compatibility.
 
@@ -54,7 +68,7 @@ def register(client: SchemaRegistryClient, topic: str, schema: AvroSchema | str)
     subject = subject_for(topic)
     text = schema.text if isinstance(schema, AvroSchema) else schema
     try:
-        client.set_compatibility(subject_name=subject, level=COMPATIBILITY)
+        _set_compatibility(client, subject)
         schema_id = client.register_schema(subject, Schema(text, "AVRO"))
         registered = client.lookup_schema(subject, Schema(text, "AVRO"))
     except SchemaRegistryError as error:
