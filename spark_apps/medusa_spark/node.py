@@ -213,6 +213,15 @@ class Node:
         return loads
 
     def _report_loop(self) -> None:
+        """Reports until ``stop``; a failure (Kafka or the registry away) is logged and retried."""
+        while not self._stop.is_set():
+            try:
+                self._report()
+            except Exception as error:
+                log.warning("%s: load reports: %s; retrying", self.global_name, error)
+                self._stop.wait(self.metrics_interval_s)
+
+    def _report(self) -> None:
         ensure_topics({"bootstrap.servers": self.bootstrap}, [LOAD_TOPIC], partitions=1)
         with TupleProducer({"bootstrap.servers": self.bootstrap}, self.registry, LOAD_TOPIC,
                            schema_for_topic(LOAD_TOPIC), self.global_name,
