@@ -72,14 +72,20 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
                         for box, spec in network.boxes.items()}
     existing = {e.name.rsplit("/", 1)[1]: e for e in
                 catalog.list(Kind.BOXES, network=network_name)}
+    given = given or {}
+    for box in given:
+        if box not in box_participants:
+            raise PlacementError(f"box {box!r}: the network has no such box "
+                                 f"(its boxes: {', '.join(box_participants)})")
     nodes = running_nodes(catalog)
     unplaced = {b: p for b, p in box_participants.items() if b not in existing}
-    placement = place(unplaced, nodes, {b: n for b, n in (given or {}).items()
-                                        if b in unplaced})
-    for box, node in (given or {}).items():
-        if box in existing:
-            if box not in box_participants:
-                raise PlacementError(f"box {box!r}: the network has no such box")
+    placement = place(unplaced, nodes, {b: n for b, n in given.items() if b in unplaced})
+    running = {node.name for node in nodes}
+    for box, node in given.items():
+        if box in existing:  # placed before: a new node here is a move
+            if node not in running:
+                raise PlacementError(f"box {box!r}: node {node!r} is not a running node in "
+                                     "the catalog")
             placement[box] = node
     wire(plan, endpoints, registry)
     def definition(spec: dict[str, Any] | None) -> dict[str, Any] | None:
