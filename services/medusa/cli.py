@@ -612,7 +612,7 @@ def bench(
     out: Annotated[Path, typer.Option(help="Folder for JSON and plots.")] = Path("bench-results"),
     move_sizes: Annotated[str, typer.Option(
         help="Sensor counts (state sizes) for the move benchmark, comma-separated; "
-             "empty to skip it.")] = "200,2000,8000",
+             "empty to skip it.")] = "200,1000,4000",
 ) -> None:
     """Benchmarks against the running federation, side by side in one run."""
     from medusa.bench.run import run_all

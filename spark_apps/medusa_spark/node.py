@@ -106,7 +106,7 @@ class Node:
         placed = {e.name: e for e in self.catalog.list(Kind.BOXES, node=self.global_name)}
         for name in [n for n in self.hosted if n not in placed]:
             self._hand_over(name)
-        for name, entry in placed.items():
+        for name, entry in sorted(placed.items(), key=self._upstream_first):
             try:
                 self._follow(name, entry)
                 self.errors.pop(name, None)
@@ -114,6 +114,16 @@ class Node:
                 if self.errors.get(name) != str(error):
                     log.error("%s: box %s: %s", self.global_name, name, error)
                 self.errors[name] = str(error)
+
+    def _upstream_first(self, item: tuple[str, Entry]) -> tuple[str, int]:
+        """Boxes of a network in dependency order, as a whole network is started."""
+        name, entry = item
+        try:
+            order = self._network(entry.spec["network"]).plan.order
+        except (NetworkError, CatalogError, RuntimeError):
+            return (entry.spec["network"], 0)  # reported when the box itself is followed
+        box = name.rsplit("/", 1)[1]
+        return (entry.spec["network"], order.index(box) if box in order else len(order))
 
     def _follow(self, name: str, entry: Entry) -> None:
         network = self._network(entry.spec["network"])
