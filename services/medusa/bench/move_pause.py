@@ -77,9 +77,9 @@ def _start_nodes(layout: StackLayout, catalog: CatalogClient) -> list[processes.
     return started
 
 
-def _gaps(times_ms: list[int]) -> list[float]:
-    bursts = sorted(set(t // 200 for t in times_ms))  # writes of one batch count once
-    return [(b - a) * 0.2 for a, b in itertools.pairwise(bursts)]
+def _gaps(times_ms: list[int], within_ms: int = 500) -> list[float]:
+    """Gaps between bursts of results: the writes of one batch, closer than ``within_ms``."""
+    return [(b - a) / 1000 for a, b in itertools.pairwise(sorted(times_ms)) if b - a > within_ms]
 
 
 def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSession,
