@@ -436,6 +436,7 @@ def node(
         raise _fail(f"--secondary: expected participant/node, got {secondary!r}", 2)
     catalog = CatalogClient(endpoints.catalog_url)
     if not catalog.healthy():
+        catalog.close()
         raise _fail(f"the catalog at {endpoints.catalog_url} does not answer; "
                     "start the federation with `medusa up`")
     spark = spark_session(f"medusa-node-{participant}-{name}", master=master)

@@ -27,6 +27,7 @@ from medusa.linear_road.sources import publish_traffic
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
 from medusa.progress import RateProgress
 from medusa.registry import registry_client
+from medusa.schemas import NODE_LOAD_TOPIC
 from medusa.settings import REPO_ROOT, StackSettings
 from medusa.stack import launcher
 from medusa.stack.endpoints import Endpoints, resolve
@@ -122,14 +123,14 @@ def _watch(endpoints: Endpoints, prefix: str, expected: dict[str, int], console:
     last_change = time.monotonic()
     deadline = last_change + timeout_s
     since_ms = int(time.time() * 1000)
-    with TupleConsumer(config, registry, [*topics, "medusa.node-load"],
+    with TupleConsumer(config, registry, [*topics, NODE_LOAD_TOPIC],
                        f"demo-{uuid.uuid4()}", from_beginning=True) as consumer, \
             Live(_view(watch, expected), console=console, refresh_per_second=2) as live:
         while time.monotonic() - last_change < quiet_s and time.monotonic() < deadline:
             consumed = consumer.poll(0.5)
             if consumed is not None and consumed.record.type is TupleType.STABLE:
                 value = dict(consumed.record.value)
-                if consumed.topic == "medusa.node-load":
+                if consumed.topic == NODE_LOAD_TOPIC:
                     if consumed.record.stime < since_ms:
                         continue
                     for box in value["boxes"]:
@@ -167,7 +168,7 @@ def run_demo(duration_s: int, speedup: float, xways: int, console: Console) -> b
     network = _deploy(endpoints, prefix, console)
     registry = registry_client(endpoints.registry_url)
     config = {"bootstrap.servers": endpoints.bootstrap("alpha")}
-    with TupleConsumer(config, registry, ["medusa.node-load"], f"demo-{uuid.uuid4()}",
+    with TupleConsumer(config, registry, [NODE_LOAD_TOPIC], f"demo-{uuid.uuid4()}",
                        from_beginning=False) as loads:
         _wait_for_boxes(loads, network, deployed_at, boxes=13, console=console)
 

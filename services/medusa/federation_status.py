@@ -15,9 +15,9 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Kind
 from medusa.registry import SERDE_CONFIG
+from medusa.schemas import NODE_LOAD_TOPIC
 from medusa.stack.endpoints import Endpoints
 
-LOAD_TOPIC = "medusa.node-load"
 RECENT_REPORTS = 200
 """How far back each participant's load topic is read for the latest report per node."""
 
@@ -63,16 +63,16 @@ def latest_load_reports(endpoints: Endpoints, registry: SchemaRegistryClient,
                              "enable.auto.commit": False, "enable.partition.eof": True,
                              "log_level": 0})
         try:
-            metadata = consumer.list_topics(LOAD_TOPIC, timeout=timeout_s)
-            described = metadata.topics.get(LOAD_TOPIC)
+            metadata = consumer.list_topics(NODE_LOAD_TOPIC, timeout=timeout_s)
+            described = metadata.topics.get(NODE_LOAD_TOPIC)
             if described is None or described.error is not None:
                 continue
             partitions = []
             for partition in described.partitions:
                 low, high = consumer.get_watermark_offsets(
-                    TopicPartition(LOAD_TOPIC, partition), timeout=timeout_s)
+                    TopicPartition(NODE_LOAD_TOPIC, partition), timeout=timeout_s)
                 if high > low:
-                    partitions.append(TopicPartition(LOAD_TOPIC, partition,
+                    partitions.append(TopicPartition(NODE_LOAD_TOPIC, partition,
                                                      max(low, high - RECENT_REPORTS)))
             consumer.assign(partitions)
             pending, deadline = len(partitions), time.monotonic() + timeout_s
@@ -87,7 +87,7 @@ def latest_load_reports(endpoints: Endpoints, registry: SchemaRegistryClient,
                 if message.value() is None:  # a BOUNDARY
                     continue
                 report = deserialize(message.value(),
-                                     SerializationContext(LOAD_TOPIC, MessageField.VALUE))
+                                     SerializationContext(NODE_LOAD_TOPIC, MessageField.VALUE))
                 if not isinstance(report, dict):
                     continue
                 known = latest.get(report["node"])

@@ -14,6 +14,9 @@ from medusa.settings import REPO_ROOT
 
 SCHEMAS_DIR = REPO_ROOT / "schemas"
 
+NODE_LOAD_TOPIC = "medusa.node-load"
+"""Where nodes publish their per-box load reports."""
+
 # Default stream (topic) of each schema; the registry subject is "<topic>-value".
 DEFAULT_TOPICS: dict[str, str] = {
     "linear-road.position-reports": "position_report",
@@ -26,7 +29,7 @@ DEFAULT_TOPICS: dict[str, str] = {
     "linear-road.tow-truck-dispatches": "tow_truck_dispatch",
     "sensors.readings": "sensor_reading",
     "medusa.heartbeats": "heartbeat",
-    "medusa.node-load": "node_load_report",
+    NODE_LOAD_TOPIC: "node_load_report",
 }
 
 

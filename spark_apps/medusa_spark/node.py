@@ -25,15 +25,13 @@ from pyspark.sql import SparkSession
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.producing import TupleProducer
-from medusa.schemas import schema_for_topic
+from medusa.schemas import NODE_LOAD_TOPIC, schema_for_topic
 from medusa.stack.endpoints import Endpoints
 from medusa.topics import ensure_topics
 from medusa_spark.checkpoints import sync_checkpoint
 from medusa_spark.network.model import NetworkError, parse_network
 from medusa_spark.network.validate import Plan, validate
 from medusa_spark.runner import BoxRun, BoxWiring, run_box, wire
-
-LOAD_TOPIC = "medusa.node-load"
 
 log = logging.getLogger("medusa.node")
 
@@ -106,27 +104,34 @@ class Node:
         placed = {e.name: e for e in self.catalog.list(Kind.BOXES, node=self.global_name)}
         for name in [n for n in self.hosted if n not in placed]:
             self._hand_over(name)
-        for name, entry in sorted(placed.items(), key=self._upstream_first):
+        # Each network is read once a pass; one that cannot be read fails its boxes alone.
+        networks: dict[str, NetworkPlan | Exception] = {}
+        for network_name in {entry.spec["network"] for entry in placed.values()}:
             try:
-                self._follow(name, entry)
+                networks[network_name] = self._network(network_name)
+            except (NetworkError, CatalogError, RuntimeError) as error:
+                networks[network_name] = error
+
+        def upstream_first(item: tuple[str, Entry]) -> tuple[str, int]:
+            name, entry = item
+            network = networks[entry.spec["network"]]
+            order = network.plan.order if isinstance(network, NetworkPlan) else []
+            box = name.rsplit("/", 1)[1]
+            return (entry.spec["network"], order.index(box) if box in order else len(order))
+
+        for name, entry in sorted(placed.items(), key=upstream_first):
+            try:
+                network = networks[entry.spec["network"]]
+                if isinstance(network, Exception):
+                    raise network
+                self._follow(name, entry, network)
                 self.errors.pop(name, None)
             except (NetworkError, CatalogError, RuntimeError) as error:
                 if self.errors.get(name) != str(error):
                     log.error("%s: box %s: %s", self.global_name, name, error)
                 self.errors[name] = str(error)
 
-    def _upstream_first(self, item: tuple[str, Entry]) -> tuple[str, int]:
-        """Boxes of a network in dependency order, as a whole network is started."""
-        name, entry = item
-        try:
-            order = self._network(entry.spec["network"]).plan.order
-        except (NetworkError, CatalogError, RuntimeError):
-            return (entry.spec["network"], 0)  # reported when the box itself is followed
-        box = name.rsplit("/", 1)[1]
-        return (entry.spec["network"], order.index(box) if box in order else len(order))
-
-    def _follow(self, name: str, entry: Entry) -> None:
-        network = self._network(entry.spec["network"])
+    def _follow(self, name: str, entry: Entry, network: NetworkPlan) -> None:
         hosted = self.hosted.get(name)
         if hosted is not None:
             failure = hosted.run.failure()
@@ -232,9 +237,9 @@ class Node:
                 self._stop.wait(self.metrics_interval_s)
 
     def _report(self) -> None:
-        ensure_topics({"bootstrap.servers": self.bootstrap}, [LOAD_TOPIC], partitions=1)
-        with TupleProducer({"bootstrap.servers": self.bootstrap}, self.registry, LOAD_TOPIC,
-                           schema_for_topic(LOAD_TOPIC), self.global_name,
+        ensure_topics({"bootstrap.servers": self.bootstrap}, [NODE_LOAD_TOPIC], partitions=1)
+        with TupleProducer({"bootstrap.servers": self.bootstrap}, self.registry, NODE_LOAD_TOPIC,
+                           schema_for_topic(NODE_LOAD_TOPIC), self.global_name,
                            boundary_interval_s=self.metrics_interval_s) as producer:
             while not self._stop.wait(self.metrics_interval_s):
                 loads = self.box_loads()

@@ -135,7 +135,7 @@ def create_app(store: CatalogStore) -> FastAPI:
 
     @app.get("/health", response_model=Health, tags=["service"])
     def health() -> Health:
-        return Health(status="ok", entries=len(store.snapshot()), revision=store.revision)
+        return Health(status="ok", entries=store.size, revision=store.revision)
 
     for kind in Kind:
         _routes(app, store, references, kind)
