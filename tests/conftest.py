@@ -28,6 +28,7 @@ TEST_PORTS = {
     "jaeger_otlp_http_port": 24318, "jaeger_query_port": 26686, "jaeger_query_grpc_port": 26685,
     "jaeger_health_port": 23133, "jaeger_metrics_port": 28888, "toxiproxy_port": 28474,
     "catalog_port": 28090,
+    "detector_port": 28091,
 }
 
 

@@ -416,12 +416,17 @@ def node(
     checkpoint_root: Annotated[str | None, typer.Option(
         help="Checkpoint root: a path here, an HDFS or S3 URI on a cluster "
              "[default: <run dir>/checkpoints/<participant>/<name>].")] = None,
+    heartbeat_interval: Annotated[float | None, typer.Option(
+        min=0.01, help="Seconds between heartbeats [default: MEDUSA_HA_HEARTBEAT_INTERVAL_S, "
+                       "else 0.5].")] = None,
 ) -> None:
     """Run a node: a SparkSession hosting the boxes the catalog places on it, until stopped."""
     import signal
 
+    from medusa import tracing
     from medusa.catalog.client import CatalogClient
     from medusa.registry import registry_client
+    from medusa.settings import HaSettings
     from medusa.stack.endpoints import resolve
     from medusa_spark.node import Node
     from medusa_spark.session import spark_session
@@ -429,6 +434,8 @@ def node(
     _service_logging()
     settings = StackSettings()
     endpoints = resolve(settings)
+    ha = HaSettings()
+    tracing.configure(f"medusa-node {participant}/{name}", endpoints.otlp_endpoint)
     if participant not in endpoints.kafka:
         raise _fail(f"--participant: no participant {participant!r} "
                     f"(known: {', '.join(endpoints.kafka)})", 2)
@@ -443,7 +450,8 @@ def node(
     spark.sparkContext.setLogLevel("WARN")
     root = checkpoint_root or str(settings.run_dir / "checkpoints" / participant / name)
     running = Node(name, participant, endpoints, registry_client(endpoints.registry_url), spark,
-                   root, catalog, secondary)
+                   root, catalog, secondary,
+                   heartbeat_interval_s=heartbeat_interval or ha.heartbeat_interval_s)
     signal.signal(signal.SIGTERM, lambda *_: running.stop())
     console.print(f"node {running.global_name} on {master}, checkpoints in {root}")
     try:
@@ -453,6 +461,77 @@ def node(
     finally:
         spark.stop()
         catalog.close()
+        tracing.shutdown()
+
+
+@app.command()
+def detector(
+    participant: Annotated[list[str] | None, typer.Option(
+        help="Watch this participant's nodes (repeatable) [default: every participant].")
+                           ] = None,
+    policy: Annotated[str | None, typer.Option(
+        help="timeout or phi [default: MEDUSA_HA_POLICY, else phi].")] = None,
+    acceptable_pause: Annotated[float | None, typer.Option(
+        min=0.0, help="Seconds of silence a slow but live node may show "
+                      "[default: MEDUSA_HA_ACCEPTABLE_PAUSE_S, else 3].")] = None,
+    suspect_after: Annotated[float | None, typer.Option(
+        min=0.01, help="timeout policy: seconds of silence before suspicion "
+                       "[default: MEDUSA_HA_SUSPECT_AFTER_S, else 1.5].")] = None,
+    phi_failed: Annotated[float | None, typer.Option(
+        min=0.1, help="phi policy: phi at which a node is declared failed "
+                      "[default: MEDUSA_HA_PHI_FAILED, else 8].")] = None,
+    port: Annotated[int | None, typer.Option(
+        min=1024, max=65535, help="HTTP port of /health and /nodes "
+                                  "[default: MEDUSA_DETECTOR_PORT or 18091].")] = None,
+) -> None:
+    """Run the failure detector: heartbeats in, failures and takeovers into the catalog."""
+    import signal
+
+    from medusa import tracing
+    from medusa.catalog.client import CatalogClient, CatalogError
+    from medusa.detector.health_server import serve
+    from medusa.detector.policy import DetectorConfig
+    from medusa.detector.service import FailureDetector
+    from medusa.settings import HaSettings
+    from medusa.stack.endpoints import resolve
+
+    _service_logging()
+    ha = HaSettings()
+    chosen = policy or ha.policy
+    if chosen not in ("timeout", "phi"):
+        raise _fail(f"--policy: expected timeout or phi, got {chosen!r}", 2)
+    endpoints = resolve()
+    for name in participant or []:
+        if name not in endpoints.kafka:
+            raise _fail(f"--participant: no participant {name!r} "
+                        f"(known: {', '.join(endpoints.kafka)})", 2)
+    config = DetectorConfig(
+        policy=chosen,  # type: ignore[arg-type]
+        interval_s=ha.heartbeat_interval_s,
+        acceptable_pause_s=ha.acceptable_pause_s if acceptable_pause is None
+        else acceptable_pause,
+        suspect_after_s=suspect_after or ha.suspect_after_s,
+        phi_suspect=ha.phi_suspect, phi_failed=phi_failed or ha.phi_failed)
+    try:
+        config.policy_for_node()
+    except ValueError as error:
+        raise _fail(str(error), 2) from None
+    tracer = tracing.configure("medusa-detector", endpoints.otlp_endpoint)
+    with CatalogClient(endpoints.catalog_url) as catalog:
+        try:  # started beside the catalog by `medusa up`: give it its start-up time
+            catalog.wait_healthy(120)
+        except CatalogError:
+            raise _fail(f"the catalog at {endpoints.catalog_url} does not answer; "
+                        "start the federation with `medusa up`") from None
+        running = FailureDetector(endpoints, catalog, config, participant or None, tracer)
+        serve(running, "127.0.0.1", port or StackSettings().detector_port)
+        signal.signal(signal.SIGTERM, lambda *_: running.stop())
+        try:
+            running.run()
+        except KeyboardInterrupt:
+            running.stop()
+        finally:
+            tracing.shutdown()
 
 
 @app.command()

@@ -16,6 +16,8 @@ SCHEMAS_DIR = REPO_ROOT / "schemas"
 
 NODE_LOAD_TOPIC = "medusa.node-load"
 """Where nodes publish their per-box load reports."""
+HEARTBEAT_TOPIC = "medusa.heartbeats"
+"""Where nodes publish their heartbeats, on their own participant's cluster."""
 
 # Default stream (topic) of each schema; the registry subject is "<topic>-value".
 DEFAULT_TOPICS: dict[str, str] = {
@@ -28,7 +30,7 @@ DEFAULT_TOPICS: dict[str, str] = {
     "linear-road.segment-statistics": "segment_statistics",
     "linear-road.tow-truck-dispatches": "tow_truck_dispatch",
     "sensors.readings": "sensor_reading",
-    "medusa.heartbeats": "heartbeat",
+    HEARTBEAT_TOPIC: "heartbeat",
     NODE_LOAD_TOPIC: "node_load_report",
 }
 

@@ -8,7 +8,7 @@ to these values.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -61,6 +61,7 @@ class StackSettings(BaseSettings):
     jaeger_metrics_port: int = Field(18888, ge=1024, le=65535)
     toxiproxy_port: int = Field(18474, ge=1024, le=65535)
     catalog_port: int = Field(18090, ge=1024, le=65535)
+    detector_port: int = Field(18091, ge=1024, le=65535)
     catalog_participant: str | None = None
     """Whose Kafka cluster keeps the catalog's topic; the first participant when unset."""
     run_dir: Path = REPO_ROOT / ".run"
@@ -94,3 +95,20 @@ class ProducerSettings(BaseSettings):
     boundary_interval_s: float = Field(1.0, gt=0)
     linger_ms: int = Field(20, ge=0)
     flush_timeout_s: float = Field(30.0, gt=0)
+
+
+class HaSettings(BaseSettings):
+    """Heartbeats and failure detection (``MEDUSA_HA_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="MEDUSA_HA_", extra="ignore")
+
+    heartbeat_interval_s: float = Field(0.5, gt=0, le=60)
+    policy: Literal["timeout", "phi"] = "phi"
+    acceptable_pause_s: float = Field(3.0, ge=0, le=600)
+    """Silence a live but slow node may show before it can be declared failed."""
+    suspect_after_s: float = Field(1.5, gt=0, le=600)
+    """timeout policy: silence after which a node is suspected."""
+    phi_suspect: float = Field(1.0, gt=0)
+    phi_failed: float = Field(8.0, gt=0)
+    trace_sample_every: int = Field(1000, ge=0)
+    """Producers trace one tuple in this many through the boxes to the sink (0: none)."""

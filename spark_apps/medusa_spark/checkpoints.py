@@ -65,3 +65,21 @@ def sync_checkpoint(source: str, target: str) -> CopyStats:
         files += 1
         copied += size
     return CopyStats(files, copied)
+
+
+def last_committed_batch(location: str) -> int | None:
+    """The id of the last batch a local checkpoint holds as committed (None: none yet)."""
+    commits = _path(location) / "commits"
+    if not is_local(location) or not commits.is_dir():
+        return None
+    ids = [int(f.name) for f in commits.iterdir() if f.name.isdigit()]
+    return max(ids) if ids else None
+
+
+def batch_offsets(location: str, batch: int) -> str | None:
+    """The source offsets a batch ends at, as Spark wrote them (JSON per source)."""
+    path = _path(location) / "offsets" / str(batch)
+    if not is_local(location) or not path.is_file():
+        return None
+    lines = path.read_text().splitlines()
+    return "\n".join(lines[2:])  # after the version and the batch metadata

@@ -48,6 +48,15 @@ def _set_to(wanted: dict[str, Any]) -> Callable[[dict[str, Any] | None], dict[st
     return change
 
 
+def _high_availability(ha: str, replica: str | None
+                       ) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
+    def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        if spec is None or (spec.get("ha", "passive"), spec.get("replica")) == (ha, replica):
+            return None
+        return {**spec, "ha": ha, "replica": replica}
+    return change
+
+
 def retarget(spec: dict[str, Any], node: str) -> dict[str, Any] | None:
     """The box's spec once placed on ``node``; None when it is there already."""
     if spec["node"] == node:
@@ -96,13 +105,23 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
                        "schema_subject": f"{network.topic_prefix}{spec.topic}-value",
                        "network": network_name}
         catalog.update(Kind.STREAMS, f"{spec.participant}/{stream}", _set_to(stream_spec))
+    secondaries = {e.name: e.spec.get("secondary") for e in catalog.list(Kind.NODES)}
     for box, node in placement.items():
         name = f"{network_name}/{box}"
+        ha = network.boxes[box].ha
+        replica = secondaries.get(node) if ha == "active" else None
+        if replica is not None and replica not in running:
+            replica = None
         if box in existing:
             catalog.update(Kind.BOXES, name, _placed_on(node))
+            catalog.update(Kind.BOXES, name, _high_availability(ha, replica))
         else:
-            catalog.put(Kind.BOXES, name, {"network": network_name, "node": node})
-        report(f"  {name:<40} -> {node}")
+            catalog.put(Kind.BOXES, name, {"network": network_name, "node": node, "ha": ha,
+                                           "replica": replica})
+        standby = f" (replica on {replica})" if replica else ""
+        if ha == "active" and replica is None:
+            standby = " (ha: active, but its node has no live secondary for a replica)"
+        report(f"  {name:<40} -> {node}{standby}")
     for box, entry in existing.items():
         if box not in box_participants:  # gone from the definition
             catalog.delete(Kind.BOXES, entry.name)

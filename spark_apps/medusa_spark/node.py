@@ -8,6 +8,15 @@ checkpoint; the new node copies that checkpoint (most of it while the box still
 ran) and resumes the box from it. Every few seconds the node publishes each
 box's progress (rates, batch duration, consumer lag) as a NodeLoadReport to
 ``medusa.node-load`` of its participant.
+
+For high availability the node sends a heartbeat to ``medusa.heartbeats`` every
+``heartbeat_interval_s``, from a thread of its own. When the failure detector
+declares it failed, the detector places its boxes on other nodes; should this
+node come back (it was only paused, or cut off), it finds its incarnation marked
+``failed``, stops every box without writing (their outputs are fenced anyway,
+see ``soutput``) and rejoins with a new incarnation and no boxes. A node also
+runs the standby replicas of ``ha: active`` boxes whose replica it is, and
+promotes one when the box is placed on it.
 """
 
 from __future__ import annotations
@@ -20,18 +29,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
+from opentelemetry import trace
 from pyspark.sql import SparkSession
 
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.producing import TupleProducer
-from medusa.schemas import NODE_LOAD_TOPIC, schema_for_topic
+from medusa.schemas import HEARTBEAT_TOPIC, NODE_LOAD_TOPIC, schema_for_topic
 from medusa.stack.endpoints import Endpoints
 from medusa.topics import ensure_topics
-from medusa_spark.checkpoints import sync_checkpoint
+from medusa.tracing import context_of
+from medusa_spark.checkpoints import batch_offsets, last_committed_batch, sync_checkpoint
 from medusa_spark.network.model import NetworkError, parse_network
 from medusa_spark.network.validate import Plan, validate
 from medusa_spark.runner import BoxRun, BoxWiring, run_box, wire
+
+REPLICA_SUFFIX = ".replica"
 
 log = logging.getLogger("medusa.node")
 
@@ -56,7 +69,8 @@ class Node:
     def __init__(self, name: str, participant: str, endpoints: Endpoints,
                  registry: SchemaRegistryClient, spark: SparkSession, checkpoint_root: str,
                  catalog: CatalogClient, secondary: str | None = None,
-                 poll_interval_s: float = 1.0, metrics_interval_s: float = 5.0) -> None:
+                 poll_interval_s: float = 1.0, metrics_interval_s: float = 5.0,
+                 heartbeat_interval_s: float = 0.5) -> None:
         self.name = name
         self.participant = participant
         self.endpoints = endpoints
@@ -67,6 +81,8 @@ class Node:
         self.secondary = secondary
         self.poll_interval_s = poll_interval_s
         self.metrics_interval_s = metrics_interval_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.tracer = trace.get_tracer("medusa")
         self.hosted: dict[str, HostedBox] = {}
         self.errors: dict[str, str] = {}
         self.incarnation = uuid.uuid4().hex
@@ -101,12 +117,24 @@ class Node:
 
     def reconcile(self) -> None:
         """One pass: start what is placed here, hand over what is placed elsewhere."""
-        placed = {e.name: e for e in self.catalog.list(Kind.BOXES, node=self.global_name)}
-        for name in [n for n in self.hosted if n not in placed]:
-            self._hand_over(name)
+        own = self.catalog.get(Kind.NODES, self.global_name)
+        if own is not None and own.spec.get("status") == "failed" and \
+                own.spec.get("incarnation") == self.incarnation:
+            self._rejoin()
+            return
+        boxes = self.catalog.list(Kind.BOXES)
+        placed = {e.name: e for e in boxes if e.spec["node"] == self.global_name}
+        replicas = {e.name: e for e in boxes if e.spec.get("replica") == self.global_name
+                    and e.spec.get("ha") == "active" and e.name not in placed}
+        for name in [n for n in self.hosted if n not in placed and n not in replicas]:
+            if self.hosted[name].run.standby:
+                self._abandon(name, "its replica is no longer placed here")
+            else:
+                self._hand_over(name)
+        wanted = {**replicas, **placed}
         # Each network is read once a pass; one that cannot be read fails its boxes alone.
         networks: dict[str, NetworkPlan | Exception] = {}
-        for network_name in {entry.spec["network"] for entry in placed.values()}:
+        for network_name in {entry.spec["network"] for entry in wanted.values()}:
             try:
                 networks[network_name] = self._network(network_name)
             except (NetworkError, CatalogError, RuntimeError) as error:
@@ -119,12 +147,15 @@ class Node:
             box = name.rsplit("/", 1)[1]
             return (entry.spec["network"], order.index(box) if box in order else len(order))
 
-        for name, entry in sorted(placed.items(), key=upstream_first):
+        for name, entry in sorted(wanted.items(), key=upstream_first):
             try:
                 network = networks[entry.spec["network"]]
                 if isinstance(network, Exception):
                     raise network
-                self._follow(name, entry, network)
+                if name in placed:
+                    self._follow(name, entry, network)
+                else:
+                    self._follow_replica(name, entry, network)
                 self.errors.pop(name, None)
             except (NetworkError, CatalogError, RuntimeError) as error:
                 if self.errors.get(name) != str(error):
@@ -133,7 +164,17 @@ class Node:
 
     def _follow(self, name: str, entry: Entry, network: NetworkPlan) -> None:
         hosted = self.hosted.get(name)
+        if hosted is not None and hosted.run.standby:
+            if entry.spec.get("phase") != "moving":
+                self._promote(name, entry, hosted)
+                return
+            # Moved here while its primary runs: the move restores it from that checkpoint.
+            self._abandon(name, "moved here; resuming from the primary's checkpoint instead")
+            hosted = None
         if hosted is not None:
+            if hosted.run.fenced():
+                self._abandon(name, "another node writes its output")
+                return
             failure = hosted.run.failure()
             if failure is not None:
                 self.errors[name] = failure
@@ -153,6 +194,11 @@ class Node:
                 log.info("%s: %s: copied %d files (%d bytes) ahead of the hand-over",
                          self.global_name, name, stats.files, stats.bytes)
             return
+        failover = context_of(entry.spec.get("takeover_trace")) if phase == "released" else None
+        takeover = (self.tracer.start_span(f"takeover {name}", context=failover, attributes={
+            "medusa.box": name, "medusa.node": self.global_name, "medusa.ha": "passive",
+            "medusa.failed_node": entry.spec.get("released_by") or ""})
+            if failover is not None else None)
         if source and source != mine:
             stats = sync_checkpoint(source, mine)
             log.info("%s: %s: copied %d more files (%d bytes) of its checkpoint",
@@ -160,17 +206,98 @@ class Node:
         box = name.rsplit("/", 1)[1]
         if box not in network.wiring:
             raise NetworkError(f"network {entry.spec['network']} has no box {box!r}")
+        if takeover is not None:
+            restored = last_committed_batch(mine)
+            takeover.set_attributes({
+                "medusa.checkpoint.batch_restored": -1 if restored is None else restored,
+                "medusa.checkpoint.offsets_replayed_from":
+                    (batch_offsets(mine, restored) if restored is not None else None) or
+                    "the earliest offsets"})
         run = run_box(self.spark, network.plan, network.wiring[box], mine)
+        if takeover is not None:
+            self._trace_first_output(run, takeover)
         with self._lock:
             self.hosted[name] = HostedBox(name, network.version, run, time.time())
         self._precopied.discard(name)
-        log.info("%s: running %s", self.global_name, name)
+        log.info("%s: running %s%s", self.global_name, name,
+                 f" (taken over from {entry.spec.get('released_by')})" if takeover else "")
+        self._mark_running(name, mine)
 
+    def _mark_running(self, name: str, checkpoint: str) -> None:
         def running(spec: dict[str, Any] | None) -> dict[str, Any] | None:
             if spec is None or spec.get("node") != self.global_name:
                 return None  # moved on meanwhile; the next pass hands it over
-            return {**spec, "phase": "running", "checkpoint": mine, "released_by": None}
+            return {**spec, "phase": "running", "checkpoint": checkpoint, "released_by": None,
+                    "takeover_trace": None}
         self.catalog.update(Kind.BOXES, name, running)
+
+    def _follow_replica(self, name: str, entry: Entry, network: NetworkPlan) -> None:
+        """Runs the standby replica of an ``ha: active`` box: it computes, writes nothing."""
+        hosted = self.hosted.get(name)
+        if hosted is not None:
+            if hosted.network_version != network.version:
+                self._abandon(name, "redeployed")
+            else:
+                return
+        box = name.rsplit("/", 1)[1]
+        if box not in network.wiring:
+            raise NetworkError(f"network {entry.spec['network']} has no box {box!r}")
+        mine = self.checkpoint_of(name, network) + REPLICA_SUFFIX
+        source = entry.spec.get("checkpoint")
+        if source and last_committed_batch(mine) is None:
+            # Starts where the primary is, instead of replaying the inputs from the start.
+            sync_checkpoint(source, mine)
+        run = run_box(self.spark, network.plan, network.wiring[box], mine, standby=True)
+        with self._lock:
+            self.hosted[name] = HostedBox(name, network.version, run, time.time())
+        log.info("%s: running the standby replica of %s", self.global_name, name)
+
+    def _promote(self, name: str, entry: Entry, hosted: HostedBox) -> None:
+        failover = context_of(entry.spec.get("takeover_trace"))
+        takeover = self.tracer.start_span(f"takeover {name}", context=failover, attributes={
+            "medusa.box": name, "medusa.node": self.global_name, "medusa.ha": "active",
+            "medusa.failed_node": entry.spec.get("released_by") or ""})
+        restored = last_committed_batch(hosted.run.checkpoint)
+        takeover.set_attribute("medusa.checkpoint.batch_restored",
+                               -1 if restored is None else restored)
+        self._trace_first_output(hosted.run, takeover)
+        caught_up = hosted.run.promote()
+        takeover.set_attribute("medusa.replica.results_caught_up", caught_up)
+        log.info("%s: promoted the replica of %s; it wrote %d results the primary had not",
+                 self.global_name, name, caught_up)
+        self._mark_running(name, hosted.run.checkpoint)
+
+    def _trace_first_output(self, run: BoxRun, takeover: Any) -> None:
+        """Ends the takeover span with a child at the box's first result after recovery."""
+        started = time.time_ns()
+        context = trace.set_span_in_context(takeover)
+
+        def first(count: int) -> None:
+            self.tracer.start_span("first output", context=context, start_time=started,
+                                   attributes={"medusa.results": count}).end()
+            takeover.end()
+        stats = run.writer.output.stats
+        if stats.first_write_at is not None and not run.standby:
+            first(0)
+        else:
+            stats.first_write_listeners.append(first)
+
+    def _abandon(self, name: str, why: str) -> None:
+        with self._lock:
+            hosted = self.hosted.pop(name)
+        hosted.run.abandon()
+        log.info("%s: stopped %s: %s", self.global_name, name, why)
+
+    def _rejoin(self) -> None:
+        """Declared failed while alive: stop everything, write nothing, rejoin as a new node."""
+        log.warning("%s: the failure detector declared incarnation %s failed and its boxes "
+                    "run elsewhere; stopping them and rejoining", self.global_name,
+                    self.incarnation)
+        for name in list(self.hosted):
+            self._abandon(name, "this node was declared failed")
+        self._plans.clear()
+        self.incarnation = uuid.uuid4().hex
+        self.register()
 
     def _network(self, network_name: str) -> NetworkPlan:
         entry = self.catalog.get(Kind.NETWORKS, network_name)
@@ -197,8 +324,9 @@ class Node:
             return
 
         def released(spec: dict[str, Any] | None) -> dict[str, Any] | None:
-            if spec is None or spec.get("node") == self.global_name:
-                return None  # withdrawn, or placed back here
+            if spec is None or spec.get("node") == self.global_name or \
+                    spec.get("phase") != "moving":
+                return None  # withdrawn, placed back here, or taken over by another node
             return {**spec, "phase": "released", "checkpoint": hosted.run.checkpoint,
                     "released_by": self.global_name}
         self.catalog.update(Kind.BOXES, name, released)
@@ -256,6 +384,36 @@ class Node:
                 producer.produce(report, f"{self.global_name}/load/{now}", now,
                                  key=self.global_name)
 
+    # -- heartbeats -----------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        """Beats until ``stop``, on a thread of its own so slow boxes do not delay it."""
+        while not self._stop.is_set():
+            try:
+                self._beat()
+            except Exception as error:
+                log.warning("%s: heartbeats: %s; retrying", self.global_name, error)
+                self._stop.wait(self.heartbeat_interval_s)
+
+    def _beat(self) -> None:
+        ensure_topics({"bootstrap.servers": self.bootstrap}, [HEARTBEAT_TOPIC], partitions=1,
+                      config={"retention.ms": str(3_600_000)})
+        config = {"bootstrap.servers": self.bootstrap, "linger.ms": 0}
+        with TupleProducer(config, self.registry, HEARTBEAT_TOPIC,
+                           schema_for_topic(HEARTBEAT_TOPIC), self.global_name,
+                           boundary_interval_s=60.0) as producer:
+            seq = 0
+            while not self._stop.is_set():
+                now = int(time.time() * 1000)
+                seq += 1
+                producer.produce({"node": self.global_name, "participant": self.participant,
+                                  "seq": seq, "incarnation": self.incarnation, "sent_at": now,
+                                  "boxes": sorted(self.hosted)},
+                                 f"{self.global_name}/heartbeat/{self.incarnation}/{seq}", now,
+                                 key=self.global_name)
+                producer.poll()
+                self._stop.wait(self.heartbeat_interval_s)
+
     # -- life cycle -----------------------------------------------------------------------
 
     def run(self) -> None:
@@ -263,6 +421,8 @@ class Node:
         self.register()
         reporter = threading.Thread(target=self._report_loop, name="load-reports", daemon=True)
         reporter.start()
+        heart = threading.Thread(target=self._heartbeat_loop, name="heartbeats", daemon=True)
+        heart.start()
         try:
             while not self._stop.is_set():
                 try:

@@ -30,6 +30,7 @@ from medusa.topics import dead_letter_topic, ensure_topics, partition_count
 from medusa_spark.avro_types import record_schema, struct_of
 from medusa_spark.durations import duration_ms
 from medusa_spark.network.validate import Plan
+from medusa_spark.soutput import Header, OutputFencedError, OutRecord, SOutput, record_id
 from medusa_spark.streams import (
     BOUNDARY,
     CONTROL_EXTRA_TYPES,
@@ -192,28 +193,29 @@ class BatchWriter:
     """
 
     def __init__(self, wiring: BoxWiring, on_batch: Callable[[str, int], None] | None = None,
-                 delay_boundaries: bool = False):
+                 delay_boundaries: bool = False, standby: bool = False):
         self.wiring = wiring
         self.on_batch = on_batch
         self.delay_boundaries = delay_boundaries
+        self.output = SOutput(wiring.output.topic, wiring.output.bootstrap, standby=standby)
         self._fields = [f.name for f in wiring.output_fields.fields]
         self._input_boundaries: dict[str, Any] = {}
         self._pending: Any = None
         self._emitted: Any = None
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self._halted = False
         self.last_written: int | None = None
         """The id of the last batch written in full."""
 
     def halt(self) -> int | None:
         """No batch is written after this returns; says the last one that was."""
-        with self._lock:
+        with self.lock:
             self._halted = True
             return self.last_written
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         # Held for the whole batch: ``halt`` waits for a batch being written to finish.
-        with self._lock:
+        with self.lock:
             if self._halted:
                 # Nothing of this batch is written and Spark does not commit it, so the
                 # box's next runner replays it from the same offsets and state.
@@ -233,10 +235,10 @@ class BatchWriter:
                 data = data.withColumn(EMIT_TIME, F.unix_millis(F.current_timestamp()))
             encoded = encode(data, self._fields, output.schema_id, output.schema,
                              list(self.wiring.key) or None)
-            self._write(encoded, output.topic)
+            records = [_out_record(row) for row in encoded.collect()]
             self._dead_letters(batch.where(F.col(TYPE) == INVALID))
             latest = (batch.where(F.col(TYPE) == BOUNDARY).groupBy(PORT)
-                      .agg(F.max(STIME).alias("stime")).collect())
+                      .agg(F.unix_millis(F.max(STIME)).alias("stime")).collect())
             for row in latest:
                 known = self._input_boundaries.get(row[PORT])
                 if known is None or row["stime"] > known:
@@ -246,8 +248,10 @@ class BatchWriter:
             release = self._pending if self.delay_boundaries else current
             self._pending = current
             if release is not None and (self._emitted is None or release > self._emitted):
-                self._boundaries(batch.sparkSession, F.lit(release).cast("timestamp"))
+                records += self._boundaries(release)
                 self._emitted = release
+            # Results and boundaries of the batch: one transaction, each id once.
+            self.output.write(records)
         finally:
             batch.unpersist()
 
@@ -271,23 +275,22 @@ class BatchWriter:
                 )).alias("headers"))
             self._write(letters, dead_letter_topic(source))
 
-    def _boundaries(self, spark: SparkSession, stime: Any) -> None:
-        rows = spark.range(self.wiring.partitions).select(
-            F.col("id").cast("int").alias("partition"),
-            F.lit(None).cast("string").alias("key"),
-            F.lit(None).cast("binary").alias("value"),
-            F.array(
-                F.struct(F.lit(TYPE_HEADER).alias("key"), F.lit(BOUNDARY).cast("binary")
-                         .alias("value")),
-                F.struct(F.lit(ID_HEADER).alias("key"),
-                         F.concat_ws("/", F.lit(self.wiring.box), F.lit("boundary"),
-                                     F.col("id").cast("string"),
-                                     F.unix_millis(stime).cast("string"))
-                         .cast("binary").alias("value")),
-                F.struct(F.lit(STIME_HEADER).alias("key"),
-                         F.unix_millis(stime).cast("string").cast("binary").alias("value")),
-            ).alias("headers"))
-        self._write(rows, self.wiring.output.topic)
+    def _boundaries(self, stime_ms: int) -> list[OutRecord]:
+        at = str(stime_ms)
+        records = []
+        for partition in range(self.wiring.partitions):
+            tuple_id = f"{self.wiring.box}/boundary/{partition}/{at}"
+            records.append(OutRecord(tuple_id, None, [
+                (TYPE_HEADER, BOUNDARY.encode()), (ID_HEADER, tuple_id.encode()),
+                (STIME_HEADER, at.encode())], partition=partition))
+        return records
+
+
+def _out_record(row: Any) -> OutRecord:
+    headers: list[Header] = [(h["key"], bytes(h["value"])) for h in row["headers"]]
+    key = row["key"]
+    return OutRecord(record_id(headers), None if row["value"] is None else bytes(row["value"]),
+                     headers, key=None if key is None else key.encode())
 
 
 @dataclass
@@ -306,6 +309,26 @@ class BoxRun:
             return None
         return str(error)
 
+    def fenced(self) -> bool:
+        """Whether the query stopped because another node took over its output."""
+        error = self.query.exception()
+        return error is not None and OutputFencedError.__name__ in str(error)
+
+    @property
+    def standby(self) -> bool:
+        return self.writer.output.standby
+
+    def promote(self) -> int:
+        """A standby replica becomes the box's writer; returns the results it caught up."""
+        with self.writer.lock:
+            return self.writer.output.promote()
+
+    def abandon(self) -> None:
+        """Stops at once, writing nothing more: the box belongs to another node now."""
+        self.writer.halt()
+        self.query.stop()
+        self.writer.output.close()
+
     def hand_over(self, timeout_s: float = 120.0) -> None:
         """Stops the box at a batch boundary, so its checkpoint holds exactly what it wrote.
 
@@ -323,6 +346,7 @@ class BoxRun:
                                    f"{timeout_s:.0f}s")
             time.sleep(0.05)
         self.query.stop()
+        self.writer.output.close()
 
 
 def checkpoint_location(checkpoint_root: str, plan: Plan, wiring: BoxWiring) -> str:
@@ -333,14 +357,21 @@ def checkpoint_location(checkpoint_root: str, plan: Plan, wiring: BoxWiring) -> 
 
 def run_box(spark: SparkSession, plan: Plan, wiring: BoxWiring, checkpoint: str,
             trigger: str | None = None, max_offsets_per_trigger: int | None = None,
-            on_batch: Callable[[str, int], None] | None = None) -> BoxRun:
-    """Starts one box as a Spark query, resuming from ``checkpoint`` when it holds one."""
+            on_batch: Callable[[str, int], None] | None = None,
+            standby: bool = False) -> BoxRun:
+    """Starts one box as a Spark query, resuming from ``checkpoint`` when it holds one.
+
+    A ``standby`` box (an active replica) computes everything and writes nothing until
+    promoted (see ``soutput``).
+    """
     network = plan.network
     frame = build_box(spark, plan, wiring, max_offsets_per_trigger)
     interval = trigger or network.trigger
     batch_writer = BatchWriter(wiring, on_batch,
-                               delay_boundaries=plan.boxes[wiring.box].stateful)
-    writer = (frame.writeStream.queryName(f"{network.name}/{wiring.box}")
+                               delay_boundaries=plan.boxes[wiring.box].stateful,
+                               standby=standby)
+    suffix = "/standby" if standby else ""
+    writer = (frame.writeStream.queryName(f"{network.name}/{wiring.box}{suffix}")
               .outputMode("append")
               .foreachBatch(batch_writer)
               .option("checkpointLocation", checkpoint))

@@ -52,6 +52,8 @@ def read_stream(spark: SparkSession, stream: KafkaStream, max_offsets_per_trigge
               .option("subscribe", stream.topic)
               .option("startingOffsets", starting_offsets)
               .option("includeHeaders", "true")
+              # Box outputs are written in transactions: never read an aborted one.
+              .option("kafka.isolation.level", "read_committed")
               .option("failOnDataLoss", "true"))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))

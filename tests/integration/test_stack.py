@@ -25,7 +25,8 @@ def launched(local_federation):
 
 def test_status_reports_every_component_answering(launched) -> None:
     rows = {row.name: row for row in launcher.status(launched.layout)}
-    assert set(rows) == {"kafka-alpha", "kafka-beta", "registry", "jaeger", "catalog"}
+    assert set(rows) == {"kafka-alpha", "kafka-beta", "registry", "jaeger", "catalog",
+                         "detector"}
     assert all(row.running and row.answering for row in rows.values()), rows
 
 
@@ -85,14 +86,15 @@ def test_cli_up_status_down_on_a_one_participant_stack(launched, tmp_path) -> No
            "MEDUSA_JAEGER_OTLP_GRPC_PORT": "30317", "MEDUSA_JAEGER_OTLP_HTTP_PORT": "30318",
            "MEDUSA_JAEGER_QUERY_PORT": "30686", "MEDUSA_JAEGER_QUERY_GRPC_PORT": "30685",
            "MEDUSA_JAEGER_HEALTH_PORT": "30133", "MEDUSA_JAEGER_METRICS_PORT": "30888",
-           "MEDUSA_CATALOG_PORT": "30090"}
+           "MEDUSA_CATALOG_PORT": "30090", "MEDUSA_DETECTOR_PORT": "30091"}
     started = _medusa("up", "--participants", "1", "--skip-install", env=env)
     try:
         assert started.returncode == 0, started.stderr + started.stdout
         assert "127.0.0.1:31092" in started.stdout
         status = json.loads(_medusa("status", "--json", env=env).stdout)["components"]
         assert {row["name"]: row["answering"] for row in status} == {
-            "kafka-alpha": True, "registry": True, "jaeger": True, "catalog": True}
+            "kafka-alpha": True, "registry": True, "jaeger": True, "catalog": True,
+            "detector": True}
         pids = [row["pid"] for row in status]
     finally:
         stopped = _medusa("down", env=env)

@@ -23,7 +23,8 @@ def test_stack_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert [p.name for p in layout.participants] == ["alpha", "beta", "gamma"]
     assert [p.bootstrap for p in layout.participants] == [
         "127.0.0.1:30000", "127.0.0.1:30010", "127.0.0.1:30020"]
-    assert len(layout.all_ports()) == 6 + 9  # brokers and controllers; registry, Jaeger, catalog
+    # brokers and controllers; registry, Jaeger, catalog, detector
+    assert len(layout.all_ports()) == 6 + 10
 
 
 def test_bad_setting_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:

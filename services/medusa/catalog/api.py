@@ -116,6 +116,11 @@ class References:
         if box not in parse_network(network.spec["definition"]).boxes:
             raise HTTPException(422, f"box: network {spec.network} has no box {box!r}")
         self.require(Kind.NODES, spec.node, "node")
+        if spec.replica is not None:
+            self.require(Kind.NODES, spec.replica, "replica")
+            if spec.replica == spec.node:
+                raise HTTPException(422, f"replica: box {name} cannot have its replica on "
+                                         f"its own node {spec.node}")
 
 
 def create_app(store: CatalogStore) -> FastAPI:

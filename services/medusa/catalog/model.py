@@ -55,7 +55,9 @@ class NodeSpec(Spec):
 
     secondary: NodeName | None = None
     """The node that takes over this node's boxes when it fails."""
-    status: Literal["up", "down", "draining"] = "up"
+    status: Literal["up", "down", "draining", "failed"] = "up"
+    """``failed``: declared dead by the failure detector; its boxes went to other nodes, and
+    the incarnation named here is fenced: it stops its boxes and rejoins as a new one."""
     checkpoint_root: str | None = Field(None, max_length=2000)
     """Where this node keeps its boxes' checkpoints; a box moved away is copied from here."""
     incarnation: str | None = Field(None, max_length=100)
@@ -97,6 +99,13 @@ class BoxSpec(Spec):
     checkpoint: str | None = Field(None, max_length=2000)
     """Where the box's state is, once a node has run it."""
     released_by: NodeName | None = None
+    ha: Literal["passive", "active"] = "passive"
+    """``passive``: on a failure the box restarts from its checkpoint on the secondary
+    (upstream backup); ``active``: a replica runs on ``replica`` and takes over at once."""
+    replica: NodeName | None = None
+    """For ``ha: active``: the node running the standby replica."""
+    takeover_trace: str | None = Field(None, max_length=200)
+    """W3C traceparent of the failure that moved the box here, continued by the new node."""
 
 
 class ContractSpec(Spec):

@@ -113,6 +113,8 @@ def health_checks(layout: StackLayout) -> dict[str, tuple[str, Callable[[], bool
     health = f"http://127.0.0.1:{layout.settings.jaeger_health_port}/status"
     checks["jaeger"] = (layout.jaeger_query_url, lambda: http_ok(health))
     checks["catalog"] = (layout.catalog_url, lambda: http_ok(f"{layout.catalog_url}/health"))
+    checks["detector"] = (layout.detector_url,
+                          lambda: http_ok(f"{layout.detector_url}/health"))
     return checks
 
 
@@ -224,10 +226,22 @@ def catalog(layout: StackLayout) -> Component:
     )
 
 
+def detector(layout: StackLayout) -> Component:
+    """The failure detector, watching every participant's nodes."""
+    return Component(
+        name="detector",
+        command=[sys.executable, "-m", "medusa", "detector",
+                 "--port", str(layout.settings.detector_port)],
+        env={"MEDUSA_RUN_DIR": str(layout.run_dir)},
+        endpoint=layout.detector_url,
+        ready=health_checks(layout)["detector"][1],
+    )
+
+
 def kafka_components(layout: StackLayout) -> list[Component]:
     return [kafka_broker(layout, participant) for participant in layout.participants]
 
 
 def service_components(layout: StackLayout) -> list[Component]:
     """What starts once Kafka answers (the registry keeps its data in Kafka)."""
-    return [schema_registry(layout), jaeger(layout), catalog(layout)]
+    return [schema_registry(layout), jaeger(layout), catalog(layout), detector(layout)]

@@ -77,7 +77,8 @@ def _component_ports(layout: StackLayout, component: Component) -> list[int]:
     if component.name.startswith("kafka-"):
         participant = layout.participant(component.name.removeprefix("kafka-"))
         return [participant.broker_port, participant.controller_port]
-    prefix = {"registry": "schema registry", "jaeger": "Jaeger", "catalog": "catalog"}[
+    prefix = {"registry": "schema registry", "jaeger": "Jaeger", "catalog": "catalog",
+              "detector": "failure detector"}[
         component.name]
     return [port for port, owner in owners.items() if owner.startswith(prefix)]
 

@@ -73,6 +73,10 @@ class StackLayout:
         return f"http://127.0.0.1:{self.settings.catalog_port}"
 
     @property
+    def detector_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.detector_port}"
+
+    @property
     def catalog_home(self) -> str:
         return self.settings.catalog_participant or self.participants[0].name
 
@@ -103,4 +107,5 @@ class StackLayout:
         ports[s.jaeger_health_port] = "Jaeger health check"
         ports[s.jaeger_metrics_port] = "Jaeger metrics"
         ports[s.catalog_port] = "catalog"
+        ports[s.detector_port] = "failure detector"
         return ports

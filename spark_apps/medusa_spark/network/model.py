@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -29,6 +29,9 @@ class BoxSpec(BaseModel):
     """Where the box's own output topic lives when no stream names it; the network's default."""
     key: list[str] = Field(default_factory=list)
     """Output fields that make the Kafka key (so related results share a partition)."""
+    ha: Literal["passive", "active"] = "passive"
+    """On a node failure: ``passive`` restarts the box on the node's secondary from its
+    checkpoint; ``active`` keeps a replica running there, which takes over at once."""
 
 
 class ArrowSpec(BaseModel):

@@ -1,0 +1,275 @@
+"""The failure detector: reads the nodes' heartbeats, declares failures and recoveries.
+
+It watches every node the catalog lists as up (of the participants it is given),
+from the moment it learns of the node: a node that never sends a heartbeat is
+declared failed like one that stops. A node declared failed is marked ``failed``
+in the catalog with the incarnation that failed, and its boxes are placed on
+other nodes (see ``takeover``). The node is recovered when it registers again
+with a new incarnation and its heartbeats come; heartbeats of the failed
+incarnation are ignored (that node is fenced, and rejoins as a new one).
+
+Every failure is one trace: the missed heartbeats, the suspicion, the
+declaration, and below it the takeovers, which the new nodes continue.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+from opentelemetry import trace
+from opentelemetry.trace import Tracer
+
+from medusa.catalog.client import CatalogClient, CatalogError
+from medusa.catalog.model import Entry, Kind
+from medusa.detector.policy import DetectorConfig, Health, Policy
+from medusa.detector.takeover import Takeover, take_over
+from medusa.envelope import TYPE_HEADER
+from medusa.schemas import HEARTBEAT_TOPIC, schema_for_topic
+from medusa.stack.endpoints import Endpoints
+from medusa.topics import ensure_topics
+from medusa.tracing import traceparent
+
+log = logging.getLogger("medusa.detector")
+
+
+@dataclass
+class Watched:
+    node: str
+    incarnation: str | None
+    policy: Policy
+    health: Health = Health.ALIVE
+    watched_since: float = 0.0
+    last_heartbeat_wall: float | None = None
+    """Wall-clock time of the last heartbeat, for the trace."""
+    suspected_at_wall: float | None = None
+    heartbeats: int = 0
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    """suspected, cleared, failed, recovered"""
+    node: str
+    at: float
+    """Wall-clock seconds."""
+    detail: str = ""
+    takeovers: tuple[Takeover, ...] = ()
+
+
+@dataclass
+class DetectorState:
+    events: list[Event] = field(default_factory=list)
+    false_suspicions: int = 0
+
+
+class FailureDetector:
+    def __init__(self, endpoints: Endpoints, catalog: CatalogClient, config: DetectorConfig,
+                 participants: list[str] | None = None, tracer: Tracer | None = None,
+                 tick_s: float = 0.1, refresh_s: float = 1.0,
+                 on_event: Callable[[Event], None] | None = None) -> None:
+        self.endpoints = endpoints
+        self.catalog = catalog
+        self.config = config
+        self.participants = participants or list(endpoints.kafka)
+        self.tracer = tracer or trace.get_tracer("medusa")
+        self.tick_s = tick_s
+        self.refresh_s = refresh_s
+        self.on_event = on_event
+        self.watched: dict[str, Watched] = {}
+        self.failed: dict[str, str | None] = {}
+        """Nodes declared failed, with the incarnation that failed."""
+        self.state = DetectorState()
+        self._schema = schema_for_topic(HEARTBEAT_TOPIC).parsed
+        self._stop = threading.Event()
+        self._next_refresh = 0.0
+
+    # -- heartbeats -----------------------------------------------------------------------
+
+    def _consumers(self) -> list[Consumer]:
+        consumers = []
+        for participant in self.participants:
+            bootstrap = self.endpoints.bootstrap(participant)
+            ensure_topics({"bootstrap.servers": bootstrap}, [HEARTBEAT_TOPIC], partitions=1,
+                          config={"retention.ms": str(3_600_000)})
+            consumer = Consumer({"bootstrap.servers": bootstrap,
+                                 "group.id": f"medusa.detector.{participant}",
+                                 "enable.auto.commit": False})
+            # Only heartbeats from now on matter: the catalog says who to expect.
+            consumer.assign([TopicPartition(HEARTBEAT_TOPIC, 0, OFFSET_END)])
+            consumers.append(consumer)
+        return consumers
+
+    def heartbeat(self, node: str, incarnation: str, now: float) -> None:
+        watched = self.watched.get(node)
+        if watched is None or watched.incarnation != incarnation:
+            return  # not (yet) in the catalog as up, or a fenced incarnation
+        watched.policy.heartbeat(now)
+        watched.heartbeats += 1
+        watched.last_heartbeat_wall = time.time()
+
+    def _decode(self, value: bytes) -> dict[str, object]:
+        # Confluent wire format: magic byte and 4-byte schema id, then the Avro body.
+        record = fastavro.schemaless_reader(io.BytesIO(value[5:]), self._schema, None)
+        assert isinstance(record, dict)
+        return record
+
+    # -- the catalog's view ---------------------------------------------------------------
+
+    def refresh(self, now: float) -> None:
+        nodes = {e.name: e for e in self.catalog.list(Kind.NODES)
+                 if e.participant in self.participants}
+        for name, entry in nodes.items():
+            status, incarnation = entry.spec.get("status"), entry.spec.get("incarnation")
+            watched = self.watched.get(name)
+            if status != "up":
+                if watched is not None and status == "down":
+                    del self.watched[name]  # stopped cleanly: nothing to detect
+                continue
+            if watched is not None and watched.incarnation == incarnation:
+                continue
+            policy = self.config.policy_for_node()
+            policy.heartbeat(now)  # joining counts as a sign of life
+            self.watched[name] = Watched(name, incarnation, policy, watched_since=now,
+                                         last_heartbeat_wall=time.time())
+            if name in self.failed:
+                self._recovered(name, incarnation)
+        for name in [n for n in self.watched if n not in nodes]:
+            del self.watched[name]
+
+    # -- judging --------------------------------------------------------------------------
+
+    def assess(self, now: float) -> None:
+        for watched in list(self.watched.values()):
+            health = watched.policy.assess(now)
+            if health == watched.health:
+                continue
+            previous, watched.health = watched.health, health
+            if health == Health.SUSPECT and previous == Health.ALIVE:
+                watched.suspected_at_wall = time.time()
+                self._event(Event("suspected", watched.node, time.time(),
+                                  f"suspicion {watched.policy.suspicion(now):.2f}"))
+            elif health == Health.ALIVE:
+                self.state.false_suspicions += 1
+                self._event(Event("cleared", watched.node, time.time()))
+                watched.suspected_at_wall = None
+            elif health == Health.FAILED:
+                self._declare(watched)
+
+    def _declare(self, watched: Watched) -> None:
+        declared_at = time.time()
+        last = watched.last_heartbeat_wall or declared_at
+        suspected = watched.suspected_at_wall or declared_at
+        root = self.tracer.start_span(
+            f"node failure {watched.node}", start_time=_ns(last),
+            attributes={"medusa.node": watched.node,
+                        "medusa.incarnation": watched.incarnation or "",
+                        "medusa.detector.policy": self.config.policy,
+                        "medusa.detector.acceptable_pause_s": self.config.acceptable_pause_s,
+                        "medusa.heartbeats.received": watched.heartbeats})
+        context = trace.set_span_in_context(root)
+        missed = int((declared_at - last) / self.config.interval_s)
+        self.tracer.start_span("heartbeats missed", context=context, start_time=_ns(last),
+                               attributes={"medusa.heartbeats.missed": missed}
+                               ).end(end_time=_ns(suspected))
+        self.tracer.start_span("suspicion", context=context, start_time=_ns(suspected),
+                               attributes={"medusa.suspicion": watched.policy.suspicion(
+                                   time.monotonic())}).end(end_time=_ns(declared_at))
+        declaration = self.tracer.start_span("declaration", context=context,
+                                             start_time=_ns(declared_at))
+        parent = traceparent(root)
+        takeovers: list[Takeover] = []
+        try:
+            entry = self._mark_failed(watched)
+            if entry is not None:
+                declaration_context = trace.set_span_in_context(declaration)
+                takeovers = take_over(self.catalog, entry, parent, on_box=lambda t: self.tracer
+                                      .start_span(f"placement {t.box}",
+                                                  context=declaration_context,
+                                                  attributes={"medusa.box": t.box,
+                                                              "medusa.target": t.target or "",
+                                                              "medusa.ha": t.mode}).end())
+        except CatalogError as error:
+            declaration.record_exception(error)
+            log.error("declaring %s failed: %s", watched.node, error)
+        declaration.end()
+        root.end()
+        del self.watched[watched.node]
+        self.failed[watched.node] = watched.incarnation
+        self._event(Event("failed", watched.node, declared_at,
+                          f"silent for {declared_at - last:.1f}s", tuple(takeovers)))
+        for takeover in takeovers:
+            where = takeover.target or "nowhere (no live node)"
+            log.info("  %s -> %s (%s)", takeover.box, where, takeover.mode)
+
+    def _mark_failed(self, watched: Watched) -> Entry | None:
+        def failed(spec: dict[str, object] | None) -> dict[str, object] | None:
+            if spec is None or spec.get("incarnation") != watched.incarnation:
+                return None  # restarted meanwhile: that incarnation is a new node
+            return {**spec, "status": "failed"}
+        return self.catalog.update(Kind.NODES, watched.node, failed)
+
+    def _recovered(self, node: str, incarnation: str | None) -> None:
+        del self.failed[node]
+        with self.tracer.start_as_current_span(
+                f"node recovered {node}", attributes={
+                    "medusa.node": node, "medusa.incarnation": incarnation or ""}):
+            pass
+        self._event(Event("recovered", node, time.time(), f"incarnation {incarnation}"))
+
+    def _event(self, event: Event) -> None:
+        self.state.events.append(event)
+        log.info("%s %s%s", event.node, event.kind, f": {event.detail}" if event.detail else "")
+        if self.on_event is not None:
+            self.on_event(event)
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def run(self) -> None:
+        consumers = self._consumers()
+        log.info("watching the nodes of %s (%s policy, acceptable pause %.1fs)",
+                 ", ".join(self.participants), self.config.policy,
+                 self.config.acceptable_pause_s)
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if now >= self._next_refresh:
+                    try:
+                        self.refresh(now)
+                    except CatalogError as error:
+                        log.warning("catalog: %s", error)
+                    self._next_refresh = now + self.refresh_s
+                for consumer in consumers:
+                    for message in consumer.consume(1000, timeout=self.tick_s / len(consumers)):
+                        value = message.value()
+                        if message.error() is not None or value is None:
+                            continue
+                        if _is_boundary(message.headers()):
+                            continue
+                        record = self._decode(value)
+                        self.heartbeat(str(record["node"]), str(record["incarnation"]),
+                                       time.monotonic())
+                self.assess(time.monotonic())
+        finally:
+            for consumer in consumers:
+                consumer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _is_boundary(headers: Any) -> bool:
+    pairs = headers.items() if isinstance(headers, dict) else headers or []
+    return any(k == TYPE_HEADER and v in (b"BOUNDARY", "BOUNDARY") for k, v in pairs)
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+

@@ -1,0 +1,101 @@
+"""What the catalog says once a node is declared failed: who runs each of its boxes now.
+
+A box with ``ha: passive`` goes to the failed node's secondary (or, when that is not
+up, to the least loaded live node of the same participant) in phase ``released``
+with its checkpoint where the failed node left it: the new node copies it, restores
+the box and replays its inputs from Kafka. A box with ``ha: active`` goes to the
+node running its replica, which promotes the replica instead of restarting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Entry, Kind
+
+
+@dataclass(frozen=True)
+class Takeover:
+    box: str
+    source: str
+    target: str | None
+    """None: no live node could take the box; it waits on the failed node."""
+    mode: str
+    """passive (restore from the checkpoint) or active (promote the replica)."""
+
+
+def live_nodes(catalog: CatalogClient) -> dict[str, Entry]:
+    return {e.name: e for e in catalog.list(Kind.NODES) if e.spec.get("status") == "up"}
+
+
+def choose_target(failed: Entry, box: Entry, live: dict[str, Entry],
+                  boxes_per_node: dict[str, int]) -> tuple[str | None, str]:
+    replica = box.spec.get("replica")
+    if box.spec.get("ha") == "active" and replica in live:
+        return replica, "active"
+    secondary = failed.spec.get("secondary")
+    if secondary in live:
+        return secondary, "passive"
+    same_participant = [name for name in live if name.split("/")[0] == failed.participant]
+    if not same_participant:
+        return None, "passive"
+    return min(same_participant, key=lambda n: (boxes_per_node.get(n, 0), n)), "passive"
+
+
+def next_replica(target: str, failed: str, live: dict[str, Entry]) -> str | None:
+    """The new primary's secondary hosts the next replica, when it is up and not itself."""
+    entry = live.get(target)
+    secondary = entry.spec.get("secondary") if entry else None
+    return secondary if secondary in live and secondary not in (target, failed) else None
+
+
+def take_over(catalog: CatalogClient, failed: Entry, trace_parent: str | None,
+              on_box: Callable[[Takeover], None] | None = None) -> list[Takeover]:
+    """Places every box of ``failed`` on a live node; returns what went where."""
+    live = {name: e for name, e in live_nodes(catalog).items() if name != failed.name}
+    boxes = catalog.list(Kind.BOXES)
+    boxes_per_node: dict[str, int] = {}
+    for box in boxes:
+        boxes_per_node[box.spec["node"]] = boxes_per_node.get(box.spec["node"], 0) + 1
+    done = []
+    for box in boxes:
+        if box.spec["node"] != failed.name:
+            if box.spec.get("replica") == failed.name:  # lost its standby; a new one follows
+                catalog.update(Kind.BOXES, box.name, _replica_lost(failed.name, live))
+            continue
+        target, mode = choose_target(failed, box, live, boxes_per_node)
+        if target is not None:
+            catalog.update(Kind.BOXES, box.name,
+                           _moved_to(failed.name, target, mode, trace_parent, live))
+            boxes_per_node[target] = boxes_per_node.get(target, 0) + 1
+        takeover = Takeover(box.name, failed.name, target, mode)
+        done.append(takeover)
+        if on_box is not None:
+            on_box(takeover)
+    return done
+
+
+def _moved_to(failed: str, target: str, mode: str, trace_parent: str | None,
+              live: dict[str, Entry]) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
+    def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        if spec is None or spec["node"] != failed:
+            return None  # withdrawn or moved meanwhile
+        replica = spec.get("replica")
+        if spec.get("ha") == "active":
+            replica = next_replica(target, failed, live) if mode == "active" or replica in (
+                target, failed) else replica
+        return {**spec, "node": target, "phase": "released", "released_by": failed,
+                "replica": replica, "takeover_trace": trace_parent}
+    return change
+
+
+def _replica_lost(failed: str, live: dict[str, Entry]
+                  ) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
+    def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        if spec is None or spec.get("replica") != failed:
+            return None
+        return {**spec, "replica": next_replica(spec["node"], failed, live)}
+    return change

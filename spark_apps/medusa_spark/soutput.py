@@ -1,0 +1,241 @@
+"""SOutput: a box's way out, where each result is written once whoever computes it.
+
+Borealis's SOutput drops duplicates at a box's output by tuple id; here it also
+fences. Every node that writes a box's output uses the same Kafka transactional
+id, so when a secondary takes the box over, ``init_transactions`` aborts what
+the failed node left half-written and fences it: a node declared dead that comes
+back cannot write another record. Each micro-batch is one transaction.
+
+Tuple ids are computed from the inputs, so a batch replayed from a checkpoint,
+or computed by a standby replica, yields the same ids. At start the SOutput reads
+the recent tail of its topic (committed records only) and remembers the ids, and
+drops any result it is asked to write again.
+
+A standby SOutput (``ha: active``) writes nothing: it keeps its replica's recent
+results until ``promote``, which fences the primary and writes those of them the
+primary had not.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
+
+from medusa.envelope import ID_HEADER
+
+log = logging.getLogger("medusa.soutput")
+
+Header = tuple[str, str | bytes | None]
+
+
+@dataclass(frozen=True)
+class OutRecord:
+    tuple_id: str
+    value: bytes | None
+    headers: list[Header]
+    key: bytes | None = None
+    partition: int | None = None
+    """Set for BOUNDARY records, which go to every partition; else the key decides."""
+
+
+@dataclass
+class OutputStats:
+    written: int = 0
+    duplicates_dropped: int = 0
+    batches: int = 0
+    first_write_at: float | None = None
+    """Wall-clock time of the first record written by this SOutput."""
+    recovered_ids: int = 0
+    """Ids read back from the topic's tail at start."""
+    first_write_listeners: list[Callable[[int], None]] = field(default_factory=list)
+
+
+class OutputFencedError(RuntimeError):
+    """Another node has taken over this box's output; this one must stop writing."""
+
+
+def transactional_id(topic: str) -> str:
+    return f"medusa.soutput.{topic}"
+
+
+class SOutput:
+    def __init__(self, topic: str, bootstrap: str, standby: bool = False,
+                 horizon_s: float = 300.0, max_ids: int = 1_000_000,
+                 producer_config: dict[str, str] | None = None) -> None:
+        self.topic = topic
+        self.bootstrap = bootstrap
+        self.standby = standby
+        self.horizon_s = horizon_s
+        self.stats = OutputStats()
+        self._max_ids = max_ids
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._producer: Producer | None = None
+        self._producer_config = producer_config or {}
+        self._buffer: deque[tuple[float, list[OutRecord]]] = deque()
+        self._lock = threading.Lock()
+
+    # -- writing ----------------------------------------------------------------------
+
+    def write(self, records: Sequence[OutRecord]) -> int:
+        """Writes the records not written before, as one transaction; returns how many.
+
+        On a standby, keeps them for ``promote`` instead.
+        """
+        with self._lock:
+            if self.standby:
+                now = time.time()
+                self._buffer.append((now, list(records)))
+                while self._buffer and self._buffer[0][0] < now - self.horizon_s:
+                    self._buffer.popleft()
+                return 0
+            if self._producer is None:
+                self._open()
+            return self._transaction(records)
+
+    def promote(self) -> int:
+        """The standby becomes the writer: fences the primary, then writes what it missed."""
+        with self._lock:
+            if not self.standby:
+                return 0
+            self.standby = False
+            self._open()
+            kept = [record for _, batch in self._buffer for record in batch]
+            self._buffer.clear()
+            return self._transaction(kept) if kept else 0
+
+    def close(self) -> None:
+        with self._lock:
+            if self._producer is not None:
+                self._producer.flush(10)
+                self._producer = None
+
+    def _open(self) -> None:
+        producer = Producer({
+            "bootstrap.servers": self.bootstrap,
+            "transactional.id": transactional_id(self.topic),
+            # Java's default for keyed records, so results land where Spark's writer put them.
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "transaction.timeout.ms": 60_000,
+            **self._producer_config,
+        })
+        # Aborts the previous writer's open transaction and fences it from now on.
+        producer.init_transactions(60)
+        self._producer = producer
+        recovered = self._read_tail()
+        self.stats.recovered_ids = len(recovered)
+        for tuple_id in recovered:
+            self._remember(tuple_id)
+
+    def _transaction(self, records: Iterable[OutRecord]) -> int:
+        producer = self._producer
+        assert producer is not None
+        fresh = []
+        for record in records:
+            if record.tuple_id in self._seen:
+                self.stats.duplicates_dropped += 1
+                continue
+            fresh.append(record)
+        if not fresh:
+            return 0
+        try:
+            producer.begin_transaction()
+            for record in fresh:
+                if record.partition is None:
+                    producer.produce(self.topic, value=record.value, key=record.key,
+                                     headers=record.headers)
+                else:
+                    producer.produce(self.topic, value=record.value, key=record.key,
+                                     headers=record.headers, partition=record.partition)
+                producer.poll(0)
+            producer.commit_transaction(60)
+        except KafkaException as error:
+            kafka_error = error.args[0]
+            self._producer = None
+            if kafka_error.fatal() or "fenced" in kafka_error.str().lower():
+                raise OutputFencedError(
+                    f"output {self.topic}: another node has taken over this box "
+                    f"({kafka_error.str()})") from None
+            raise
+        for record in fresh:
+            self._remember(record.tuple_id)
+        first = self.stats.first_write_at is None
+        self.stats.written += len(fresh)
+        self.stats.batches += 1
+        if first:
+            self.stats.first_write_at = time.time()
+            for listener in self.stats.first_write_listeners:
+                listener(len(fresh))
+        return len(fresh)
+
+    def _remember(self, tuple_id: str) -> None:
+        self._seen[tuple_id] = None
+        if len(self._seen) > self._max_ids:
+            self._seen.popitem(last=False)
+
+    # -- what is written already ----------------------------------------------------------
+
+    def _read_tail(self, timeout_s: float = 60.0) -> list[str]:
+        """The ids of the committed records of the last ``horizon_s`` seconds."""
+        consumer = Consumer({
+            "bootstrap.servers": self.bootstrap,
+            "group.id": f"medusa.soutput.tail.{self.topic}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        })
+        try:
+            metadata = consumer.list_topics(self.topic, timeout=10).topics[self.topic]
+            since_ms = int((time.time() - self.horizon_s) * 1000)
+            wanted = [TopicPartition(self.topic, p, since_ms) for p in metadata.partitions]
+            starts = consumer.offsets_for_times(wanted, timeout=10)
+            ends: dict[int, int] = {}
+            assigned = []
+            for start in starts:
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, start.partition), timeout=10)
+                offset = start.offset if start.offset >= 0 else OFFSET_END
+                if offset == OFFSET_END or offset >= high:
+                    continue
+                ends[start.partition] = high
+                assigned.append(TopicPartition(self.topic, start.partition, offset))
+            if not assigned:
+                return []
+            consumer.assign(assigned)
+            ids: list[str] = []
+            remaining = set(ends)
+            deadline = time.monotonic() + timeout_s
+            while remaining and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is not None:
+                    if error.code() == error._PARTITION_EOF:
+                        remaining.discard(message.partition())
+                    continue
+                ids.append(record_id(message.headers() or []))
+                partition, at = message.partition(), message.offset()
+                if partition is not None and at is not None and at + 1 >= ends[partition]:
+                    remaining.discard(partition)
+            if remaining:
+                raise RuntimeError(f"output {self.topic}: could not read back the recent "
+                                   f"results of partitions {sorted(remaining)} within "
+                                   f"{timeout_s:.0f}s")
+            return ids
+        finally:
+            consumer.close()
+
+
+def record_id(headers: Sequence[Header] | dict[str, str | bytes | None]) -> str:
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    for key, value in pairs:
+        if key == ID_HEADER and value is not None:
+            return value.decode() if isinstance(value, bytes) else value
+    return ""  # not a Medusa tuple: nothing to deduplicate it against

@@ -1,0 +1,97 @@
+"""The detector's policies on simulated clocks, and where a failed node's boxes go."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from medusa.catalog.model import Entry, Kind
+from medusa.detector.policy import DetectorConfig, Health, PhiAccrualPolicy, TimeoutPolicy, phi
+from medusa.detector.takeover import choose_target, next_replica
+
+pytestmark = pytest.mark.unit
+
+
+def _beats(policy, interval: float, count: int, jitter: float = 0.0, seed: int = 1) -> float:
+    rng = random.Random(seed)
+    at = 0.0
+    for _ in range(count):
+        at += interval + rng.uniform(-jitter, jitter)
+        policy.heartbeat(at)
+    return at
+
+
+@pytest.mark.parametrize("config", [DetectorConfig(policy="timeout"), DetectorConfig()])
+def test_a_silent_node_is_suspected_then_declared_failed(config) -> None:
+    policy = config.policy_for_node()
+    last = _beats(policy, config.interval_s, 50, jitter=0.05)
+    assert policy.assess(last + 0.3) == Health.ALIVE
+    assert policy.assess(last + 2.0) == Health.SUSPECT
+    # Never failed within its acceptable pause, always failed well past it.
+    assert policy.assess(last + config.interval_s + config.acceptable_pause_s - 0.1) != \
+        Health.FAILED
+    assert policy.assess(last + config.interval_s + config.acceptable_pause_s + 1.5) == \
+        Health.FAILED
+
+
+@pytest.mark.parametrize("config", [DetectorConfig(policy="timeout"), DetectorConfig()])
+def test_a_slow_node_within_the_acceptable_pause_is_never_declared_failed(config) -> None:
+    policy = config.policy_for_node()
+    rng = random.Random(7)
+    at = 0.0
+    for _ in range(500):  # heartbeats delayed by up to the whole pause, as under CPU load
+        gap = config.interval_s + rng.uniform(0, config.acceptable_pause_s * 0.95)
+        for step in range(1, 20):
+            assert policy.assess(at + gap * step / 20) != Health.FAILED
+        at += gap
+        policy.heartbeat(at)
+
+
+def test_phi_grows_with_silence_and_adapts_to_jitter() -> None:
+    assert phi(0.1, 1.0, 0.1) < 0.01
+    assert phi(1.0, 1.0, 0.1) == pytest.approx(0.30, abs=0.01)
+    assert phi(2.0, 1.0, 0.1) > phi(1.5, 1.0, 0.1) > 1
+    steady = PhiAccrualPolicy(1.0, 8.0, 0.0, 0.5, min_std_s=0.01)
+    jittery = PhiAccrualPolicy(1.0, 8.0, 0.0, 0.5, min_std_s=0.01)
+    last_steady = _beats(steady, 0.5, 100)
+    last_jittery = _beats(jittery, 0.5, 100, jitter=0.3)
+    assert steady.suspicion(last_steady + 0.9) > jittery.suspicion(last_jittery + 0.9)
+
+
+def test_the_policies_reject_inconsistent_thresholds() -> None:
+    with pytest.raises(ValueError, match="suspect-after"):
+        TimeoutPolicy(5.0, 1.0)
+    with pytest.raises(ValueError, match="phi-suspect"):
+        PhiAccrualPolicy(9.0, 8.0, 1.0, 0.5)
+
+
+def _node(name: str, secondary: str | None = None) -> Entry:
+    return Entry(kind=Kind.NODES, name=name, version=1, updated_at=0,
+                 spec={"status": "up", "secondary": secondary})
+
+
+def _box(name: str, node: str, ha: str = "passive", replica: str | None = None) -> Entry:
+    return Entry(kind=Kind.BOXES, name=name, version=1, updated_at=0,
+                 spec={"network": "alpha/n", "node": node, "ha": ha, "replica": replica})
+
+
+def test_a_passive_box_goes_to_the_secondary_else_the_least_loaded_node_of_the_participant():
+    failed = _node("alpha/a1", secondary="beta/b1")
+    box = _box("alpha/n/x", "alpha/a1")
+    live = {n: _node(n) for n in ("beta/b1", "alpha/a2", "alpha/a3")}
+    assert choose_target(failed, box, live, {}) == ("beta/b1", "passive")
+    del live["beta/b1"]
+    assert choose_target(failed, box, live, {"alpha/a2": 3, "alpha/a3": 1}) == \
+        ("alpha/a3", "passive")
+    assert choose_target(failed, box, {"beta/b2": _node("beta/b2")}, {}) == (None, "passive")
+
+
+def test_an_active_box_goes_to_its_replica_which_gets_a_replica_of_its_own():
+    failed = _node("alpha/a1", secondary="alpha/a2")
+    box = _box("alpha/n/x", "alpha/a1", ha="active", replica="alpha/a2")
+    live = {"alpha/a2": _node("alpha/a2", secondary="alpha/a3"), "alpha/a3": _node("alpha/a3")}
+    assert choose_target(failed, box, live, {}) == ("alpha/a2", "active")
+    assert next_replica("alpha/a2", "alpha/a1", live) == "alpha/a3"
+    live["alpha/a2"] = _node("alpha/a2", secondary="alpha/a1")
+    assert next_replica("alpha/a2", "alpha/a1", live) is None
