@@ -103,9 +103,21 @@ class NodeProcess:
         self._incarnation = known.spec.get("incarnation") if known else None
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as log:
+            # Its own process group, so that a kill takes its JVM down with it.
             self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                            env=self.env)
+                                            env=self.env, start_new_session=True)
         return self
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.process is not None, f"node {self.global_name} is not running"
+        os.killpg(self.process.pid, sig)
+
+    def kill(self) -> None:
+        """kill -9 of the node and its JVM, as when its machine dies."""
+        self.signal(signal.SIGKILL)
+        assert self.process is not None
+        self.process.wait(30)
+        self.process = None
 
     def wait_registered(self, timeout_s: float = 240.0) -> None:
         from medusa_spark.deploy import wait_for_node
@@ -126,10 +138,11 @@ class NodeProcess:
     def stop(self) -> None:
         if self.process is None:
             return
+        os.killpg(self.process.pid, signal.SIGCONT)  # in case a test left it paused
         self.process.terminate()
         try:
             self.process.wait(90)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(30)
         self.process = None

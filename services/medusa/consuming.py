@@ -18,10 +18,13 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
 from medusa.envelope import EnvelopeError, TupleRecord, TupleType, decode_record
 from medusa.registry import SERDE_CONFIG
 from medusa.topics import dead_letter_topic, ensure_topics
+from medusa.tracing import context_of, header_traceparent, traceparent
 
 DLQ_REASON_HEADER = "medusa.dlq.reason"
 DLQ_TOPIC_HEADER = "medusa.dlq.topic"
@@ -40,6 +43,8 @@ class ConsumedTuple:
     key: bytes | None
     timestamp_ms: int = 0
     """The record's Kafka timestamp (when it was written, unless the writer set it)."""
+    traceparent: str | None = None
+    """The trace a sampled tuple carries; the consumer's span continues it."""
 
 
 class TupleConsumer:
@@ -124,8 +129,15 @@ class TupleConsumer:
             value = self._deserializer(raw, SerializationContext(topic, MessageField.VALUE))
             record = TupleRecord(envelope_only.type, envelope_only.tuple_id, envelope_only.stime,
                                  value)
+        parent = header_traceparent(headers if isinstance(headers, list) else None)
+        if parent is not None:  # a sampled tuple: its journey ends at this sink
+            span = trace.get_tracer("medusa").start_span(
+                f"consume {topic}", context=context_of(parent), kind=SpanKind.CONSUMER,
+                attributes={"medusa.id": record.tuple_id, "messaging.destination.name": topic})
+            span.end()
+            parent = traceparent(span)
         return ConsumedTuple(record, topic, message.partition() or 0, message.offset() or 0,
-                             message.key(), message.timestamp()[1])
+                             message.key(), message.timestamp()[1], parent)
 
     def _dead_letter(self, message: Message, reason: str) -> None:
         topic = message.topic() or ""

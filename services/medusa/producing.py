@@ -12,11 +12,14 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
-from medusa.envelope import Envelope, Headers, TupleType, boundary
+from medusa.envelope import TRACEPARENT_HEADER, Envelope, Headers, TupleType, boundary
 from medusa.registry import SERDE_CONFIG, register
 from medusa.schemas import AvroSchema
 from medusa.topics import partition_count
+from medusa.tracing import Sampler, traceparent
 
 
 @dataclass
@@ -51,11 +54,13 @@ class TupleProducer:
         to_dict: Callable[[Any, SerializationContext], dict[str, Any]] | None = None,
         boundary_interval_s: float = 1.0,
         stats: DeliveryStats | None = None,
+        trace_every: int = 0,
     ) -> None:
         self.topic = topic
         self.source_id = source_id
         self.stats = stats or DeliveryStats()
         self._boundary_interval_s = boundary_interval_s
+        self._sampled = Sampler(trace_every)
         register(registry, topic, schema)
         self._serializer = AvroSerializer(
             registry, schema.text, to_dict, conf={"auto.register.schemas": False, **SERDE_CONFIG}
@@ -89,7 +94,14 @@ class TupleProducer:
     ) -> None:
         payload = self.serialize(value)
         envelope = Envelope(tuple_type, tuple_id, stime)
-        self._send(key, payload, envelope.headers(extra_headers or ()), None)
+        extra = list(extra_headers or ())
+        if self._sampled():  # this tuple's way through the boxes to the sink is traced
+            span = trace.get_tracer("medusa").start_span(
+                f"produce {self.topic}", kind=SpanKind.PRODUCER,
+                attributes={"medusa.id": tuple_id, "messaging.destination.name": self.topic})
+            span.end()
+            extra.append((TRACEPARENT_HEADER, traceparent(span).encode()))
+        self._send(key, payload, envelope.headers(extra), None)
         if self._last_stime is None or stime > self._last_stime:
             self._last_stime = stime
         if time.monotonic() >= self._next_boundary_at:

@@ -29,10 +29,14 @@ STIME_ORIGIN_MS = 1_800_000_000_000
 WINDOW_MS = 10_000
 
 
-def network_yaml(name: str, topic_prefix: str, **overrides: Any) -> str:
-    """The example network under another name, on topics of its own."""
+def network_yaml(name: str, topic_prefix: str, ha: str | None = None, **overrides: Any) -> str:
+    """The example network under another name, on topics of its own (every box with
+    ``ha`` when given)."""
     raw = yaml.safe_load(NETWORK.read_text())
     raw.update(name=name, topic_prefix=topic_prefix, **overrides)
+    if ha is not None:
+        for box in raw["boxes"].values():
+            box["ha"] = ha
     return yaml.safe_dump(raw, sort_keys=False)
 
 
@@ -146,6 +150,10 @@ class OutputWatch:
     def ids(self, topic: str) -> list[str]:
         with self._lock:
             return [a.tuple_id for a in self.arrivals[topic]]
+
+    def arrived(self, topic: str) -> list[Arrival]:
+        with self._lock:
+            return list(self.arrivals[topic])
 
     def wait_for(self, topic: str, expected: set[str], timeout_s: float,
                  settle_s: float = 5.0) -> None:

@@ -53,7 +53,7 @@ def _high_availability(ha: str, replica: str | None
     def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
         if spec is None or (spec.get("ha", "passive"), spec.get("replica")) == (ha, replica):
             return None
-        return {**spec, "ha": ha, "replica": replica}
+        return {**spec, "ha": ha, "replica": replica, "replica_ready": False}
     return change
 
 

@@ -252,6 +252,12 @@ class Node:
             self.hosted[name] = HostedBox(name, network.version, run, time.time())
         log.info("%s: running the standby replica of %s", self.global_name, name)
 
+        def ready(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("replica") != self.global_name:
+                return None
+            return {**spec, "replica_ready": True}
+        self.catalog.update(Kind.BOXES, name, ready)
+
     def _promote(self, name: str, entry: Entry, hosted: HostedBox) -> None:
         failover = context_of(entry.spec.get("takeover_trace"))
         takeover = self.tracer.start_span(f"takeover {name}", context=failover, attributes={
@@ -260,9 +266,9 @@ class Node:
         restored = last_committed_batch(hosted.run.checkpoint)
         takeover.set_attribute("medusa.checkpoint.batch_restored",
                                -1 if restored is None else restored)
-        self._trace_first_output(hosted.run, takeover)
         caught_up = hosted.run.promote()
         takeover.set_attribute("medusa.replica.results_caught_up", caught_up)
+        self._trace_first_output(hosted.run, takeover)
         log.info("%s: promoted the replica of %s; it wrote %d results the primary had not",
                  self.global_name, name, caught_up)
         self._mark_running(name, hosted.run.checkpoint)
@@ -418,11 +424,12 @@ class Node:
 
     def run(self) -> None:
         """Register, then follow the catalog until ``stop``."""
+        # Beating before joining: the detector starts the clock at the registration.
+        heart = threading.Thread(target=self._heartbeat_loop, name="heartbeats", daemon=True)
+        heart.start()
         self.register()
         reporter = threading.Thread(target=self._report_loop, name="load-reports", daemon=True)
         reporter.start()
-        heart = threading.Thread(target=self._heartbeat_loop, name="heartbeats", daemon=True)
-        heart.start()
         try:
             while not self._stop.is_set():
                 try:

@@ -17,16 +17,18 @@ from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
+from opentelemetry import trace
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
-from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER, boundary
+from medusa.envelope import ID_HEADER, STIME_HEADER, TRACEPARENT_HEADER, TYPE_HEADER, boundary
 from medusa.registry import register
 from medusa.schemas import load_schema
 from medusa.stack.endpoints import Endpoints
 from medusa.topics import dead_letter_topic, ensure_topics, partition_count
+from medusa.tracing import context_of, traceparent
 from medusa_spark.avro_types import record_schema, struct_of
 from medusa_spark.durations import duration_ms
 from medusa_spark.network.validate import Plan
@@ -42,6 +44,7 @@ from medusa_spark.streams import (
     REASON,
     SOURCE,
     STIME,
+    TRACE,
     TYPE,
     KafkaStream,
     encode,
@@ -158,9 +161,11 @@ def build_box(spark: SparkSession, plan: Plan, wiring: BoxWiring,
          else F.lit(None).cast(field.dataType)).alias(field.name)
         for field in wiring.output_fields.fields if field.name != EMIT_TIME
     ]
+    trace = (F.col(TRACE) if TRACE in results.columns else F.lit(None).cast("string"))
     output = results.select(*ENVELOPE, *value_columns,
                             *(F.lit(None).cast(t).alias(c) for c, t in
-                              zip(CONTROL_EXTRAS, CONTROL_EXTRA_TYPES, strict=True)))
+                              zip(CONTROL_EXTRAS, CONTROL_EXTRA_TYPES, strict=True)),
+                            trace.alias(TRACE))
     lag = F.expr(f"INTERVAL {box.boundary_lag_ms()} MILLISECONDS")
     output = output.withColumn(PORT, F.lit(None).cast("string"))
     for port, frame in inputs.items():
@@ -171,6 +176,7 @@ def build_box(spark: SparkSession, plan: Plan, wiring: BoxWiring,
             *(F.lit(None).cast(field.dataType).alias(field.name)
               for field in wiring.output_fields.fields if field.name != EMIT_TIME),
             *CONTROL_EXTRAS,
+            F.lit(None).cast("string").alias(TRACE),
             F.lit(port).alias(PORT),
         )
         output = output.unionByName(control)
@@ -235,7 +241,9 @@ class BatchWriter:
                 data = data.withColumn(EMIT_TIME, F.unix_millis(F.current_timestamp()))
             encoded = encode(data, self._fields, output.schema_id, output.schema,
                              list(self.wiring.key) or None)
-            records = [_out_record(row) for row in encoded.collect()]
+            started_ns = time.time_ns()
+            records = [self._traced(_out_record(row), row[TRACE], started_ns, batch_id)
+                       if row[TRACE] else _out_record(row) for row in encoded.collect()]
             self._dead_letters(batch.where(F.col(TYPE) == INVALID))
             latest = (batch.where(F.col(TYPE) == BOUNDARY).groupBy(PORT)
                       .agg(F.unix_millis(F.max(STIME)).alias("stime")).collect())
@@ -275,6 +283,16 @@ class BatchWriter:
                 )).alias("headers"))
             self._write(letters, dead_letter_topic(source))
 
+    def _traced(self, record: OutRecord, parent: str, started_ns: int,
+                batch_id: int) -> OutRecord:
+        """A sampled tuple: a span for this box, whose context rides on to the next."""
+        span = trace.get_tracer("medusa").start_span(
+            f"box {self.wiring.box}", context=context_of(parent), start_time=started_ns,
+            attributes={"medusa.id": record.tuple_id, "medusa.box": self.wiring.box,
+                        "medusa.batch": batch_id})
+        span.end()
+        return _with_header(record, TRACEPARENT_HEADER, traceparent(span).encode())
+
     def _boundaries(self, stime_ms: int) -> list[OutRecord]:
         at = str(stime_ms)
         records = []
@@ -284,6 +302,11 @@ class BatchWriter:
                 (TYPE_HEADER, BOUNDARY.encode()), (ID_HEADER, tuple_id.encode()),
                 (STIME_HEADER, at.encode())], partition=partition))
         return records
+
+
+def _with_header(record: OutRecord, key: str, value: bytes) -> OutRecord:
+    headers = [(k, v) for k, v in record.headers if k != key] + [(key, value)]
+    return OutRecord(record.tuple_id, record.value, headers, record.key, record.partition)
 
 
 def _out_record(row: Any) -> OutRecord:

@@ -14,10 +14,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import to_avro
 
-from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER
+from medusa.envelope import ID_HEADER, STIME_HEADER, TRACEPARENT_HEADER, TYPE_HEADER
 from medusa_spark.wire import decode_avro, header, schema_id
 
 TYPE, ID, STIME = "_type", "_id", "_stime"
+TRACE = "_trace"
+"""The W3C traceparent of a sampled tuple (null for the rest); boxes that keep their input
+rows (filter, union) pass it on, so the tuple's trace reaches the sink."""
 ENVELOPE = (TYPE, ID, STIME)
 RAW, RAW_HEADERS, REASON, SOURCE = "_raw", "_raw_headers", "_reason", "_source"
 """Set on INVALID rows only: the original value and headers, why it is unusable, its topic."""
@@ -85,7 +88,7 @@ def decode(raw: DataFrame, stream: KafkaStream) -> DataFrame:
         declared.alias("_declared"), header(ID_HEADER).alias(ID),
         F.timestamp_millis(stime.cast("long")).alias(STIME),
         decoded.alias("_value"), reason.alias(REASON), value.alias("_bytes"),
-        F.col("headers").alias("_headers"))
+        F.col("headers").alias("_headers"), header(TRACEPARENT_HEADER).alias("_traceparent"))
     return rows.select(
         F.when(F.col(REASON).isNull(), F.col("_declared")).otherwise(F.lit(INVALID)).alias(TYPE),
         ID, STIME, "_value.*",
@@ -93,6 +96,7 @@ def decode(raw: DataFrame, stream: KafkaStream) -> DataFrame:
         F.when(F.col(REASON).isNotNull(), F.col("_headers")).alias(RAW_HEADERS),
         F.col(REASON),
         F.lit(stream.topic).alias(SOURCE),
+        F.col("_traceparent").alias(TRACE),
     )
 
 
@@ -116,4 +120,5 @@ def encode(frame: DataFrame, value_fields: list[str], schema_id_: int, avro_sche
     )
     key = (F.when(is_data(), F.concat_ws("/", *[F.col(k).cast("string") for k in key_fields]))
            if key_fields else F.lit(None).cast("string"))
-    return frame.select(key.alias("key"), value.alias("value"), headers.alias("headers"))
+    trace = [F.col(TRACE)] if TRACE in frame.columns else []
+    return frame.select(key.alias("key"), value.alias("value"), headers.alias("headers"), *trace)

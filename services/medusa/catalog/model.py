@@ -104,6 +104,8 @@ class BoxSpec(Spec):
     (upstream backup); ``active``: a replica runs on ``replica`` and takes over at once."""
     replica: NodeName | None = None
     """For ``ha: active``: the node running the standby replica."""
+    replica_ready: bool = False
+    """Set by the replica's node once the standby runs."""
     takeover_trace: str | None = Field(None, max_length=200)
     """W3C traceparent of the failure that moved the box here, continued by the new node."""
 

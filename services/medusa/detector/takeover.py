@@ -88,7 +88,7 @@ def _moved_to(failed: str, target: str, mode: str, trace_parent: str | None,
             replica = next_replica(target, failed, live) if mode == "active" or replica in (
                 target, failed) else replica
         return {**spec, "node": target, "phase": "released", "released_by": failed,
-                "replica": replica, "takeover_trace": trace_parent}
+                "replica": replica, "replica_ready": False, "takeover_trace": trace_parent}
     return change
 
 
@@ -97,5 +97,6 @@ def _replica_lost(failed: str, live: dict[str, Entry]
     def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
         if spec is None or spec.get("replica") != failed:
             return None
-        return {**spec, "replica": next_replica(spec["node"], failed, live)}
+        return {**spec, "replica": next_replica(spec["node"], failed, live),
+                "replica_ready": False}
     return change

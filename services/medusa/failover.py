@@ -1,0 +1,183 @@
+"""A node killed mid-stream, and what the sink saw: the failover scenario of the HA tests
+and benchmark.
+
+The sensor-windows network runs on one node under steady input, with every box
+``ha: passive`` (restored from its checkpoint on the secondary) or ``ha: active``
+(a replica on the secondary takes over). Some seconds after results flow, the
+node is killed; the scenario then waits for every expected result and reports
+detection time, time to the first result after the kill, the output gap, and the
+results lost, duplicated or wrong, by tuple id against the reference.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from pyspark.sql import SparkSession
+
+from medusa.catalog.client import CatalogClient, CatalogError
+from medusa.catalog.model import Kind
+from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput, network_yaml, reference
+from medusa.stack.endpoints import Endpoints
+from medusa_spark.deploy import deploy, undeploy
+
+BOXES = ("plausible", "per_sensor")
+
+
+@dataclass
+class FailoverOutcome:
+    mode: str
+    primary: str
+    secondary: str
+    kill_ms: int
+    declared_ms: int | None
+    """When the catalog marked the node failed."""
+    placement_after: dict[str, str]
+    passed: dict[str, list[Arrival]]
+    """Arrivals of the continuous stream (out of ``plausible``) and of the windowed results."""
+    sent_ids: list[str]
+    expected_windows: dict[str, dict[str, Any]]
+
+    @property
+    def detection_s(self) -> float | None:
+        return None if self.declared_ms is None else (self.declared_ms - self.kill_ms) / 1000
+
+    def _written(self, box: str) -> list[int]:
+        return sorted(a.appended_ms for a in self.passed[box])
+
+    @property
+    def first_after_kill_s(self) -> float | None:
+        """From the kill to the first tuple of the continuous stream written after it."""
+        after = [t for t in self._written("plausible") if t > self.kill_ms]
+        return (after[0] - self.kill_ms) / 1000 if after else None
+
+    @property
+    def output_gap_s(self) -> float | None:
+        """The longest pause in the continuous stream around the kill."""
+        written = self._written("plausible")
+        before = [t for t in written if t <= self.kill_ms]
+        after = [t for t in written if t > self.kill_ms]
+        return (after[0] - before[-1]) / 1000 if before and after else None
+
+    def lost(self) -> list[str]:
+        passed = {a.tuple_id for a in self.passed["plausible"]}
+        windows = {a.tuple_id for a in self.passed["per_sensor"]}
+        return sorted((set(self.sent_ids) - passed) | (set(self.expected_windows) - windows))
+
+    def duplicated(self) -> list[str]:
+        counts = Counter(a.tuple_id for box in BOXES for a in self.passed[box])
+        return sorted(i for i, n in counts.items() if n > 1)
+
+    def wrong(self) -> list[str]:
+        return sorted(a.tuple_id for a in self.passed["per_sensor"]
+                      if self.expected_windows.get(a.tuple_id) != a.value)
+
+    def summary(self) -> dict[str, Any]:
+        return {"mode": self.mode, "detection_s": self.detection_s,
+                "first_output_after_kill_s": self.first_after_kill_s,
+                "output_gap_s": self.output_gap_s, "lost": len(self.lost()),
+                "duplicated": len(self.duplicated()), "wrong": len(self.wrong()),
+                "kill_ms": self.kill_ms, "declared_ms": self.declared_ms,
+                "written_ms": self._written("plausible")}
+
+
+def wait_placed(catalog: CatalogClient, network: str, node: str, replica: str | None,
+                timeout_s: float = 240.0) -> None:
+    """Until every box runs on ``node`` (and, for ``ha: active``, its replica runs)."""
+    deadline = time.monotonic() + timeout_s
+    specs: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        specs = {e.name: e.spec for e in catalog.list(Kind.BOXES, network=network)}
+        if specs and all(s["node"] == node and s.get("phase") == "running" and
+                         (replica is None or s.get("replica_ready")) for s in specs.values()):
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"{network} did not run on {node} within {timeout_s:.0f}s: {specs}")
+
+
+class _FailureWatch:
+    """Notes when the catalog first shows ``node`` failed (the detector's declaration)."""
+
+    def __init__(self, catalog_url: str, node: str) -> None:
+        self.catalog_url, self.node = catalog_url, node
+        self.declared_ms: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with CatalogClient(self.catalog_url) as catalog:
+            while not self._stop.is_set() and self.declared_ms is None:
+                try:
+                    entry = catalog.get(Kind.NODES, self.node)
+                except CatalogError:
+                    entry = None
+                if entry is not None and entry.spec.get("status") == "failed":
+                    self.declared_ms = entry.updated_at
+                self._stop.wait(0.1)
+
+    def start(self) -> _FailureWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def run_failover(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSession,
+                 catalog: CatalogClient, mode: str, primary: str, secondary: str,
+                 fail: Callable[[], None], sensors: int = 10, seconds: int = 50,
+                 fail_after_first_s: float = 8.0, say: Callable[[str], None] = lambda _: None,
+                 ) -> FailoverOutcome:
+    """Runs the scenario; ``fail`` brings ``primary`` down (kill -9, or a pause)."""
+    name = f"ha-{mode[:3]}-{uuid.uuid4().hex[:6]}"
+    network = f"alpha/{name}"
+    prefix = f"{name}."
+    alpha = {"bootstrap.servers": endpoints.bootstrap("alpha")}
+    beta = {"bootstrap.servers": endpoints.bootstrap("beta")}
+    topics = {box: f"{prefix}medusa.{name}.{box}" for box in BOXES}
+    deploy(network_yaml(name, prefix, ha=mode), name, endpoints, registry, spark, catalog,
+           dict.fromkeys(BOXES, primary), report=lambda _: None)
+    try:
+        wait_placed(catalog, network, primary, secondary if mode == "active" else None)
+        say(f"  {mode}: running on {primary}" +
+            (f", replicas on {secondary}" if mode == "active" else ""))
+        watch = OutputWatch(beta, registry, list(topics.values())).start()
+        steady = SteadyInput(alpha, registry, f"{prefix}sensors.readings", sensors, seconds)
+        expected = reference(steady.readings())
+        steady.start()
+        deadline = time.monotonic() + 180
+        while not watch.ids(topics["per_sensor"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(fail_after_first_s)
+        failures = _FailureWatch(endpoints.catalog_url, primary).start()
+        kill_ms = int(time.time() * 1000)
+        fail()
+        say(f"  {mode}: {primary} brought down")
+        if not steady.finished.wait(seconds + 180):
+            raise TimeoutError("the input did not finish")
+        if steady.error is not None:
+            raise steady.error
+        watch.wait_for(topics["per_sensor"], set(expected), timeout_s=300)
+        watch.wait_for(topics["plausible"], {r.tuple_id for r in steady.sent}, timeout_s=60)
+        watch.stop()
+        failures.stop()
+        placement = {e.name.rsplit("/", 1)[1]: e.spec["node"]
+                     for e in catalog.list(Kind.BOXES, network=network)}
+        passed = {box: watch.arrived(topic) for box, topic in topics.items()}
+        outcome = FailoverOutcome(mode, primary, secondary, kill_ms, failures.declared_ms,
+                                  placement, passed, [r.tuple_id for r in steady.sent],
+                                  expected)
+        say(f"  {mode}: detected in {outcome.detection_s} s, first output after "
+            f"{outcome.first_after_kill_s} s, gap {outcome.output_gap_s} s, "
+            f"lost {len(outcome.lost())}, duplicated {len(outcome.duplicated())}")
+        return outcome
+    finally:
+        undeploy(catalog, network, report=lambda _: None)

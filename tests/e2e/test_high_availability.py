@@ -1,0 +1,139 @@
+"""A node killed -9 mid-stream: its boxes continue on its secondary, from the checkpoint
+(ha: passive) or from a running replica (ha: active), and the sink sees every result
+once; a node paused past its detection and resumed is fenced. Checked by tuple id
+against the reference."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
+from medusa.failover import FailoverOutcome, run_failover
+from medusa.jaeger_client import wait_for_trace
+from tests.federation_processes import NodeProcess
+
+pytestmark = pytest.mark.e2e
+
+A1, A2 = "alpha/ha-a1", "alpha/ha-a2"
+
+
+@pytest.fixture(scope="module")
+def nodes(federation, tmp_path_factory) -> Iterator[dict[str, NodeProcess]]:
+    run_dir = tmp_path_factory.mktemp("ha-nodes")
+    started = {A1: NodeProcess("ha-a1", "alpha", federation, run_dir, secondary=A2),
+               A2: NodeProcess("ha-a2", "alpha", federation, run_dir, secondary=A1)}
+    try:
+        for node in started.values():
+            node.start()
+        for node in started.values():
+            node.wait_registered()
+        yield started
+    finally:
+        for node in started.values():
+            node.stop()
+
+
+@pytest.fixture(scope="module")
+def registry_module(federation):  # type: ignore[no-untyped-def]
+    from medusa.registry import registry_client
+
+    return registry_client(federation.registry_url)
+
+
+def _restart(node: NodeProcess) -> None:
+    node.start()
+    node.wait_registered()
+
+
+def _failover(federation, nodes, spark, registry_module, mode: str, primary: str,
+              secondary: str) -> FailoverOutcome:
+    with CatalogClient(federation.catalog_url) as catalog:
+        outcome = run_failover(federation, registry_module, spark, catalog, mode, primary,
+                               secondary, nodes[primary].kill)
+    _restart(nodes[primary])  # rejoins as a new incarnation, with no boxes
+    return outcome
+
+
+def _assert_exactly_once(outcome: FailoverOutcome) -> None:
+    assert outcome.declared_ms is not None, "the detector never declared the node failed"
+    assert outcome.placement_after == dict.fromkeys(("plausible", "per_sensor"),
+                                                    outcome.secondary)
+    assert not outcome.lost(), f"lost: {outcome.lost()[:5]}"
+    assert not outcome.duplicated(), f"duplicated: {outcome.duplicated()[:5]}"
+    assert not outcome.wrong(), f"differ from the reference: {outcome.wrong()[:5]}"
+    assert outcome.first_after_kill_s is not None, "no output after the kill"
+
+
+@pytest.fixture(scope="module")
+def passive(federation, nodes, spark, registry_module) -> FailoverOutcome:
+    return _failover(federation, nodes, spark, registry_module, "passive", A1, A2)
+
+
+def test_upstream_backup_restores_on_the_secondary_exactly_once(passive) -> None:
+    _assert_exactly_once(passive)
+
+
+def test_the_failure_is_one_trace_in_jaeger(federation, passive) -> None:
+    failure = wait_for_trace(
+        federation.jaeger_query_url, "medusa-detector", f"node failure {A1}",
+        has=["heartbeats missed", "suspicion", "declaration", "takeover", "first output"])
+    root = failure.one("node failure")
+    assert root.parent_id is None and root.service == "medusa-detector"
+    for stage in ("heartbeats missed", "suspicion", "declaration"):
+        assert failure.parent(failure.one(stage)) == root, stage
+    declaration = failure.one("declaration")
+    placements = failure.named("placement")
+    assert {s.attributes["medusa.box"].rsplit("/", 1)[1] for s in placements} == {
+        "plausible", "per_sensor"}
+    assert all(failure.parent(s) == declaration for s in placements)
+    takeovers = failure.named("takeover")
+    assert len(takeovers) == 2
+    for takeover in takeovers:
+        assert takeover.service == f"medusa-node {A2}"
+        assert failure.parent(takeover) == root
+        assert takeover.attributes["medusa.failed_node"] == A1
+        assert "medusa.checkpoint.batch_restored" in takeover.attributes
+        assert "medusa.checkpoint.offsets_replayed_from" in takeover.attributes
+        firsts = [s for s in failure.named("first output") if s.parent_id == takeover.span_id]
+        assert len(firsts) == 1, f"{takeover.name}: no first output after recovery"
+    # The stages follow each other in time.
+    missed, suspicion = failure.one("heartbeats missed"), failure.one("suspicion")
+    assert missed.start_us <= suspicion.start_us <= declaration.start_us
+    assert all(t.start_us >= declaration.start_us for t in takeovers)
+
+
+def test_an_active_replica_takes_over_exactly_once(
+        federation, nodes, spark, registry_module) -> None:
+    outcome = _failover(federation, nodes, spark, registry_module, "active", A2, A1)
+    _assert_exactly_once(outcome)
+
+
+def test_a_node_declared_dead_that_comes_back_is_fenced(
+        federation, nodes, spark, registry_module) -> None:
+    paused = nodes[A1]
+    with CatalogClient(federation.catalog_url) as catalog:
+        incarnation = catalog.get(Kind.NODES, A1).spec["incarnation"]
+
+        def pause_until_replaced() -> None:
+            paused.signal(signal.SIGSTOP)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                boxes = [e for e in catalog.list(Kind.BOXES) if e.name.startswith("alpha/ha-pas")
+                         and e.spec["node"] == A2 and e.spec.get("phase") == "running"]
+                if len(boxes) == 2:
+                    break
+                time.sleep(0.5)
+            paused.signal(signal.SIGCONT)  # back, with its queries mid-batch
+
+        outcome = run_failover(federation, registry_module, spark, catalog, "passive", A1,
+                               A2, pause_until_replaced)
+        rejoined = catalog.get(Kind.NODES, A1)
+    _assert_exactly_once(outcome)
+    # It stopped its boxes without taking them back, and rejoined as a new incarnation.
+    assert rejoined.spec["status"] == "up"
+    assert rejoined.spec["incarnation"] != incarnation
