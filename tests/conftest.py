@@ -123,3 +123,15 @@ def spark():  # type: ignore[no-untyped-def]
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def test_tracing(federation: Endpoints):  # type: ignore[no-untyped-def]
+    """This test process's spans (producers and sinks) go to the federation's Jaeger."""
+    from opentelemetry import trace
+
+    from medusa import tracing
+
+    tracing.configure("medusa-tests", federation.otlp_endpoint)
+    yield trace.get_tracer_provider()
+    tracing.shutdown()

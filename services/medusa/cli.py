@@ -693,6 +693,9 @@ def bench(
     move_sizes: Annotated[str, typer.Option(
         help="Sensor counts (state sizes) for the move benchmark, comma-separated; "
              "empty to skip it.")] = "200,1000,4000",
+    failover: Annotated[bool, typer.Option(
+        help="Run the failover benchmark (kill -9 of a node, false suspicions under load).")
+                        ] = True,
 ) -> None:
     """Benchmarks against the running federation, side by side in one run."""
     from medusa.bench.run import run_all
@@ -702,7 +705,7 @@ def bench(
     except ValueError:
         raise _fail(f"--move-sizes: expected numbers separated by commas, got {move_sizes!r}",
                     2) from None
-    run_all(out, records, hold, max_xways, linear_road, console.print, sizes)
+    run_all(out, records, hold, max_xways, linear_road, console.print, sizes, failover)
     console.print(f"results in {out}/")
 
 

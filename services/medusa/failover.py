@@ -135,7 +135,7 @@ def run_failover(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Sp
                  catalog: CatalogClient, mode: str, primary: str, secondary: str,
                  fail: Callable[[], None], sensors: int = 10, seconds: int = 50,
                  fail_after_first_s: float = 8.0, say: Callable[[str], None] = lambda _: None,
-                 ) -> FailoverOutcome:
+                 trace_every: int = 0) -> FailoverOutcome:
     """Runs the scenario; ``fail`` brings ``primary`` down (kill -9, or a pause)."""
     name = f"ha-{mode[:3]}-{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
@@ -150,7 +150,8 @@ def run_failover(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Sp
         say(f"  {mode}: running on {primary}" +
             (f", replicas on {secondary}" if mode == "active" else ""))
         watch = OutputWatch(beta, registry, list(topics.values())).start()
-        steady = SteadyInput(alpha, registry, f"{prefix}sensors.readings", sensors, seconds)
+        steady = SteadyInput(alpha, registry, f"{prefix}sensors.readings", sensors, seconds,
+                             trace_every=trace_every)
         expected = reference(steady.readings())
         steady.start()
         deadline = time.monotonic() + 180

@@ -66,7 +66,7 @@ def find_traces(query_url: str, service: str, operation: str | None = None,
     return [_parse(raw) for raw in response.json().get("data") or []]
 
 
-def wait_for_trace(query_url: str, service: str, operation: str, has: list[str],
+def wait_for_trace(query_url: str, service: str, operation: str | None, has: list[str],
                    timeout_s: float = 60.0) -> Trace:
     """The newest trace with a span ``operation`` of ``service`` that has spans named
     with each prefix in ``has`` (spans of other processes arrive later)."""

@@ -100,7 +100,9 @@ class TupleProducer:
                 f"produce {self.topic}", kind=SpanKind.PRODUCER,
                 attributes={"medusa.id": tuple_id, "messaging.destination.name": self.topic})
             span.end()
-            extra.append((TRACEPARENT_HEADER, traceparent(span).encode()))
+            parent = traceparent(span)
+            if parent is not None:
+                extra.append((TRACEPARENT_HEADER, parent.encode()))
         self._send(key, payload, envelope.headers(extra), None)
         if self._last_stime is None or stime > self._last_stime:
             self._last_stime = stime

@@ -64,6 +64,8 @@ class SteadyInput:
     sensors: int
     seconds: int
     speedup: float = 1.0
+    trace_every: int = 0
+    """Trace one reading in this many from the producer through the boxes to the sink."""
     sent: list[SensorReading] = field(default_factory=list)
     finished: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
@@ -93,7 +95,7 @@ class SteadyInput:
         started = time.monotonic()
         with TupleProducer(self.kafka_config, self.registry, self.topic,
                            schema_for_topic(SENSOR_READINGS), f"steady/{self.topic}",
-                           to_dict) as producer:
+                           to_dict, trace_every=self.trace_every) as producer:
             for index, (stime, batch) in enumerate(sorted(rounds.items())):
                 delay = started + index / self.speedup - time.monotonic()
                 if delay > 0:

@@ -50,10 +50,11 @@ def shutdown() -> None:
         _provider.shutdown()
 
 
-def traceparent(span: Span) -> str:
+def traceparent(span: Span) -> str | None:
+    """The span's W3C traceparent; None when nothing is traced (no provider configured)."""
     carrier: dict[str, str] = {}
     _propagator.inject(carrier, context=trace.set_span_in_context(span))
-    return carrier[TRACEPARENT_HEADER]
+    return carrier.get(TRACEPARENT_HEADER)
 
 
 def context_of(parent: str | bytes | None) -> Context | None:
@@ -82,12 +83,3 @@ class Sampler:
     def __call__(self) -> bool:
         return self.every > 0 and self._random.randrange(self.every) == 0
 
-
-def now_ns() -> int:
-    import time
-
-    return time.time_ns()
-
-
-def seconds_to_ns(seconds: float) -> int:
-    return int(seconds * 1e9)

@@ -291,7 +291,8 @@ class BatchWriter:
             attributes={"medusa.id": record.tuple_id, "medusa.box": self.wiring.box,
                         "medusa.batch": batch_id})
         span.end()
-        return _with_header(record, TRACEPARENT_HEADER, traceparent(span).encode())
+        own = traceparent(span)
+        return record if own is None else _with_header(record, TRACEPARENT_HEADER, own.encode())
 
     def _boundaries(self, stime_ms: int) -> list[OutRecord]:
         at = str(stime_ms)

@@ -22,4 +22,5 @@ def decode_avro(value: Column, writer_schema: str) -> Column:
 
 def header(name: str) -> Column:
     """A Kafka record header as a string (the envelope headers are ASCII)."""
-    return F.expr(f"CAST(filter(headers, h -> h.key = '{name}')[0].value AS STRING)")
+    # get() gives null past the end, where [0] fails under ANSI mode (no such header).
+    return F.expr(f"CAST(get(filter(headers, h -> h.key = '{name}'), 0).value AS STRING)")

@@ -20,6 +20,7 @@ from tests.federation_processes import NodeProcess
 pytestmark = pytest.mark.e2e
 
 A1, A2 = "alpha/ha-a1", "alpha/ha-a2"
+TRACE_EVERY = 25
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def _failover(federation, nodes, spark, registry_module, mode: str, primary: str
               secondary: str) -> FailoverOutcome:
     with CatalogClient(federation.catalog_url) as catalog:
         outcome = run_failover(federation, registry_module, spark, catalog, mode, primary,
-                               secondary, nodes[primary].kill)
+                               secondary, nodes[primary].kill, trace_every=TRACE_EVERY)
     _restart(nodes[primary])  # rejoins as a new incarnation, with no boxes
     return outcome
 
@@ -70,7 +71,7 @@ def _assert_exactly_once(outcome: FailoverOutcome) -> None:
 
 
 @pytest.fixture(scope="module")
-def passive(federation, nodes, spark, registry_module) -> FailoverOutcome:
+def passive(federation, nodes, spark, registry_module, test_tracing) -> FailoverOutcome:
     return _failover(federation, nodes, spark, registry_module, "passive", A1, A2)
 
 
@@ -105,6 +106,19 @@ def test_the_failure_is_one_trace_in_jaeger(federation, passive) -> None:
     missed, suspicion = failure.one("heartbeats missed"), failure.one("suspicion")
     assert missed.start_us <= suspicion.start_us <= declaration.start_us
     assert all(t.start_us >= declaration.start_us for t in takeovers)
+
+
+def test_sampled_tuples_carry_their_trace_from_producer_to_sink(
+        federation, passive, test_tracing) -> None:
+    test_tracing.force_flush()
+    found = wait_for_trace(federation.jaeger_query_url, "medusa-tests", None,
+                           has=["produce", "box plausible", "consume"])
+    produced, boxed, consumed = (found.one(n) for n in ("produce", "box plausible", "consume"))
+    assert produced.parent_id is None
+    assert found.parent(boxed) == produced and boxed.service.startswith("medusa-node ")
+    assert found.parent(consumed) == boxed
+    assert produced.attributes["medusa.id"] == boxed.attributes["medusa.id"] == \
+        consumed.attributes["medusa.id"]
 
 
 def test_an_active_replica_takes_over_exactly_once(

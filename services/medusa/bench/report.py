@@ -68,3 +68,31 @@ def pause_plot(path: Path, title: str, state_mb: list[float], pauses_s: list[flo
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def failover_plot(path: Path, title: str,
+                  runs: list[tuple[str, list[int], int, int | None]]) -> None:
+    """Results written per half second around a kill, one panel per HA mode.
+
+    Each run: (label, write times in ms, kill time in ms, declaration time in ms).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure, panels = plt.subplots(len(runs), 1, figsize=(9, 2.6 * len(runs)), sharex=True,
+                                  squeeze=False)
+    for axes, (label, written_ms, kill_ms, declared_ms) in zip(panels[:, 0], runs, strict=True):
+        seconds = [(t - kill_ms) / 1000 for t in written_ms]
+        low, high = -20.0, 40.0
+        bins = [low + 0.5 * i for i in range(int((high - low) / 0.5) + 1)]
+        axes.hist([s for s in seconds if low <= s <= high], bins=bins, color="#4c72b0")
+        axes.axvline(0, color="red", linewidth=1.2, label="kill -9")
+        if declared_ms is not None:
+            axes.axvline((declared_ms - kill_ms) / 1000, color="orange", linestyle="--",
+                         linewidth=1.2, label="declared failed")
+        axes.set_ylabel("results / 0.5 s")
+        axes.set_title(label, fontsize=10)
+        axes.legend(loc="upper right", fontsize=8)
+    panels[-1, 0].set_xlabel("seconds since the kill")
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

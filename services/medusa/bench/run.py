@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from medusa.bench import producers
-from medusa.bench.report import bar_plot, latency_plot, pause_plot, write_json
+from medusa.bench.report import bar_plot, failover_plot, latency_plot, pause_plot, write_json
 from medusa.registry import registry_client
 from medusa.settings import StackSettings
 from medusa.stack.endpoints import resolve
@@ -18,7 +18,9 @@ from medusa.stack.layout import StackLayout
 
 
 def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: bool,
-            say: Callable[[str], None], move_sizes: list[int] | None = None) -> dict[str, Any]:
+            say: Callable[[str], None], move_sizes: list[int] | None = None,
+            failover: bool = True) -> dict[str, Any]:
+    from medusa.bench import failover as failover_bench
     from medusa.bench import linear_road_latency, move_pause, spark_paths
     from medusa_spark.session import spark_session
 
@@ -58,6 +60,12 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
             say(f"4. moving a windowed aggregate between nodes, state of "
                 f"{', '.join(map(str, move_sizes))} sensors")
             moves = move_pause.measure(endpoints, registry, spark, layout, move_sizes, say)
+        outcomes: list[Any] = []
+        load = None
+        if failover:
+            say("5. failover: a node killed -9 mid-stream (upstream backup, active standby), "
+                "then false suspicions under CPU load")
+            outcomes, load = failover_bench.measure(endpoints, registry, spark, layout, say)
     finally:
         spark.stop()
 
@@ -79,6 +87,8 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         "linear_road": [step.as_dict() for step in steps],
         "highest_xways_met": max(met) if met else None,
         "move_pause": [move.as_dict() for move in moves],
+        "failover": [outcome.summary() for outcome in outcomes],
+        "false_positives_under_load": load.as_dict() if load else None,
     }
     write_json(out / "bench.json", result)
     bar_plot(out / "throughput.png", f"Throughput, {records:,} records, one run",
@@ -92,6 +102,13 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         pause_plot(out / "move_pause.png", "Moving a windowed aggregate: output pause",
                    [m.state_bytes / 1e6 for m in moves], [m.pause_s for m in moves],
                    [m.hand_over_s for m in moves], move_pause.SLIDE_S)
+    if outcomes:
+        failover_plot(out / "failover_timeline.png",
+                      "Results written around a node's kill -9",
+                      [(f"{o.mode}: detected {o.detection_s} s, first output "
+                        f"{o.first_after_kill_s} s, lost {len(o.lost())}, "
+                        f"duplicated {len(o.duplicated())}", o.summary()["written_ms"],
+                        o.kill_ms, o.declared_ms) for o in outcomes])
     for name, value in ratios.items():
         say(f"{name.replace('_', ' ')}: {value:.2f}")
     say(f"highest L met: {result['highest_xways_met']}")
