@@ -171,20 +171,22 @@ def _print_federation(federation: Any) -> None:
                       "-" if n.utilisation is None else f"{n.utilisation:.0%}",
                       "-" if n.report_age_s is None else f"{n.report_age_s:.0f}s ago")
     boxes = Table(title="boxes")
-    for column in ("box", "node", "phase", "in/s", "processed/s", "lag"):
+    for column in ("box", "node", "phase", "ha", "in/s", "processed/s", "lag"):
         boxes.add_column(column, justify="right" if column in ("in/s", "processed/s", "lag")
                          else "left")
 
     def number(value: float | None, pattern: str = "{:,.0f}") -> str:
         return "-" if value is None else pattern.format(value)
     for b in federation.boxes:
-        boxes.add_row(b.name, b.node, b.phase, number(b.input_rate),
+        ha = b.ha if b.ha == "passive" else f"active, replica on {b.replica or '-'}"
+        boxes.add_row(b.name, b.node, b.phase, ha, number(b.input_rate),
                       number(b.processing_rate), number(b.lag))
     for table in (participants, nodes, boxes):
         console.print(table)
 
 
 def _clients(participant: str | None) -> tuple[dict[str, Any], Any]:
+    from medusa import tracing
     from medusa.registry import registry_client
     from medusa.settings import KafkaClientSettings
     from medusa.stack.endpoints import resolve
@@ -195,6 +197,8 @@ def _clients(participant: str | None) -> tuple[dict[str, Any], Any]:
     except KeyError as error:
         raise _fail(str(error.args[0]), code=2) from None
     kafka = KafkaClientSettings(bootstrap_servers=bootstrap).librdkafka()
+    # Sampled tuples start (producers) or end (consumers) their traces here.
+    tracing.configure("medusa-client", endpoints.otlp_endpoint)
     return kafka, registry_client(endpoints.registry_url)
 
 
@@ -291,7 +295,7 @@ def produce_linear_road(
                            boundary_interval_s=settings.boundary_interval_s, progress=progress,
                            total_seconds=total, partitions=partitions,
                            flush_timeout_s=settings.flush_timeout_s, topic_prefix=topic_prefix,
-                           stime_origin_ms=lr.STIME_ORIGIN_MS)
+                           stime_origin_ms=lr.STIME_ORIGIN_MS, trace_every=settings.trace_every)
     except StrictCsvError as error:
         raise _fail(f"{error} (--strict)") from None
     summary.bad_line_count, summary.bad_lines = bad_lines.count, bad_lines.first
@@ -357,7 +361,7 @@ def produce_sensors(
                        boundary_interval_s=settings.boundary_interval_s, progress=progress,
                        total_seconds=last_second, partitions=partitions,
                        flush_timeout_s=settings.flush_timeout_s, topic_prefix=topic_prefix,
-                       stime_origin_ms=start_ms)
+                       stime_origin_ms=start_ms, trace_every=settings.trace_every)
     _print_summary("sensors", summary.as_dict(), as_json)
     if summary.failed:
         raise typer.Exit(1)
@@ -639,6 +643,7 @@ def catalog_serve(
 ) -> None:
     """Serve the catalog's HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
 
+    from medusa import tracing
     from medusa.catalog.service import serve
     from medusa.stack.endpoints import resolve
 
@@ -648,6 +653,7 @@ def catalog_serve(
     home = home or settings.catalog_participant or next(iter(endpoints.kafka))
     if home not in endpoints.kafka:
         raise _fail(f"--home: no participant {home!r} (known: {', '.join(endpoints.kafka)})", 2)
+    tracing.configure("medusa-catalog", endpoints.otlp_endpoint)
     serve(endpoints, home, host, port or settings.catalog_port, topic)
 
 

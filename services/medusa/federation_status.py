@@ -30,6 +30,9 @@ class BoxStatus:
     input_rate: float | None = None
     processing_rate: float | None = None
     lag: int | None = None
+    ha: str = "passive"
+    replica: str | None = None
+    """ha: active only: where the standby replica runs (None: none yet)."""
 
 
 @dataclass
@@ -128,5 +131,6 @@ def federation_status(endpoints: Endpoints, registry: SchemaRegistryClient) -> F
         status.boxes.append(BoxStatus(
             box.name, box.spec["node"], box.spec.get("phase", "?"),
             load["input_rate"] if load else None, load["processing_rate"] if load else None,
-            load["lag"] if load else None))
+            load["lag"] if load else None, box.spec.get("ha", "passive"),
+            box.spec.get("replica") if box.spec.get("replica_ready") else None))
     return status

@@ -97,6 +97,7 @@ def feed(
     flush_timeout_s: float = 30.0,
     topic_prefix: str = "",
     stime_origin_ms: int = 0,
+    trace_every: int = 0,
 ) -> FeedSummary:
     """Publish each second's records at its event time; one producer per topic.
 
@@ -110,7 +111,8 @@ def feed(
     producers = {
         topic: TupleProducer(kafka_config, registry, topic_prefix + topic,
                              schema_for_topic(topic), source_id, to_dict=to_dict,
-                             boundary_interval_s=boundary_interval_s, stats=stats)
+                             boundary_interval_s=boundary_interval_s, stats=stats,
+                             trace_every=trace_every)
         for topic in topics
     }
 

@@ -95,6 +95,9 @@ class ProducerSettings(BaseSettings):
     boundary_interval_s: float = Field(1.0, gt=0)
     linger_ms: int = Field(20, ge=0)
     flush_timeout_s: float = Field(30.0, gt=0)
+    trace_every: int = Field(1000, ge=0)
+    """Trace one tuple in this many from the producer through the boxes to the sink
+    (0: none); its context rides in the ``traceparent`` header."""
 
 
 class HaSettings(BaseSettings):
@@ -110,5 +113,3 @@ class HaSettings(BaseSettings):
     """timeout policy: silence after which a node is suspected."""
     phi_suspect: float = Field(1.0, gt=0)
     phi_failed: float = Field(8.0, gt=0)
-    trace_sample_every: int = Field(1000, ge=0)
-    """Producers trace one tuple in this many through the boxes to the sink (0: none)."""

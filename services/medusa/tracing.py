@@ -8,6 +8,7 @@ an unreachable collector costs dropped spans, nothing else.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import random
 from collections.abc import Sequence
@@ -40,14 +41,17 @@ def configure(service_name: str, otlp_endpoint: str | None) -> Tracer:
         logging.getLogger("opentelemetry.exporter.otlp").setLevel(logging.ERROR)
         trace.set_tracer_provider(provider)
         _provider = provider
+        atexit.register(shutdown)  # the spans still buffered go out when the process ends
     return trace.get_tracer("medusa")
 
 
 def shutdown() -> None:
     """Sends the spans still buffered; call before the process exits."""
+    global _provider
     if _provider is not None:
         _provider.force_flush(5000)
         _provider.shutdown()
+        _provider = None
 
 
 def traceparent(span: Span) -> str | None:

@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 from fastapi import Body, FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse
+from opentelemetry.context import attach, detach
+from opentelemetry.propagate import extract
 from pydantic import BaseModel, Field, create_model
 
 from medusa.catalog.model import (
@@ -128,6 +130,15 @@ def create_app(store: CatalogStore) -> FastAPI:
                   description="Participants, nodes, streams, query networks, box placement "
                               "and contracts of a Medusa federation.")
     references = References(store)
+
+    @app.middleware("http")
+    async def _continue_trace(request: Request, call_next: Any) -> Any:
+        # A write made on behalf of a traced operation (a takeover) becomes part of it.
+        token = attach(extract(dict(request.headers)))
+        try:
+            return await call_next(request)
+        finally:
+            detach(token)
 
     @app.exception_handler(VersionConflictError)
     def _conflict(_: Request, error: VersionConflictError) -> JSONResponse:

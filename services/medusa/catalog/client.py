@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+from opentelemetry.propagate import inject
 
 from medusa.catalog.model import Entry, Kind
 
@@ -38,8 +39,10 @@ class CatalogClient:
         self.close()
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers: dict[str, str] = {}
+        inject(headers)  # the catalog's spans join the caller's trace, when there is one
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._http.request(method, path, headers=headers, **kwargs)
         except httpx.HTTPError as error:
             raise CatalogError(f"catalog at {self.url} did not answer: {error}") from None
         if response.status_code >= 400 and response.status_code != 404:

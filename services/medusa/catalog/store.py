@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from opentelemetry import trace
 
 from medusa.catalog.model import Entry, Kind, key_of
 from medusa.topics import ensure_topics
@@ -147,10 +148,13 @@ class CatalogStore:
         producer = self._producer
         if producer is None:
             raise CatalogUnavailableError("the catalog store is not started")
+        span = trace.get_tracer("medusa").start_span(
+            f"catalog {'delete' if value is None else 'write'}", attributes={"medusa.key": key})
         try:
-            producer.begin_transaction()
-            producer.produce(self.topic, key=key.encode(), value=value, partition=0)
-            producer.commit_transaction(self.timeout_s)
+            with trace.use_span(span, end_on_exit=True):
+                producer.begin_transaction()
+                producer.produce(self.topic, key=key.encode(), value=value, partition=0)
+                producer.commit_transaction(self.timeout_s)
         except KafkaException as error:
             kafka_error = error.args[0]
             if kafka_error.txn_requires_abort():

@@ -28,6 +28,9 @@ class Health(StrEnum):
 
 
 class Policy(Protocol):
+    last: float | None
+    """When the last heartbeat arrived."""
+
     def heartbeat(self, at: float) -> None:
         """A heartbeat arrived at ``at`` (seconds, monotonic)."""
 

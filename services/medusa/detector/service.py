@@ -154,8 +154,9 @@ class FailureDetector:
             previous, watched.health = watched.health, health
             if health == Health.SUSPECT and previous == Health.ALIVE:
                 watched.suspected_at_wall = time.time()
+                silent = now - (watched.policy.last or now)
                 self._event(Event("suspected", watched.node, time.time(),
-                                  f"suspicion {watched.policy.suspicion(now):.2f}"))
+                                  f"no heartbeat for {silent:.1f}s"))
             elif health == Health.ALIVE:
                 self.state.false_suspicions += 1
                 self._event(Event("cleared", watched.node, time.time()))
@@ -187,15 +188,10 @@ class FailureDetector:
         parent = traceparent(root)
         takeovers: list[Takeover] = []
         try:
-            entry = self._mark_failed(watched)
-            if entry is not None:
-                declaration_context = trace.set_span_in_context(declaration)
-                takeovers = take_over(self.catalog, entry, parent, on_box=lambda t: self.tracer
-                                      .start_span(f"placement {t.box}",
-                                                  context=declaration_context,
-                                                  attributes={"medusa.box": t.box,
-                                                              "medusa.target": t.target or "",
-                                                              "medusa.ha": t.mode}).end())
+            with trace.use_span(declaration):  # the catalog's writes join this trace
+                entry = self._mark_failed(watched)
+                if entry is not None:
+                    takeovers = take_over(self.catalog, entry, parent, on_box=self._placed)
         except CatalogError as error:
             declaration.record_exception(error)
             log.error("declaring %s failed: %s", watched.node, error)
@@ -208,6 +204,11 @@ class FailureDetector:
         for takeover in takeovers:
             where = takeover.target or "nowhere (no live node)"
             log.info("  %s -> %s (%s)", takeover.box, where, takeover.mode)
+
+    def _placed(self, takeover: Takeover) -> None:
+        self.tracer.start_span(f"placement {takeover.box}", attributes={
+            "medusa.box": takeover.box, "medusa.target": takeover.target or "",
+            "medusa.ha": takeover.mode}).end()
 
     def _mark_failed(self, watched: Watched) -> Entry | None:
         def failed(spec: dict[str, object] | None) -> dict[str, object] | None:
