@@ -6,9 +6,12 @@ import random
 
 import pytest
 
+from medusa.catalog.client import CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.detector.policy import DetectorConfig, Health, PhiAccrualPolicy, TimeoutPolicy, phi
+from medusa.detector.service import FailureDetector
 from medusa.detector.takeover import choose_target, next_replica
+from medusa.stack.endpoints import Endpoints
 
 pytestmark = pytest.mark.unit
 
@@ -95,3 +98,104 @@ def test_an_active_box_goes_to_its_replica_which_gets_a_replica_of_its_own():
     assert next_replica("alpha/a2", "alpha/a1", live) == "alpha/a3"
     live["alpha/a2"] = _node("alpha/a2", secondary="alpha/a1")
     assert next_replica("alpha/a2", "alpha/a1", live) is None
+
+
+class FakeCatalog:
+    """The catalog client's reads and read-modify-writes, in memory."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[Kind, str], Entry] = {}
+        self.unavailable = False
+
+    def add(self, kind: Kind, name: str, spec: dict) -> None:
+        self.entries[(kind, name)] = Entry(kind=kind, name=name, version=1, updated_at=0,
+                                           spec=spec)
+
+    def get(self, kind: Kind, name: str) -> Entry | None:
+        return self.entries.get((kind, name))
+
+    def list(self, kind: Kind, **filters: str | None) -> list[Entry]:
+        return [e for (k, _), e in sorted(self.entries.items()) if k == kind and all(
+            value is None or e.spec.get(key) == value for key, value in filters.items())]
+
+    def update(self, kind: Kind, name: str, change) -> Entry | None:  # type: ignore[no-untyped-def]
+        if self.unavailable:
+            raise CatalogError("catalog at fake did not answer")
+        current = self.entries.get((kind, name))
+        wanted = change(dict(current.spec) if current else None)
+        if wanted is None:
+            return current
+        version = current.version + 1 if current else 1
+        self.entries[(kind, name)] = Entry(kind=kind, name=name, version=version,
+                                           updated_at=version, spec=wanted)
+        return self.entries[(kind, name)]
+
+
+def _federation() -> tuple[FakeCatalog, FailureDetector]:
+    catalog = FakeCatalog()
+    for name, secondary in (("alpha/a1", "alpha/a2"), ("alpha/a2", "alpha/a1")):
+        catalog.add(Kind.NODES, name, {"status": "up", "incarnation": f"{name}#1",
+                                       "secondary": secondary})
+    catalog.add(Kind.BOXES, "alpha/n/x", {"network": "alpha/n", "node": "alpha/a1",
+                                          "phase": "running", "checkpoint": "/c/x"})
+    catalog.add(Kind.BOXES, "alpha/n/y", {"network": "alpha/n", "node": "alpha/a1",
+                                          "phase": "running", "ha": "active",
+                                          "replica": "alpha/a2", "replica_ready": True})
+    endpoints = Endpoints(kafka={"alpha": "unused:9092"}, registry_url="", otlp_endpoint="",
+                          jaeger_query_url="")
+    detector = FailureDetector(endpoints, catalog, DetectorConfig())  # type: ignore[arg-type]
+    return catalog, detector
+
+
+def _run(detector: FailureDetector, start: float, end: float, beating: set[str],
+         incarnation: dict[str, str] | None = None) -> None:
+    now = start
+    while now < end:
+        for node in beating:
+            detector.heartbeat(node, (incarnation or {}).get(node, f"{node}#1"), now)
+        detector.assess(now)
+        now += 0.5
+
+
+def test_the_detector_declares_a_silent_node_failed_and_places_its_boxes() -> None:
+    catalog, detector = _federation()
+    detector.refresh(0.0)
+    _run(detector, 0.0, 10.0, {"alpha/a1", "alpha/a2"})
+    assert not detector.failed
+    _run(detector, 10.0, 20.0, {"alpha/a2"})
+    assert [e.kind for e in detector.state.events] == ["suspected", "failed"]
+    assert catalog.get(Kind.NODES, "alpha/a1").spec["status"] == "failed"
+    x, y = catalog.get(Kind.BOXES, "alpha/n/x").spec, catalog.get(Kind.BOXES, "alpha/n/y").spec
+    assert (x["node"], x["phase"], x["checkpoint"], x["released_by"]) == (
+        "alpha/a2", "released", "/c/x", "alpha/a1")
+    # The active box goes to its replica; its next replica would be a2's secondary (a1, dead).
+    assert (y["node"], y["replica"], y["replica_ready"]) == ("alpha/a2", None, False)
+
+
+def test_heartbeats_of_the_failed_incarnation_do_not_revive_it_but_a_new_one_does() -> None:
+    catalog, detector = _federation()
+    detector.refresh(0.0)
+    _run(detector, 0.0, 10.0, {"alpha/a2"})
+    assert "alpha/a1" in detector.failed
+    _run(detector, 10.0, 15.0, {"alpha/a1", "alpha/a2"})  # the fenced incarnation beats again
+    assert "alpha/a1" in detector.failed
+    catalog.update(Kind.NODES, "alpha/a1",
+                   lambda spec: {**spec, "status": "up", "incarnation": "alpha/a1#2"})
+    detector.refresh(15.0)
+    _run(detector, 15.0, 25.0, {"alpha/a1", "alpha/a2"},
+         {"alpha/a1": "alpha/a1#2", "alpha/a2": "alpha/a2#1"})
+    assert "alpha/a1" not in detector.failed
+    assert detector.state.events[-1].kind == "recovered"
+    assert catalog.get(Kind.BOXES, "alpha/n/x").spec["node"] == "alpha/a2"  # not taken back
+
+
+def test_a_declaration_the_catalog_refuses_is_retried() -> None:
+    catalog, detector = _federation()
+    detector.refresh(0.0)
+    catalog.unavailable = True
+    _run(detector, 0.0, 10.0, {"alpha/a2"})
+    assert not detector.failed and catalog.get(Kind.BOXES, "alpha/n/x").spec["node"] == "alpha/a1"
+    catalog.unavailable = False
+    _run(detector, 10.0, 11.0, {"alpha/a2"})
+    assert "alpha/a1" in detector.failed
+    assert catalog.get(Kind.BOXES, "alpha/n/x").spec["node"] == "alpha/a2"

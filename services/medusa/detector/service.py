@@ -194,7 +194,12 @@ class FailureDetector:
                     takeovers = take_over(self.catalog, entry, parent, on_box=self._placed)
         except CatalogError as error:
             declaration.record_exception(error)
-            log.error("declaring %s failed: %s", watched.node, error)
+            declaration.end()
+            root.end()
+            # Still failed: the next check declares it again, until the catalog answers.
+            log.error("declaring %s failed: %s; retrying", watched.node, error)
+            watched.health = Health.SUSPECT
+            return
         declaration.end()
         root.end()
         del self.watched[watched.node]
