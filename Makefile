@@ -14,11 +14,7 @@ help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-17s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (or make PYTHON=...)"; exit 1; }
-	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	@echo "[setup] installing the Python package and its dependencies into $(VENV)"
-	@$(BIN)/pip install --quiet --upgrade pip
-	@$(BIN)/pip install --quiet -e '.[dev]'
+	@MEDUSA_VENV=$(VENV) MEDUSA_PYTHON_BIN=$(PYTHON) MEDUSA_EXTRAS=dev bash infra/install_python.sh
 	@touch $(STAMP)
 
 setup: $(STAMP) ## Install everything: Python deps, Kafka, registry, Spark connectors, Jaeger, toxiproxy

@@ -487,6 +487,7 @@ def detector(
     port: Annotated[int | None, typer.Option(
         min=1024, max=65535, help="HTTP port of /health and /nodes "
                                   "[default: MEDUSA_DETECTOR_PORT or 18091].")] = None,
+    host: Annotated[str, typer.Option(help="Address the HTTP port binds.")] = "127.0.0.1",
 ) -> None:
     """Run the failure detector: heartbeats in, failures and takeovers into the catalog."""
     import signal
@@ -528,7 +529,7 @@ def detector(
             raise _fail(f"the catalog at {endpoints.catalog_url} does not answer; "
                         "start the federation with `medusa up`") from None
         running = FailureDetector(endpoints, catalog, config, participant or None, tracer)
-        serve(running, "127.0.0.1", port or StackSettings().detector_port)
+        serve(running, host, port or StackSettings().detector_port)
         signal.signal(signal.SIGTERM, lambda *_: running.stop())
         try:
             running.run()

@@ -1,0 +1,167 @@
+"""The compose deployment, checked without a Docker engine: the file against the Compose
+Specification's schema, every command against the CLI, every variable against .env and
+the settings, and the image's install steps against the local ones."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any
+
+import jsonschema
+import pytest
+import typer
+import yaml
+
+from medusa import settings as settings_module
+from medusa.cli import app
+from medusa.settings import REPO_ROOT, StackSettings
+
+pytestmark = pytest.mark.unit
+
+COMPOSE = REPO_ROOT / "docker-compose.yml"
+DOCKERFILE = REPO_ROOT / "infra" / "Dockerfile"
+VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+ENDPOINT_VARIABLES = ("MEDUSA_EXTERNAL_KAFKA", "MEDUSA_EXTERNAL_REGISTRY_URL",
+                      "MEDUSA_EXTERNAL_OTLP_ENDPOINT", "MEDUSA_EXTERNAL_CATALOG_URL")
+
+
+def _dotenv() -> dict[str, str]:
+    values = {}
+    for line in (REPO_ROOT / ".env").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, _, value = line.partition("=")
+            values[name.strip()] = value.strip()
+    return values
+
+
+def _interpolated(text: str, values: dict[str, str]) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise AssertionError(f"docker-compose.yml uses ${{{name}}}, which .env does not set")
+        return values[name]
+    return VARIABLE.sub(substitute, text)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    model: dict[str, Any] = yaml.safe_load(_interpolated(COMPOSE.read_text(), _dotenv()))
+    return model
+
+
+def _medusa_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: service for name, service in compose["services"].items()
+            if service.get("image") == "medusa:local"}
+
+
+def test_the_compose_file_is_valid_by_the_compose_specification(compose) -> None:
+    schemas = sorted((StackSettings().cache_dir / "compose").glob("compose-spec-*.json"))
+    assert schemas, "no compose-spec schema in the cache; run `make setup`"
+    schema = json.loads(schemas[-1].read_text())
+    jsonschema.validate(compose, schema)
+
+
+def test_every_variable_it_uses_is_set_in_dotenv() -> None:
+    values = _dotenv()
+    used = {match.group(1) for match in VARIABLE.finditer(COMPOSE.read_text())}
+    assert used <= set(values), f"not in .env: {sorted(used - set(values))}"
+    for tag in ("KAFKA_TAG", "APICURIO_TAG", "JAEGER_TAG"):
+        assert values[tag] and values[tag] != "latest", f"{tag}: pin a version"
+
+
+def test_startup_is_ordered_by_health_checks(compose) -> None:
+    services = compose["services"]
+    for name, service in services.items():
+        for dependency, condition in service.get("depends_on", {}).items():
+            assert dependency in services, f"{name} depends on unknown {dependency}"
+            if condition["condition"] == "service_healthy":
+                assert "healthcheck" in services[dependency], (
+                    f"{name} waits for {dependency} to be healthy, which has no health check")
+    for needed in ("kafka-alpha", "kafka-beta", "registry", "jaeger", "catalog", "detector",
+                   "sensors"):
+        assert needed in services, f"no {needed} service"
+    assert len([n for n in services if n.startswith("node-")]) >= 2
+
+
+def _resolve(group: Any, args: list[str]) -> tuple[Any, list[str]]:
+    """The (sub)command the arguments name, and the arguments left for it.
+
+    Typer carries its own copy of click, so commands are recognised by what they do.
+    """
+    command = group
+    rest = list(args)
+    while hasattr(command, "list_commands"):  # a group
+        assert rest, f"{shlex.join(args)}: names a command group, not a command"
+        name = rest.pop(0)
+        found = command.commands.get(name)
+        assert found is not None, f"{shlex.join(args)}: medusa has no command {name!r}"
+        command = found
+    return command, rest
+
+
+def test_every_command_names_a_medusa_command_with_valid_options(compose) -> None:
+    group = typer.main.get_command(app)
+    for name, service in _medusa_services(compose).items():
+        args = [str(arg) for arg in service["command"]]
+        command, rest = _resolve(group, args)
+        try:  # parses and converts every option, as the real start would
+            command.make_context(args[0], rest)
+        except Exception as error:
+            format_message = getattr(error, "format_message", None)
+            message = format_message() if format_message else str(error)
+            raise AssertionError(f"service {name}: {shlex.join(args)}: {message}") from None
+
+
+def test_the_image_runs_the_medusa_entry_point() -> None:
+    text = DOCKERFILE.read_text()
+    assert 'ENTRYPOINT ["medusa"]' in text
+    scripts = (REPO_ROOT / "pyproject.toml").read_text()
+    assert 'medusa = "medusa.cli:main"' in scripts
+
+
+def _settings_variables() -> set[str]:
+    names = set()
+    for value in vars(settings_module).values():
+        if isinstance(value, type) and issubclass(value, settings_module.BaseSettings) and \
+                value is not settings_module.BaseSettings:
+            prefix = value.model_config.get("env_prefix", "")
+            names |= {f"{prefix}{field}".upper() for field in value.model_fields}
+    return names
+
+
+def test_every_service_is_told_where_the_federation_is(compose) -> None:
+    known = _settings_variables() | {"MEDUSA_VENV", "MEDUSA_PYTHON_BIN", "MEDUSA_CACHE_DIR"}
+    services = compose["services"]
+    for name, service in _medusa_services(compose).items():
+        environment = service.get("environment", {})
+        for variable in ENDPOINT_VARIABLES:
+            assert environment.get(variable), f"service {name}: {variable} is not set"
+        for variable in environment:
+            if variable.startswith("MEDUSA_"):
+                assert variable in known, f"service {name}: no setting reads {variable}"
+        kafka = dict(part.split("=", 1) for part in environment["MEDUSA_EXTERNAL_KAFKA"]
+                     .split(","))
+        for bootstrap in kafka.values():
+            assert bootstrap.split(":")[0] in services, f"{name}: {bootstrap} is no service"
+
+
+def _install_scripts(text: str) -> set[str]:
+    return set(re.findall(r"infra/(install_[a-z_]+\.sh)", text))
+
+
+def test_the_image_installs_with_the_same_scripts_as_a_developer_machine() -> None:
+    image = DOCKERFILE.read_text()
+    local = (REPO_ROOT / "Makefile").read_text() + (REPO_ROOT / "infra" / "install.sh").read_text()
+    local_scripts = _install_scripts(local) | {
+        f"{script}.sh" for script in re.findall(r'"\$here/(install_[a-z_]+)\.sh"',
+                                                (REPO_ROOT / "infra" / "install.sh").read_text())}
+    in_image = _install_scripts(image)
+    assert {"install_python.sh", "install_spark_jars.sh"} <= in_image
+    assert in_image <= local_scripts, "the image installs with a script the machines do not use"
+    # No second copy of the steps: the image runs no pip or Maven of its own.
+    run_lines = " ".join(line for line in image.splitlines() if not line.lstrip().startswith("#"))
+    assert "pip install" not in run_lines and "mvn " not in run_lines
+    for script in in_image:
+        assert (REPO_ROOT / "infra" / script).is_file(), script
