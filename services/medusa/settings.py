@@ -111,5 +111,5 @@ class HaSettings(BaseSettings):
     """Silence a live but slow node may show before it can be declared failed."""
     suspect_after_s: float = Field(1.5, gt=0, le=600)
     """timeout policy: silence after which a node is suspected."""
-    phi_suspect: float = Field(1.0, gt=0)
+    phi_suspect: float = Field(3.0, gt=0)
     phi_failed: float = Field(8.0, gt=0)

@@ -49,7 +49,7 @@ class DetectorConfig:
     """Silence a live node may show (GC, CPU saturation) before it can be declared dead."""
     suspect_after_s: float = 1.5
     """timeout: silence after which the node is suspected."""
-    phi_suspect: float = 1.0
+    phi_suspect: float = 3.0
     phi_failed: float = 8.0
     window: int = 100
     min_std_s: float = 0.1
