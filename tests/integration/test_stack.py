@@ -41,7 +41,7 @@ def test_a_second_up_is_harmless(launched) -> None:
     launcher.up(launched.layout, report=messages.append)
     after = {row.name: row.pid for row in launcher.status(launched.layout)}
     assert before == after
-    assert sum("already running" in m for m in messages) == 5
+    assert sum("already running" in m for m in messages) == 6
 
 
 def test_a_taken_port_is_named_in_the_error(tmp_path) -> None:
@@ -99,7 +99,7 @@ def test_cli_up_status_down_on_a_one_participant_stack(launched, tmp_path) -> No
     finally:
         stopped = _medusa("down", env=env)
     assert stopped.returncode == 0
-    assert "stopped 4 process(es)" in stopped.stdout
+    assert "stopped 5 process(es)" in stopped.stdout
     assert all(processes.process_start_ticks(pid) is None for pid in pids)
     assert not processes.port_in_use(31092)
     status = json.loads(_medusa("status", "--json", env=env).stdout)
