@@ -108,6 +108,7 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
     table.add_row("Jaeger OTLP (gRPC)", endpoints.otlp_endpoint)
     table.add_row("Jaeger query API", endpoints.jaeger_query_url)
     table.add_row("catalog (HTTP API, /docs)", endpoints.catalog_url)
+    table.add_row("failure detector (/nodes)", layout.detector_url)
     console.print(table)
 
 
