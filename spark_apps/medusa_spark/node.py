@@ -266,6 +266,7 @@ class Node:
         restored = last_committed_batch(hosted.run.checkpoint)
         takeover.set_attribute("medusa.checkpoint.batch_restored",
                                -1 if restored is None else restored)
+        hosted.run.writer.output.trace_context = trace.set_span_in_context(takeover)
         caught_up = hosted.run.promote()
         takeover.set_attribute("medusa.replica.results_caught_up", caught_up)
         self._trace_first_output(hosted.run, takeover)
@@ -277,6 +278,7 @@ class Node:
         """Ends the takeover span with a child at the box's first result after recovery."""
         started = time.time_ns()
         context = trace.set_span_in_context(takeover)
+        run.writer.output.trace_context = context
 
         def first(count: int) -> None:
             self.tracer.start_span("first output", context=context, start_time=started,

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
+from opentelemetry import trace
+from opentelemetry.context import Context
 
 from medusa.envelope import ID_HEADER
 
@@ -79,6 +81,8 @@ class SOutput:
         self._producer_config = producer_config or {}
         self._buffer: deque[tuple[float, list[OutRecord]]] = deque()
         self._lock = threading.Lock()
+        self.trace_context: Context | None = None
+        """Set for a takeover: opening the output is then a span of the failure's trace."""
 
     # -- writing ----------------------------------------------------------------------
 
@@ -116,6 +120,17 @@ class SOutput:
                 self._producer = None
 
     def _open(self) -> None:
+        span = (trace.get_tracer("medusa").start_span(
+            f"open output {self.topic}", context=self.trace_context)
+            if self.trace_context is not None else None)
+        try:
+            self._open_producer()
+        finally:
+            if span is not None:
+                span.set_attribute("medusa.output.recovered_ids", self.stats.recovered_ids)
+                span.end()
+
+    def _open_producer(self) -> None:
         producer = Producer({
             "bootstrap.servers": self.bootstrap,
             "transactional.id": transactional_id(self.topic),

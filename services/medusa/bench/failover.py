@@ -36,6 +36,7 @@ from medusa_spark.deploy import deploy, undeploy, wait_for_node
 
 NODES = ("alpha/bench-ha-1", "alpha/bench-ha-2")
 LOAD_S = 60
+INPUT_S = 100
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,10 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
             for node in NODES:
                 wait_for_node(catalog, node, timeout_s=240)
             for mode, primary, secondary in (("passive", *NODES), ("active", *NODES[::-1])):
+                # Input goes on for a minute after the kill, to show the recovery's pace.
                 outcomes.append(run_failover(endpoints, registry, spark, catalog, mode,
                                              primary, secondary, _kill(running[primary]),
-                                             say=say))
+                                             seconds=INPUT_S, say=say))
                 _restart(layout, catalog, running, primary, secondary)
             load = _false_positives(endpoints, registry, spark, catalog, layout, say)
         finally:

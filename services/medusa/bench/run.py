@@ -107,7 +107,7 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
                       "Results written around a node's kill -9",
                       [(f"{o.mode}: detected {o.detection_s} s, first output "
                         f"{o.first_after_kill_s} s, lost {len(o.lost())}, "
-                        f"duplicated {len(o.duplicated())}", o.summary()["written_ms"],
+                        f"duplicated {len(o.duplicated())}", o.written_ms(),
                         o.kill_ms, o.declared_ms) for o in outcomes])
     for name, value in ratios.items():
         say(f"{name.replace('_', ' ')}: {value:.2f}")

@@ -1,0 +1,87 @@
+"""SOutput against the real Kafka: one transaction per batch, duplicates dropped by tuple id
+across writers, the previous writer fenced, and a standby that writes only what is missing."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from medusa.envelope import ID_HEADER, TYPE_HEADER
+from medusa.topics import ensure_topics
+from medusa_spark.soutput import OutputFencedError, OutRecord, SOutput, transactional_id
+
+pytestmark = pytest.mark.integration
+
+
+def _records(ids: range) -> list[OutRecord]:
+    return [OutRecord(f"t{i}", f"v{i}".encode(), [(TYPE_HEADER, b"STABLE"),
+                                                   (ID_HEADER, f"t{i}".encode())],
+                      key=f"k{i % 3}".encode()) for i in ids]
+
+
+def _committed_ids(bootstrap: str, topic: str) -> list[str]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{topic}",
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                         "enable.partition.eof": True})
+    consumer.subscribe([topic])
+    ids, ended = [], set()
+    try:
+        while len(ended) < 2:
+            message = consumer.poll(10)
+            assert message is not None, "the topic's end did not come"
+            if message.error() is not None:
+                ended.add(message.partition())
+                continue
+            ids.append(dict(message.headers() or [])[ID_HEADER].decode())
+    finally:
+        consumer.close()
+    return ids
+
+
+@pytest.fixture
+def output_topic(kafka_config, topic) -> str:
+    ensure_topics(kafka_config, [topic], partitions=2)
+    return topic
+
+
+def test_a_takeover_fences_the_old_writer_and_drops_what_it_wrote(kafka_config,
+                                                                  output_topic) -> None:
+    bootstrap = kafka_config["bootstrap.servers"]
+    first = SOutput(output_topic, bootstrap)
+    assert first.write(_records(range(0, 10))) == 10
+    # The next writer replays the last batch (its checkpoint lacked the commit) and more.
+    second = SOutput(output_topic, bootstrap)
+    assert second.write(_records(range(5, 15))) == 5
+    assert second.stats.duplicates_dropped == 5 and second.stats.recovered_ids == 10
+    with pytest.raises(OutputFencedError):
+        first.write(_records(range(15, 20)))
+    assert sorted(_committed_ids(bootstrap, output_topic)) == sorted(f"t{i}" for i in range(15))
+
+
+def test_an_open_transaction_of_a_dead_writer_is_aborted(kafka_config, output_topic) -> None:
+    bootstrap = kafka_config["bootstrap.servers"]
+    dead = Producer({"bootstrap.servers": bootstrap,
+                     "transactional.id": transactional_id(output_topic)})
+    dead.init_transactions(30)
+    dead.begin_transaction()
+    for record in _records(range(0, 5)):  # half a batch, then the node dies
+        dead.produce(output_topic, value=record.value, key=record.key, headers=record.headers)
+    dead.flush(10)
+    successor = SOutput(output_topic, bootstrap)
+    assert successor.write(_records(range(0, 8))) == 8
+    assert sorted(_committed_ids(bootstrap, output_topic)) == sorted(f"t{i}" for i in range(8))
+
+
+def test_a_promoted_standby_writes_only_what_the_primary_had_not(kafka_config,
+                                                                 output_topic) -> None:
+    bootstrap = kafka_config["bootstrap.servers"]
+    primary = SOutput(output_topic, bootstrap)
+    standby = SOutput(output_topic, bootstrap, standby=True)
+    primary.write(_records(range(0, 10)))
+    assert standby.write(_records(range(0, 12))) == 0  # kept, not written
+    assert standby.promote() == 2
+    assert standby.write(_records(range(12, 14))) == 2
+    with pytest.raises(OutputFencedError):
+        primary.write(_records(range(10, 12)))
+    ids = _committed_ids(bootstrap, output_topic)
+    assert sorted(ids) == sorted(f"t{i}" for i in range(14)) and len(ids) == len(set(ids))
