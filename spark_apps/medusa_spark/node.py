@@ -43,6 +43,7 @@ from medusa_spark.checkpoints import batch_offsets, last_committed_batch, sync_c
 from medusa_spark.network.model import NetworkError, parse_network
 from medusa_spark.network.validate import Plan, validate
 from medusa_spark.runner import BoxRun, BoxWiring, run_box, wire
+from medusa_spark.warmup import warm_up
 
 REPLICA_SUFFIX = ".replica"
 
@@ -429,6 +430,9 @@ class Node:
         # Beating before joining: the detector starts the clock at the registration.
         heart = threading.Thread(target=self._heartbeat_loop, name="heartbeats", daemon=True)
         heart.start()
+        ensure_topics({"bootstrap.servers": self.bootstrap}, [HEARTBEAT_TOPIC], partitions=1,
+                      config={"retention.ms": str(3_600_000)})
+        warm_up(self.spark, self.bootstrap, HEARTBEAT_TOPIC)
         self.register()
         reporter = threading.Thread(target=self._report_loop, name="load-reports", daemon=True)
         reporter.start()
