@@ -343,9 +343,12 @@ class BoxRun:
         return self.writer.output.standby
 
     def promote(self) -> int:
-        """A standby replica becomes the box's writer; returns the results it caught up."""
-        with self.writer.lock:
-            return self.writer.output.promote()
+        """A standby replica becomes the box's writer; returns the results it caught up.
+
+        It does not wait for a batch in progress: that batch's results, written after the
+        promotion, go through the same deduplication.
+        """
+        return self.writer.output.promote()
 
     def abandon(self) -> None:
         """Stops at once, writing nothing more: the box belongs to another node now."""
