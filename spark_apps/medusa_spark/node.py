@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -364,14 +365,15 @@ class Node:
             })
         return loads
 
-    def _report_loop(self) -> None:
-        """Reports until ``stop``; a failure (Kafka or the registry away) is logged and retried."""
+    def _keep_running(self, what: str, body: Callable[[], None], retry_s: float) -> None:
+        """Runs ``body`` until ``stop``; a failure (Kafka or the registry away) is logged and
+        retried."""
         while not self._stop.is_set():
             try:
-                self._report()
+                body()
             except Exception as error:
-                log.warning("%s: load reports: %s; retrying", self.global_name, error)
-                self._stop.wait(self.metrics_interval_s)
+                log.warning("%s: %s: %s; retrying", self.global_name, what, error)
+                self._stop.wait(retry_s)
 
     def _report(self) -> None:
         ensure_topics({"bootstrap.servers": self.bootstrap}, [NODE_LOAD_TOPIC], partitions=1)
@@ -395,18 +397,13 @@ class Node:
 
     # -- heartbeats -----------------------------------------------------------------------
 
-    def _heartbeat_loop(self) -> None:
-        """Beats until ``stop``, on a thread of its own so slow boxes do not delay it."""
-        while not self._stop.is_set():
-            try:
-                self._beat()
-            except Exception as error:
-                log.warning("%s: heartbeats: %s; retrying", self.global_name, error)
-                self._stop.wait(self.heartbeat_interval_s)
-
-    def _beat(self) -> None:
+    def _ensure_heartbeat_topic(self) -> None:
         ensure_topics({"bootstrap.servers": self.bootstrap}, [HEARTBEAT_TOPIC], partitions=1,
                       config={"retention.ms": str(3_600_000)})
+
+    def _beat(self) -> None:
+        """Beats until ``stop``, on a thread of its own so slow boxes do not delay it."""
+        self._ensure_heartbeat_topic()
         config = {"bootstrap.servers": self.bootstrap, "linger.ms": 0}
         with TupleProducer(config, self.registry, HEARTBEAT_TOPIC,
                            schema_for_topic(HEARTBEAT_TOPIC), self.global_name,
@@ -428,14 +425,13 @@ class Node:
     def run(self) -> None:
         """Register, then follow the catalog until ``stop``."""
         # Beating before joining: the detector starts the clock at the registration.
-        heart = threading.Thread(target=self._heartbeat_loop, name="heartbeats", daemon=True)
-        heart.start()
-        ensure_topics({"bootstrap.servers": self.bootstrap}, [HEARTBEAT_TOPIC], partitions=1,
-                      config={"retention.ms": str(3_600_000)})
+        threading.Thread(target=self._keep_running, name="heartbeats", daemon=True,
+                         args=("heartbeats", self._beat, self.heartbeat_interval_s)).start()
+        self._ensure_heartbeat_topic()
         warm_up(self.spark, self.bootstrap, HEARTBEAT_TOPIC)
         self.register()
-        reporter = threading.Thread(target=self._report_loop, name="load-reports", daemon=True)
-        reporter.start()
+        threading.Thread(target=self._keep_running, name="load-reports", daemon=True,
+                         args=("load reports", self._report, self.metrics_interval_s)).start()
         try:
             while not self._stop.is_set():
                 try:
