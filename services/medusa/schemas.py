@@ -18,6 +18,8 @@ NODE_LOAD_TOPIC = "medusa.node-load"
 """Where nodes publish their per-box load reports."""
 HEARTBEAT_TOPIC = "medusa.heartbeats"
 """Where nodes publish their heartbeats, on their own participant's cluster."""
+HEARTBEAT_TOPIC_CONFIG = {"retention.ms": str(3_600_000)}
+"""Heartbeats matter for seconds; an hour is kept for looking back."""
 
 # Default stream (topic) of each schema; the registry subject is "<topic>-value".
 DEFAULT_TOPICS: dict[str, str] = {

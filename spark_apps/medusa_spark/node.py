@@ -36,7 +36,12 @@ from pyspark.sql import SparkSession
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.producing import TupleProducer
-from medusa.schemas import HEARTBEAT_TOPIC, NODE_LOAD_TOPIC, schema_for_topic
+from medusa.schemas import (
+    HEARTBEAT_TOPIC,
+    HEARTBEAT_TOPIC_CONFIG,
+    NODE_LOAD_TOPIC,
+    schema_for_topic,
+)
 from medusa.stack.endpoints import Endpoints
 from medusa.topics import ensure_topics
 from medusa.tracing import context_of
@@ -397,13 +402,8 @@ class Node:
 
     # -- heartbeats -----------------------------------------------------------------------
 
-    def _ensure_heartbeat_topic(self) -> None:
-        ensure_topics({"bootstrap.servers": self.bootstrap}, [HEARTBEAT_TOPIC], partitions=1,
-                      config={"retention.ms": str(3_600_000)})
-
     def _beat(self) -> None:
         """Beats until ``stop``, on a thread of its own so slow boxes do not delay it."""
-        self._ensure_heartbeat_topic()
         config = {"bootstrap.servers": self.bootstrap, "linger.ms": 0}
         with TupleProducer(config, self.registry, HEARTBEAT_TOPIC,
                            schema_for_topic(HEARTBEAT_TOPIC), self.global_name,
@@ -424,10 +424,11 @@ class Node:
 
     def run(self) -> None:
         """Register, then follow the catalog until ``stop``."""
+        ensure_topics({"bootstrap.servers": self.bootstrap}, [HEARTBEAT_TOPIC], partitions=1,
+                      config=HEARTBEAT_TOPIC_CONFIG)
         # Beating before joining: the detector starts the clock at the registration.
         threading.Thread(target=self._keep_running, name="heartbeats", daemon=True,
                          args=("heartbeats", self._beat, self.heartbeat_interval_s)).start()
-        self._ensure_heartbeat_topic()
         warm_up(self.spark, self.bootstrap, HEARTBEAT_TOPIC)
         self.register()
         threading.Thread(target=self._keep_running, name="load-reports", daemon=True,

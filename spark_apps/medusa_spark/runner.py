@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
-from medusa.envelope import ID_HEADER, STIME_HEADER, TRACEPARENT_HEADER, TYPE_HEADER, boundary
+from medusa.envelope import TRACEPARENT_HEADER, boundary
 from medusa.registry import register
 from medusa.schemas import load_schema
 from medusa.stack.endpoints import Endpoints
@@ -295,14 +295,9 @@ class BatchWriter:
         return record if own is None else _with_header(record, TRACEPARENT_HEADER, own.encode())
 
     def _boundaries(self, stime_ms: int) -> list[OutRecord]:
-        at = str(stime_ms)
-        records = []
-        for partition in range(self.wiring.partitions):
-            tuple_id = f"{self.wiring.box}/boundary/{partition}/{at}"
-            records.append(OutRecord(tuple_id, None, [
-                (TYPE_HEADER, BOUNDARY.encode()), (ID_HEADER, tuple_id.encode()),
-                (STIME_HEADER, at.encode())], partition=partition))
-        return records
+        envelopes = [boundary(self.wiring.box, p, stime_ms) for p in range(self.wiring.partitions)]
+        return [OutRecord(e.tuple_id, None, e.headers(), partition=p)
+                for p, e in enumerate(envelopes)]
 
 
 def _with_header(record: OutRecord, key: str, value: bytes) -> OutRecord:
@@ -311,7 +306,8 @@ def _with_header(record: OutRecord, key: str, value: bytes) -> OutRecord:
 
 
 def _out_record(row: Any) -> OutRecord:
-    headers: list[Header] = [(h["key"], bytes(h["value"])) for h in row["headers"]]
+    headers: list[Header] = [(h["key"], None if h["value"] is None else bytes(h["value"]))
+                             for h in row["headers"]]
     key = row["key"]
     return OutRecord(record_id(headers), None if row["value"] is None else bytes(row["value"]),
                      headers, key=None if key is None else key.encode())

@@ -18,20 +18,24 @@ primary had not.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from opentelemetry import trace
 from opentelemetry.context import Context
 
 from medusa.envelope import ID_HEADER
-
-log = logging.getLogger("medusa.soutput")
 
 Header = tuple[str, str | bytes | None]
 
@@ -50,7 +54,6 @@ class OutRecord:
 class OutputStats:
     written: int = 0
     duplicates_dropped: int = 0
-    batches: int = 0
     first_write_at: float | None = None
     """Wall-clock time of the first record written by this SOutput."""
     recovered_ids: int = 0
@@ -68,8 +71,7 @@ def transactional_id(topic: str) -> str:
 
 class SOutput:
     def __init__(self, topic: str, bootstrap: str, standby: bool = False,
-                 horizon_s: float = 300.0, max_ids: int = 1_000_000,
-                 producer_config: dict[str, str] | None = None) -> None:
+                 horizon_s: float = 300.0, max_ids: int = 1_000_000) -> None:
         self.topic = topic
         self.bootstrap = bootstrap
         self.standby = standby
@@ -78,7 +80,6 @@ class SOutput:
         self._max_ids = max_ids
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._producer: Producer | None = None
-        self._producer_config = producer_config or {}
         self._buffer: deque[tuple[float, list[OutRecord]]] = deque()
         self._lock = threading.Lock()
         self.trace_context: Context | None = None
@@ -138,7 +139,6 @@ class SOutput:
             "partitioner": "murmur2_random",
             "linger.ms": 5,
             "transaction.timeout.ms": 60_000,
-            **self._producer_config,
         })
         # Aborts the previous writer's open transaction and fences it from now on.
         producer.init_transactions(60)
@@ -153,7 +153,7 @@ class SOutput:
         assert producer is not None
         fresh = []
         for record in records:
-            if record.tuple_id in self._seen:
+            if record.tuple_id and record.tuple_id in self._seen:
                 self.stats.duplicates_dropped += 1
                 continue
             fresh.append(record)
@@ -182,7 +182,6 @@ class SOutput:
             self._remember(record.tuple_id)
         first = self.stats.first_write_at is None
         self.stats.written += len(fresh)
-        self.stats.batches += 1
         if first:
             self.stats.first_write_at = time.time()
             for listener in self.stats.first_write_listeners:
@@ -190,6 +189,8 @@ class SOutput:
         return len(fresh)
 
     def _remember(self, tuple_id: str) -> None:
+        if not tuple_id:  # a record without id is never a duplicate of another
+            return
         self._seen[tuple_id] = None
         if len(self._seen) > self._max_ids:
             self._seen.popitem(last=False)
@@ -232,7 +233,7 @@ class SOutput:
                     continue
                 error = message.error()
                 if error is not None:
-                    if error.code() == error._PARTITION_EOF:
+                    if error.code() == KafkaError._PARTITION_EOF:
                         remaining.discard(message.partition())
                     continue
                 ids.append(record_id(message.headers() or []))

@@ -120,7 +120,10 @@ def _false_positives(endpoints: Endpoints, registry: SchemaRegistryClient,
         say("  the detector's /nodes does not answer; skipping the load measurement")
         return None
     node = NODES[0]
-    incarnation = (catalog.get(Kind.NODES, node) or _missing(node)).spec.get("incarnation")
+    known = catalog.get(Kind.NODES, node)
+    if known is None:
+        raise RuntimeError(f"node {node} is not in the catalog")
+    incarnation = known.spec.get("incarnation")
     name = f"bench-load-{uuid.uuid4().hex[:6]}"
     deploy(network_yaml(name, f"{name}."), name, endpoints, registry, spark, catalog,
            {"plausible": node, "per_sensor": node}, report=lambda _: None)
@@ -152,6 +155,3 @@ def _false_positives(endpoints: Endpoints, registry: SchemaRegistryClient,
         f"failed: {'yes' if result.declared_failed else 'no'}")
     return result
 
-
-def _missing(node: str) -> Any:
-    raise RuntimeError(f"node {node} is not in the catalog")

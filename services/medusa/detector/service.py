@@ -18,6 +18,7 @@ import io
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,7 @@ from medusa.catalog.model import Entry, Kind
 from medusa.detector.policy import DetectorConfig, Health, Policy
 from medusa.detector.takeover import Takeover, take_over
 from medusa.envelope import TYPE_HEADER
-from medusa.schemas import HEARTBEAT_TOPIC, schema_for_topic
+from medusa.schemas import HEARTBEAT_TOPIC, HEARTBEAT_TOPIC_CONFIG, schema_for_topic
 from medusa.stack.endpoints import Endpoints
 from medusa.topics import ensure_topics
 from medusa.tracing import traceparent
@@ -46,7 +47,6 @@ class Watched:
     incarnation: str | None
     policy: Policy
     health: Health = Health.ALIVE
-    watched_since: float = 0.0
     last_heartbeat_wall: float | None = None
     """Wall-clock time of the last heartbeat, for the trace."""
     suspected_at_wall: float | None = None
@@ -66,7 +66,8 @@ class Event:
 
 @dataclass
 class DetectorState:
-    events: list[Event] = field(default_factory=list)
+    events: deque[Event] = field(default_factory=lambda: deque(maxlen=1000))
+    """The latest events, for the HTTP view and tests; the log has them all."""
     false_suspicions: int = 0
 
 
@@ -98,7 +99,7 @@ class FailureDetector:
         for participant in self.participants:
             bootstrap = self.endpoints.bootstrap(participant)
             ensure_topics({"bootstrap.servers": bootstrap}, [HEARTBEAT_TOPIC], partitions=1,
-                          config={"retention.ms": str(3_600_000)})
+                          config=HEARTBEAT_TOPIC_CONFIG)
             consumer = Consumer({"bootstrap.servers": bootstrap,
                                  "group.id": f"medusa.detector.{participant}",
                                  "enable.auto.commit": False})
@@ -137,7 +138,7 @@ class FailureDetector:
                 continue
             policy = self.config.policy_for_node()
             policy.heartbeat(now)  # joining counts as a sign of life
-            self.watched[name] = Watched(name, incarnation, policy, watched_since=now,
+            self.watched[name] = Watched(name, incarnation, policy,
                                          last_heartbeat_wall=time.time())
             if name in self.failed:
                 self._recovered(name, incarnation)
