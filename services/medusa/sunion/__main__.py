@@ -1,0 +1,48 @@
+"""``python -m medusa.sunion --config FILE``: runs one SUnion until SIGTERM or SIGINT.
+
+A signal only asks the loop to stop: the transaction in progress commits (or is
+aborted on an error) before the process exits, with status 0 on a clean stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+
+from medusa.sunion.config import load_config
+from medusa.sunion.service import SUnion, SUnionError
+
+log = logging.getLogger("medusa.sunion")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m medusa.sunion", description=__doc__)
+    parser.add_argument("--config", required=True, help="the SUnion's JSON configuration")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = load_config(args.config)
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: %s received, stopping", config.fragment, signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        with SUnion(config) as sunion:
+            sunion.run(stop)
+    except SUnionError as error:
+        log.error("%s", error)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,560 @@
+"""The SUnion service: a fragment's inputs merged bucket by bucket into one topic.
+
+It reads the fragment's input topics (on whichever cluster each lives), holds the
+tuples in buckets by stime (``buckets.Buckets``), and writes each release (one or
+more consecutive buckets whose every input partition's BOUNDARY has passed them)
+as ONE Kafka transaction to ``output_topic`` on the node's own cluster: the tuples
+in (stime, input, partition, offset) order, then one BOUNDARY per output partition
+that carries the resume positions (``POSITIONS_HEADER``). Spark reads that topic
+with read_committed, so it never sees a tuple of an older bucket after a newer one.
+
+Exactly once, also under kill -9: the input positions ride in the same transaction
+as the bucket (also for a remote input, as MirrorMaker 2's exactly-once mode keeps
+them on the target). There is no consumer group and no offset commit. A new
+instance uses the same transactional id, which aborts the old one's open
+transaction and fences it; it then reads the last committed positions back from
+``output_topic`` and seeks every input partition to its resume offset.
+
+Dead letters go to ``<input topic>.dlq`` on the input's cluster: inside the
+release's transaction when that is the output's cluster (exactly once); otherwise
+through a separate idempotent producer, flushed before each commit, so a replay
+after a crash may repeat them but never loses one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, cast
+
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from medusa import dead_letters
+from medusa.dead_letters import DeadLetter, Header, dead_letter_topic
+from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER, boundary
+from medusa.errors import MedusaError
+from medusa.settings import KafkaClientSettings
+from medusa.sunion.buckets import Buckets, HeldTuple, Outcome, Release, restored_partitions
+from medusa.sunion.config import SUnionConfig, SUnionInput
+from medusa.topics import ensure_topics
+
+INPUT_HEADER = "medusa.input"
+"""On every tuple written: the name of the input it came from."""
+POSITIONS_HEADER = "medusa.sunion.positions"
+"""On the SUnion's BOUNDARY records: the resume state as compact JSON."""
+
+log = logging.getLogger("medusa.sunion")
+
+CONSUME_BATCH = 2000
+POLL_TIMEOUT_S = 0.05
+STATE_EVERY_S = 1.0
+METADATA_EVERY_S = 5.0
+TRANSACTION_TIMEOUT_S = 60.0
+TAIL_WINDOW = 500
+"""Records read back per output partition at first when looking for the last positions."""
+
+_STABLE = b"STABLE"
+_TENTATIVE = b"TENTATIVE"
+_BOUNDARY = b"BOUNDARY"
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+
+
+class SUnionError(MedusaError, RuntimeError):
+    """The SUnion cannot go on (a missing input topic, a failed transaction)."""
+
+
+class SUnionFencedError(SUnionError):
+    """Another SUnion instance writes this output now; this one must stop."""
+
+
+def transactional_id(output_topic: str) -> str:
+    return f"medusa.sunion.{output_topic}"
+
+
+def output_partition(key: bytes | None, tuple_id: str, partitions: int) -> int:
+    """A stable hash of the key (of the id when there is no key)."""
+    return zlib.crc32(key if key is not None else tuple_id.encode()) % partitions
+
+
+@dataclass
+class _Cluster:
+    """One consumer per cluster, for all the inputs that live on it."""
+
+    bootstrap: str
+    consumer: Consumer
+    inputs: dict[str, SUnionInput]
+    """Topic -> input."""
+    dead_letter_producer: Producer | None = None
+    """For dead letters when this is not the output's cluster (created when needed)."""
+    unflushed_letters: int = 0
+
+
+@dataclass
+class _Counters:
+    records_in: int = 0
+    records_out: int = 0
+    dead_lettered: int = 0
+    transactions: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class SUnion:
+    """The SUnion of one fragment. Use as a context manager; ``run`` until ``stop``.
+
+    Between two calls of the loop no transaction is open: ``run`` returns after its
+    current transaction committed (or was aborted on an error).
+    """
+
+    def __init__(self, config: SUnionConfig, kafka: KafkaClientSettings | None = None) -> None:
+        self.config = config
+        self._kafka = kafka or KafkaClientSettings()
+        self._lock = threading.Lock()
+        self.counters = _Counters()
+        self._producer: Producer | None = None
+        self._clusters: list[_Cluster] = []
+        self._buckets: Buckets | None = None
+        self._restored: dict[str, Any] | None = None
+        self._output_partition_count = config.output_partitions
+        self._pending_letters: list[DeadLetter] = []
+        """Dead letters for the output's cluster, written in the next release."""
+        self._input_name_bytes = {i.name: i.name.encode() for i in config.inputs}
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def __enter__(self) -> SUnion:
+        self.open()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Creates what is missing, fences an older instance, restores the positions."""
+        if self._producer is not None:
+            return
+        config = self.config
+        output_admin = self._client_config(config.output_bootstrap)
+        ensure_topics(output_admin, [config.output_topic], partitions=config.output_partitions)
+        for spec in config.inputs:
+            ensure_topics(self._client_config(spec.bootstrap),
+                          [dead_letter_topic(spec.topic)], partitions=1)
+        producer = Producer(self._client_config(
+            config.output_bootstrap,
+            **{"transactional.id": transactional_id(config.output_topic),
+               "linger.ms": 5,
+               "queue.buffering.max.messages": 500_000,
+               "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000)}))
+        # Aborts what an older instance left open and fences it from now on.
+        producer.init_transactions(TRANSACTION_TIMEOUT_S)
+        self._producer = producer
+        self._output_partition_count = self._partition_count(
+            config.output_bootstrap, config.output_topic)
+        self._restored = self._read_last_positions()
+        released = self._restored.get("released_through") if self._restored else None
+        self._buckets = Buckets(config.bucket_ms, {i.name: i.topic for i in config.inputs},
+                                released_through=released, max_delay_ms=config.max_delay_ms)
+        by_bootstrap: dict[str, dict[str, SUnionInput]] = {}
+        for spec in config.inputs:
+            by_bootstrap.setdefault(spec.bootstrap, {})[spec.topic] = spec
+        for bootstrap, inputs in by_bootstrap.items():
+            # The client requires a group id; with assign() it never joins a group and
+            # nothing is committed: the positions ride in the output's transactions.
+            consumer = Consumer(self._client_config(
+                bootstrap, **{"group.id": f"medusa.sunion.{config.output_topic}",
+                              "enable.auto.commit": False,
+                              "enable.auto.offset.store": False,
+                              "isolation.level": "read_committed",
+                              "fetch.wait.max.ms": 100}))
+            self._clusters.append(_Cluster(bootstrap, consumer, inputs))
+        for cluster in self._clusters:
+            self._follow_new_partitions(cluster, at_open=True)
+        log.info("%s: SUnion open, %s; %d input partition(s), output %s (%d partition(s))",
+                 config.fragment,
+                 f"resuming after stime {released}" if self._restored else "no earlier state",
+                 len(self._buckets.partitions), config.output_topic, self._output_partition_count)
+
+    def close(self) -> None:
+        """Stops reading; held tuples are not written (a restart re-reads them)."""
+        for cluster in self._clusters:
+            if cluster.dead_letter_producer is not None:
+                cluster.dead_letter_producer.flush(30)
+            cluster.consumer.close()
+        self._clusters = []
+        if self._producer is not None:
+            self._producer.flush(30)
+            self._producer = None
+        self._write_state_file()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Merges until ``stop`` is set; raises SUnionFencedError when fenced."""
+        self.open()
+        buckets = self._buckets
+        assert buckets is not None
+        next_state_at = time.monotonic()
+        next_metadata_at = time.monotonic() + METADATA_EVERY_S
+        busy = False
+        while not stop.is_set():
+            wait = 0.0 if busy else POLL_TIMEOUT_S / len(self._clusters)
+            busy = False
+            for cluster in self._clusters:
+                messages = cluster.consumer.consume(CONSUME_BATCH, timeout=wait)
+                if messages:
+                    busy = True
+                    with self._lock:
+                        self._take(cluster, messages)
+            with self._lock:
+                release = buckets.release()
+                if release is not None:
+                    self._write(release)
+            now = time.monotonic()
+            if now >= next_metadata_at:
+                next_metadata_at = now + METADATA_EVERY_S
+                for cluster in self._clusters:
+                    self._follow_new_partitions(cluster)
+            if now >= next_state_at:
+                next_state_at = now + STATE_EVERY_S
+                for cluster in self._clusters:
+                    if cluster.dead_letter_producer is not None:
+                        cluster.dead_letter_producer.poll(0)
+                self._write_state_file()
+
+    def _take(self, cluster: _Cluster, messages: Sequence[Message]) -> None:
+        """Sorts consumed records into buckets, boundaries and dead letters (hot path)."""
+        buckets = self._buckets
+        assert buckets is not None
+        inputs = cluster.inputs
+        self.counters.records_in += len(messages)
+        for message in messages:
+            if message.error() is not None:
+                self._consume_error(message)
+                continue
+            spec = inputs[message.topic()]  # type: ignore[index]
+            partition: int = message.partition()  # type: ignore[assignment]
+            offset: int = message.offset()  # type: ignore[assignment]
+            kind = tuple_id = stime_raw = None
+            headers = cast(list[Header], message.headers() or [])
+            for name, raw in headers:
+                if name == TYPE_HEADER:
+                    kind = raw
+                elif name == ID_HEADER:
+                    tuple_id = raw
+                elif name == STIME_HEADER:
+                    stime_raw = raw
+            try:
+                stime = int(stime_raw)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                stime = None
+            if stime is None or tuple_id is None or kind is None:
+                reason = "record lacks a valid envelope (medusa.type, medusa.id, medusa.stime)"
+            elif kind in (_STABLE, _TENTATIVE):
+                value = message.value()
+                if not value:
+                    reason = f"{kind.decode()} tuple without a value"
+                elif value[0] != 0:
+                    reason = "value does not start with the Confluent wire format's magic byte 0"
+                else:
+                    identifier = tuple_id.decode() if isinstance(tuple_id, bytes) else tuple_id
+                    outcome = buckets.add_tuple(HeldTuple(
+                        stime, spec.name, partition, offset, message.key(), value,
+                        headers, identifier))
+                    if outcome is not Outcome.LATE:
+                        continue
+                    reason = (f"stime {stime} came after the boundary: everything below "
+                              f"{buckets.released_through} was already released")
+            elif kind == _BOUNDARY:
+                buckets.add_boundary(spec.name, partition, offset, stime)
+                continue
+            else:
+                shown = kind.decode(errors="replace") if isinstance(kind, bytes) else kind
+                reason = f"{shown} records are not merged by the SUnion"
+            if buckets.pass_over(spec.name, partition, offset):
+                self._dead_letter(cluster, message, spec, reason)
+
+    def _consume_error(self, message: Message) -> None:
+        error = message.error()
+        assert error is not None
+        if error.fatal():
+            raise SUnionError(f"{self.config.fragment}: consumer failed: {error.str()}")
+        if error.code() != KafkaError._PARTITION_EOF:
+            log.warning("%s: %s [%s]: %s", self.config.fragment, message.topic(),
+                        message.partition(), error.str())
+
+    def _dead_letter(self, cluster: _Cluster, message: Message, spec: SUnionInput,
+                     reason: str) -> None:
+        letter = DeadLetter(topic=spec.topic, reason=reason, value=message.value(),
+                            key=message.key(),
+                            headers=cast(list[Header], message.headers() or []),
+                            partition=message.partition(), offset=message.offset(),
+                            box=self.config.fragment)
+        self.counters.dead_lettered += 1
+        log.warning("%s: dead letter from %s [%s] @%s: %s", self.config.fragment, spec.topic,
+                    message.partition(), message.offset(), reason)
+        if cluster.bootstrap == self.config.output_bootstrap:
+            self._pending_letters.append(letter)
+            return
+        if cluster.dead_letter_producer is None:
+            cluster.dead_letter_producer = Producer(self._client_config(
+                cluster.bootstrap, **{"enable.idempotence": True, "acks": "all"}))
+        dead_letters.produce(cluster.dead_letter_producer, letter)
+        cluster.unflushed_letters += 1
+
+    # -- writing -------------------------------------------------------------------------
+
+    def _write(self, release: Release) -> None:
+        """Writes one release as one transaction: tuples, dead letters, boundaries."""
+        self._flush_remote_dead_letters()
+        letters = self._pending_letters
+        self._pending_letters = []
+        positions = json.dumps(release.positions, separators=(",", ":")).encode()
+        for attempt in range(1, 4):
+            try:
+                self._transaction(release, letters, positions)
+                break
+            except KafkaException as failure:
+                error = failure.args[0]
+                if error.fatal() or error.code() in _FENCED_CODES:
+                    raise SUnionFencedError(
+                        f"{self.config.fragment}: output {self.config.output_topic} is "
+                        f"written by another SUnion now ({error.str()})") from None
+                self._abort()
+                if not (error.retriable() or error.txn_requires_abort()) or attempt == 3:
+                    raise SUnionError(
+                        f"{self.config.fragment}: could not write the release through stime "
+                        f"{release.through} to {self.config.output_topic}: {error.str()}"
+                    ) from None
+                log.warning("%s: transaction failed (%s), writing it again",
+                            self.config.fragment, error.str())
+        self.counters.transactions += 1
+        self.counters.records_out += len(release.tuples)
+        log.debug("%s: released through %d: %d tuple(s)", self.config.fragment,
+                  release.through, len(release.tuples))
+
+    def _transaction(self, release: Release, letters: Sequence[DeadLetter],
+                     positions: bytes) -> None:
+        producer = self._producer
+        assert producer is not None
+        topic = self.config.output_topic
+        partitions = self._output_partition_count
+        by_hash = self.config.output_partitions > 1
+        input_names = self._input_name_bytes
+        produce = producer.produce
+        producer.begin_transaction()
+        for held in release.tuples:
+            headers = [*held.headers, (INPUT_HEADER, input_names[held.input])]
+            partition = output_partition(held.key, held.tuple_id, partitions) if by_hash else 0
+            try:
+                produce(topic, held.value, held.key, partition, headers=headers)
+            except BufferError:
+                producer.poll(0.1)  # the queue is full: let deliveries drain, then retry
+                produce(topic, held.value, held.key, partition, headers=headers)
+        for letter in letters:
+            dead_letters.produce(producer, letter)
+        source = f"{self.config.fragment}/sunion"
+        for partition in range(partitions):
+            envelope = boundary(source, partition, release.through)
+            produce(topic, None, None, partition,
+                    headers=envelope.headers([(POSITIONS_HEADER, positions)]))
+        producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+
+    def _abort(self) -> None:
+        assert self._producer is not None
+        try:
+            self._producer.abort_transaction(TRANSACTION_TIMEOUT_S)
+        except KafkaException as failure:
+            log.warning("%s: abort failed: %s", self.config.fragment, failure.args[0].str())
+
+    def _flush_remote_dead_letters(self) -> None:
+        """Dead letters on other clusters are delivered before the positions move past
+        them, so a crash may repeat them but never loses one."""
+        for cluster in self._clusters:
+            producer = cluster.dead_letter_producer
+            if producer is None or not cluster.unflushed_letters:
+                continue
+            if producer.flush(30) != 0:
+                raise SUnionError(f"{self.config.fragment}: dead letters for "
+                                  f"{cluster.bootstrap} undelivered after 30s")
+            cluster.unflushed_letters = 0
+
+    # -- positions -----------------------------------------------------------------------
+
+    def _follow_new_partitions(self, cluster: _Cluster, at_open: bool = False) -> None:
+        """Assigns the partitions not followed yet: from the restored positions, else
+        ``start_positions`` (only when the output holds no state), else the earliest."""
+        buckets = self._buckets
+        assert buckets is not None
+        new: list[TopicPartition] = []
+        for topic, spec in cluster.inputs.items():
+            try:
+                metadata = cluster.consumer.list_topics(topic, timeout=10).topics.get(topic)
+            except KafkaException as failure:
+                if at_open:
+                    raise SUnionError(f"{self.config.fragment}: input {spec.name}: no metadata "
+                                      f"for {topic} on {cluster.bootstrap}: "
+                                      f"{failure.args[0].str()}") from None
+                log.warning("%s: metadata of %s: %s", self.config.fragment, topic,
+                            failure.args[0].str())
+                continue
+            if metadata is None or metadata.error is not None or not metadata.partitions:
+                if at_open:
+                    raise SUnionError(f"{self.config.fragment}: input {spec.name}: topic "
+                                      f"{topic} does not exist on {cluster.bootstrap}")
+                continue
+            restored = restored_partitions(self._restored, spec.name)
+            starts = ({} if self._restored is not None
+                      else (self.config.start_positions or {}).get(spec.name, {}))
+            for partition in sorted(metadata.partitions):
+                if (spec.name, partition) in buckets.partitions:
+                    continue
+                if partition in restored:
+                    state = buckets.add_partition(spec.name, partition, restored[partition].resume,
+                                                  restored[partition])
+                else:
+                    offset = starts.get(partition)
+                    if offset is None:
+                        offset, _ = cluster.consumer.get_watermark_offsets(
+                            TopicPartition(topic, partition), timeout=10)
+                    state = buckets.add_partition(spec.name, partition, offset)
+                    if not at_open:
+                        log.info("%s: new partition %s [%d], from offset %d",
+                                 self.config.fragment, topic, partition, offset)
+                new.append(TopicPartition(topic, partition, state.next_offset))
+        if new:
+            cluster.consumer.incremental_assign(new)
+
+    def _read_last_positions(self, timeout_s: float = 60.0) -> dict[str, Any] | None:
+        """The positions of the last committed release in ``output_topic``, or None.
+
+        Reads back from the end of each partition (committed records only), in widening
+        windows, since an aborted transaction may fill the log's tail.
+        """
+        topic = self.config.output_topic
+        consumer = Consumer(self._client_config(
+            self.config.output_bootstrap,
+            **{"group.id": f"medusa.sunion.restore.{topic}", "enable.auto.commit": False,
+               "isolation.level": "read_committed", "enable.partition.eof": True}))
+        best: dict[str, Any] | None = None
+        try:
+            for partition in range(self._output_partition_count):
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                           timeout=10)
+                end, window = high, TAIL_WINDOW
+                found = None
+                while found is None and end > low:
+                    start = max(low, end - window)
+                    found = self._last_positions_between(consumer, partition, start, end,
+                                                         timeout_s)
+                    end, window = start, window * 8
+                if found is not None and (best is None or (found["released_through"] or 0)
+                                          > (best["released_through"] or 0)):
+                    best = found
+        finally:
+            consumer.close()
+        return best
+
+    def _last_positions_between(self, consumer: Consumer, partition: int, start: int,
+                                end: int, timeout_s: float) -> dict[str, Any] | None:
+        topic = self.config.output_topic
+        consumer.assign([TopicPartition(topic, partition, start)])
+        found = None
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                if time.monotonic() > deadline:
+                    raise SUnionError(f"{self.config.fragment}: could not read back "
+                                      f"{topic} [{partition}] within {timeout_s:.0f}s")
+                message = consumer.poll(0.5)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        return found
+                    continue
+                offset = message.offset()
+                assert offset is not None
+                if offset >= end:
+                    return found
+                for name, raw in cast(list[Header], message.headers() or []):
+                    if name == POSITIONS_HEADER and raw is not None:
+                        found = json.loads(raw)
+                if offset >= end - 1:
+                    return found
+        finally:
+            consumer.unassign()
+
+    # -- state ---------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """What ``medusa status`` shows: held work, positions and lag per input partition."""
+        with self._lock:
+            buckets = self._buckets
+            inputs: dict[str, Any] = {
+                i.name: {"topic": i.topic, "partitions": {}} for i in self.config.inputs}
+            if buckets is not None:
+                consumers = {topic: c.consumer for c in self._clusters for topic in c.inputs}
+                for (name, partition), part in sorted(buckets.partitions.items()):
+                    topic = buckets.topics[name]
+                    lag = None
+                    consumer = consumers.get(topic)
+                    if consumer is not None:
+                        _, high = consumer.get_watermark_offsets(
+                            TopicPartition(topic, partition), cached=True) or (-1, -1)
+                        if high >= 0:
+                            lag = max(0, high - part.next_offset)
+                    inputs[name]["partitions"][partition] = {
+                        "boundary": part.boundary, "position": part.next_offset, "lag": lag}
+            return {
+                "fragment": self.config.fragment,
+                "held_buckets": buckets.held_buckets if buckets else 0,
+                "held_tuples": buckets.held_tuples if buckets else 0,
+                "released_through": buckets.released_through if buckets else None,
+                "inputs": inputs,
+                "records_in": self.counters.records_in,
+                "records_out": self.counters.records_out,
+                "dead_lettered": self.counters.dead_lettered,
+                "transactions": self.counters.transactions,
+            }
+
+    def _write_state_file(self) -> None:
+        if not self.config.state_file:
+            return
+        path = Path(self.config.state_file)
+        temporary = path.with_name(path.name + ".tmp")
+        try:
+            temporary.write_text(json.dumps(self.state()))
+            os.replace(temporary, path)  # readers see the old file or the new one, whole
+        except OSError as error:
+            log.warning("%s: could not write %s: %s", self.config.fragment, path, error)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _client_config(self, bootstrap: str, **overrides: Any) -> dict[str, Any]:
+        return self._kafka.librdkafka(bootstrap_servers=bootstrap,
+                                      client_id=f"medusa.sunion.{self.config.fragment}",
+                                      **overrides)
+
+    def _partition_count(self, bootstrap: str, topic: str) -> int:
+        assert self._producer is not None
+        metadata = self._producer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None or not metadata.partitions:
+            raise SUnionError(f"{self.config.fragment}: output topic {topic} is missing on "
+                              f"{bootstrap}")
+        return len(metadata.partitions)
