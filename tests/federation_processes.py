@@ -52,7 +52,7 @@ class CatalogProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "medusa", "catalog", "serve", "--port", str(self.port),
+                [sys.executable, "-m", "medusa_apps", "catalog", "serve", "--port", str(self.port),
                  "--topic", self.topic], stdout=log, stderr=subprocess.STDOUT, env=self.env)
         with CatalogClient(self.url) as client:
             client.wait_healthy(90)
@@ -84,7 +84,7 @@ class NodeProcess:
         self.catalog_url = endpoints.catalog_url
         self.env = federation_env(endpoints, run_dir)
         self.log = run_dir / "logs" / f"node-{participant}-{name}.log"
-        self.command = [sys.executable, "-m", "medusa", "node", "--name", name,
+        self.command = [sys.executable, "-m", "medusa_apps", "node", "--name", name,
                         "--participant", participant, "--master", master,
                         "--checkpoint-root", str(run_dir / "checkpoints" / participant / name)]
         if secondary:

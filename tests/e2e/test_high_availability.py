@@ -13,8 +13,8 @@ import pytest
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
-from medusa.failover import FailoverOutcome, run_failover
 from medusa.jaeger_client import wait_for_trace
+from medusa_apps.failover import FailoverOutcome, run_failover
 from tests.federation_processes import NodeProcess
 
 pytestmark = pytest.mark.e2e

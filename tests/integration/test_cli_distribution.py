@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 
 def _medusa(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "medusa", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "medusa_apps", *args], capture_output=True,
                           text=True, env=env, timeout=300, check=False)
 
 

@@ -130,7 +130,7 @@ def _cli(federation, *args: str, timeout: float = 300) -> subprocess.CompletedPr
     env = {"MEDUSA_EXTERNAL_KAFKA": ",".join(f"{k}={v}" for k, v in federation.kafka.items()),
            "MEDUSA_EXTERNAL_REGISTRY_URL": federation.registry_url,
            "MEDUSA_PRODUCER_BOUNDARY_INTERVAL_S": "0.5", "PATH": ""}
-    return subprocess.run([sys.executable, "-m", "medusa", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "medusa_apps", *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
 
 

@@ -54,7 +54,7 @@ def test_cli_shows_the_reason_of_a_refusal(registry, topic, tmp_path, federation
     env = {"MEDUSA_EXTERNAL_KAFKA": ",".join(f"{k}={v}" for k, v in federation.kafka.items()),
            "MEDUSA_EXTERNAL_REGISTRY_URL": federation.registry_url, "PATH": ""}
     result = subprocess.run(
-        [sys.executable, "-m", "medusa", "schemas", "register", "--topic", topic,
+        [sys.executable, "-m", "medusa_apps", "schemas", "register", "--topic", topic,
          "--file", str(changed)],
         capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 1

@@ -72,7 +72,7 @@ def test_the_registry_keeps_its_schemas_across_a_restart(launched, registry, top
 
 
 def _medusa(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "medusa", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "medusa_apps", *args], capture_output=True,
                           text=True, env=env, timeout=600)
 
 

@@ -15,8 +15,8 @@ import typer
 import yaml
 
 from medusa import settings as settings_module
-from medusa.cli import app
 from medusa.settings import REPO_ROOT, StackSettings
+from medusa_apps.cli import app
 
 pytestmark = pytest.mark.unit
 
@@ -118,7 +118,7 @@ def test_the_image_runs_the_medusa_entry_point() -> None:
     text = DOCKERFILE.read_text()
     assert 'ENTRYPOINT ["medusa"]' in text
     scripts = (REPO_ROOT / "pyproject.toml").read_text()
-    assert 'medusa = "medusa.cli:main"' in scripts
+    assert 'medusa = "medusa_apps.cli:main"' in scripts
 
 
 def _settings_variables() -> set[str]:

@@ -6,13 +6,15 @@ read, and a stale one gets 409 instead of overwriting someone else's change.
 
 # No ``from __future__ import annotations``: FastAPI reads the handlers' annotations at
 # run time, and the PUT bodies are types made per kind inside a function.
+from collections.abc import Callable
 from typing import Annotated, Any
 
+import yaml
 from fastapi import Body, FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse
 from opentelemetry.context import attach, detach
 from opentelemetry.propagate import extract
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, Field, ValidationError, create_model
 
 from medusa.catalog.model import (
     PART,
@@ -29,6 +31,14 @@ from medusa.catalog.model import (
 from medusa.catalog.store import CatalogStore, CatalogUnavailableError, VersionConflictError
 
 Segment = Annotated[str, Path(pattern=rf"^{PART}$", max_length=63)]
+
+NetworkCheck = Callable[[str], None]
+"""Checks a network definition (its YAML) before the catalog stores it; raises ValueError
+saying what is wrong. Given by whoever starts the service (``medusa catalog serve`` passes
+the Spark side's structural check), so the catalog itself knows no box types."""
+
+DEFAULT_NETWORK_PARTICIPANT = "alpha"
+"""The participant of a network definition that names none (as ``medusa_spark`` reads it)."""
 
 
 class Problem(BaseModel):
@@ -64,8 +74,9 @@ def _put_body(spec: type[Spec]) -> type[BaseModel]:
 class References:
     """Checks that what a write names exists: a stale or misspelt name is a 422, not data."""
 
-    def __init__(self, store: CatalogStore) -> None:
+    def __init__(self, store: CatalogStore, check_network: NetworkCheck | None = None) -> None:
         self.store = store
+        self.check_network = check_network
 
     def require(self, kind: Kind, name: str, field: str) -> Entry:
         entry = self.store.get(kind, name)
@@ -94,18 +105,17 @@ class References:
                 self.require(Kind.PARTICIPANTS, party, "parties")
 
     def _check_network(self, name: str, spec: NetworkSpec) -> None:
-        from medusa_spark.network.model import NetworkError, parse_network
-        from medusa_spark.network.validate import check_structure
-
         try:
-            network = parse_network(spec.definition, origin=f"network {name}")
-            check_structure(network)  # types need Spark: `medusa deploy` checks them first
-        except NetworkError as error:
+            if self.check_network is not None:
+                # types need Spark: `medusa deploy` checks them first
+                self.check_network(spec.definition)
+            outline = _outline(spec.definition)
+        except ValueError as error:
             raise HTTPException(422, f"definition: {error}") from None
         participant, _, network_name = name.partition("/")
-        if network.name != network_name or network.participant != participant:
+        if outline.name != network_name or outline.participant != participant:
             raise HTTPException(422, f"definition: the YAML names network "
-                                     f"{network.participant}/{network.name}, not {name}")
+                                     f"{outline.participant}/{outline.name}, not {name}")
 
     def _check_box(self, name: str, spec: BoxSpec) -> None:
         participant, network_name, box = name.split("/")
@@ -113,9 +123,7 @@ class References:
             raise HTTPException(422, f"network: box {name} belongs to network "
                                      f"{participant}/{network_name}, not {spec.network}")
         network = self.require(Kind.NETWORKS, spec.network, "network")
-        from medusa_spark.network.model import parse_network
-
-        if box not in parse_network(network.spec["definition"]).boxes:
+        if box not in _outline(network.spec["definition"]).boxes:
             raise HTTPException(422, f"box: network {spec.network} has no box {box!r}")
         self.require(Kind.NODES, spec.node, "node")
         if spec.replica is not None:
@@ -125,11 +133,38 @@ class References:
                                          f"its own node {spec.node}")
 
 
-def create_app(store: CatalogStore) -> FastAPI:
+class _Outline(BaseModel):
+    """What the catalog itself reads of a network definition: its name and its boxes."""
+
+    name: str
+    participant: str = DEFAULT_NETWORK_PARTICIPANT
+    boxes: dict[str, Any] = Field(default_factory=dict)
+
+
+def _outline(definition: str) -> _Outline:
+    """The network's name, participant and box names; ValueError if the YAML has none."""
+    try:
+        raw = yaml.safe_load(definition)
+    except yaml.YAMLError as error:
+        raise ValueError(f"not valid YAML: {error}") from None
+    if not isinstance(raw, dict):
+        raise ValueError("expected a mapping with streams, boxes and arrows")
+    try:
+        outline: _Outline = _Outline.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ValueError(f"field {where!r}: {first['msg']}") from None
+    return outline
+
+
+def create_app(store: CatalogStore, check_network: NetworkCheck | None = None) -> FastAPI:
+    """The API over ``store``; ``check_network`` vets network definitions (None: only their
+    name and participant are checked)."""
     app = FastAPI(title="Medusa catalog", version="1",
                   description="Participants, nodes, streams, query networks, box placement "
                               "and contracts of a Medusa federation.")
-    references = References(store)
+    references = References(store, check_network)
 
     @app.middleware("http")
     async def _continue_trace(request: Request, call_next: Any) -> Any:

@@ -6,7 +6,7 @@ import logging
 
 import uvicorn
 
-from medusa.catalog.api import create_app
+from medusa.catalog.api import NetworkCheck, create_app
 from medusa.catalog.model import Kind, ParticipantSpec
 from medusa.catalog.store import CATALOG_TOPIC, CatalogStore
 from medusa.stack.endpoints import Endpoints
@@ -24,11 +24,14 @@ def seed_participants(store: CatalogStore, endpoints: Endpoints) -> None:
 
 
 def serve(endpoints: Endpoints, home: str, host: str, port: int,
-          topic: str = CATALOG_TOPIC) -> None:
-    """Runs until interrupted; the state lives in ``topic`` on ``home``'s cluster."""
+          topic: str = CATALOG_TOPIC, check_network: NetworkCheck | None = None) -> None:
+    """Runs until interrupted; the state lives in ``topic`` on ``home``'s cluster.
+
+    ``check_network`` vets the definition of every network written (see ``NetworkCheck``).
+    """
     store = CatalogStore(endpoints.bootstrap(home), topic).start()
     seed_participants(store, endpoints)
     try:
-        uvicorn.run(create_app(store), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(store, check_network), host=host, port=port, log_level="warning")
     finally:
         store.close()

@@ -218,7 +218,7 @@ def catalog(layout: StackLayout) -> Component:
     """The project's own catalog service, in this Python environment."""
     return Component(
         name="catalog",
-        command=[sys.executable, "-m", "medusa", "catalog", "serve",
+        command=[sys.executable, "-m", "medusa_apps", "catalog", "serve",
                  "--port", str(layout.settings.catalog_port), "--home", layout.catalog_home],
         env={"MEDUSA_RUN_DIR": str(layout.run_dir)},
         endpoint=layout.catalog_url,
@@ -230,7 +230,7 @@ def detector(layout: StackLayout) -> Component:
     """The failure detector, watching every participant's nodes."""
     return Component(
         name="detector",
-        command=[sys.executable, "-m", "medusa", "detector",
+        command=[sys.executable, "-m", "medusa_apps", "detector",
                  "--port", str(layout.settings.detector_port)],
         env={"MEDUSA_RUN_DIR": str(layout.run_dir)},
         endpoint=layout.detector_url,

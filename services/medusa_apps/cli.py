@@ -401,7 +401,7 @@ def demo(
     xways: Annotated[int, typer.Option("--xways", "-L", min=1, help="Expressways.")] = 1,
 ) -> None:
     """The main job: the federation, a node, the Linear Road network, traffic, checked answers."""
-    from medusa.demo import run_demo
+    from medusa_apps.demo import run_demo
 
     if not run_demo(duration, speedup, xways, console):
         raise typer.Exit(1)
@@ -656,7 +656,18 @@ def catalog_serve(
     if home not in endpoints.kafka:
         raise _fail(f"--home: no participant {home!r} (known: {', '.join(endpoints.kafka)})", 2)
     tracing.configure("medusa-catalog", endpoints.otlp_endpoint)
-    serve(endpoints, home, host, port or settings.catalog_port, topic)
+    serve(endpoints, home, host, port or settings.catalog_port, topic,
+          check_network=check_network_structure)
+
+
+def check_network_structure(definition: str) -> None:
+    """The catalog's check of a network definition: it parses, and its boxes and arrows fit
+    together (types need Spark: `medusa deploy` checks them). Raises NetworkError (a
+    ValueError) naming the box or field."""
+    from medusa_spark.network.model import parse_network
+    from medusa_spark.network.validate import check_structure
+
+    check_structure(parse_network(definition, origin="YAML"))
 
 
 @catalog_app.command("show")
@@ -706,7 +717,7 @@ def bench(
                         ] = True,
 ) -> None:
     """Benchmarks against the running federation, side by side in one run."""
-    from medusa.bench.run import run_all
+    from medusa_apps.bench.run import run_all
 
     try:
         sizes = [int(size) for size in move_sizes.split(",") if size.strip()]

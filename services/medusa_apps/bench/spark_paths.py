@@ -14,12 +14,12 @@ import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import SparkSession
 
-from medusa.bench.producers import Throughput, position_reports
 from medusa.linear_road.records import POSITION_REPORTS, STIME_ORIGIN_MS, to_dict
 from medusa.producing import TupleProducer
 from medusa.schemas import schema_for_topic
 from medusa.stack.endpoints import Endpoints
 from medusa.topics import ensure_topics
+from medusa_apps.bench.producers import Throughput, position_reports
 from medusa_spark.network.model import parse_network
 from medusa_spark.network.validate import validate
 from medusa_spark.runner import AVAILABLE_NOW, start_box, wire

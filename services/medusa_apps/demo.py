@@ -160,7 +160,7 @@ def run_demo(duration_s: int, speedup: float, xways: int, console: Console) -> b
     endpoints = resolve(settings)
     console.print("[bold]2. A node of participant alpha[/]")
     launcher.start_service(layout, f"node-alpha-{NODE.rsplit('-', 1)[-1]}",
-                           [sys.executable, "-m", "medusa", "node", "--name", NODE,
+                           [sys.executable, "-m", "medusa_apps", "node", "--name", NODE,
                             "--participant", "alpha"], report=console.print)
     prefix = f"demo-{time.strftime('%Y%m%d-%H%M%S')}."
     console.print("[bold]3. The Linear Road network[/]")

@@ -27,11 +27,11 @@ from pyspark.sql import SparkSession
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
-from medusa.failover import FailoverOutcome, run_failover, wait_placed
 from medusa.sensor_windows import SteadyInput, network_yaml
 from medusa.stack import launcher, processes
 from medusa.stack.endpoints import Endpoints
 from medusa.stack.layout import StackLayout
+from medusa_apps.failover import FailoverOutcome, run_failover, wait_placed
 from medusa_spark.deploy import deploy, undeploy, wait_for_node
 
 NODES = ("alpha/bench-ha-1", "alpha/bench-ha-2")
@@ -56,7 +56,7 @@ def _start_node(layout: StackLayout, node: str, secondary: str) -> processes.Run
     participant, name = node.split("/")
     return launcher.start_service(
         layout, f"node-{participant}-{name}",
-        [sys.executable, "-m", "medusa", "node", "--name", name, "--participant", participant,
+        [sys.executable, "-m", "medusa_apps", "node", "--name", name, "--participant", participant,
          "--master", "local[1]", "--secondary", secondary], report=lambda _: None)
 
 

@@ -8,20 +8,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from medusa.bench import producers
-from medusa.bench.report import bar_plot, failover_plot, latency_plot, pause_plot, write_json
 from medusa.registry import registry_client
 from medusa.settings import StackSettings
 from medusa.stack.endpoints import resolve
 from medusa.stack.launcher import recorded_layout
 from medusa.stack.layout import StackLayout
+from medusa_apps.bench import producers
+from medusa_apps.bench.report import bar_plot, failover_plot, latency_plot, pause_plot, write_json
 
 
 def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: bool,
             say: Callable[[str], None], move_sizes: list[int] | None = None,
             failover: bool = True) -> dict[str, Any]:
-    from medusa.bench import failover as failover_bench
-    from medusa.bench import linear_road_latency, move_pause, spark_paths
+    from medusa_apps.bench import failover as failover_bench
+    from medusa_apps.bench import linear_road_latency, move_pause, spark_paths
     from medusa_spark.session import spark_session
 
     settings = StackSettings()

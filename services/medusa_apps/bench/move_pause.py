@@ -70,7 +70,7 @@ def _start_nodes(layout: StackLayout, catalog: CatalogClient) -> list[processes.
         participant, name = node.split("/")
         started.append(launcher.start_service(
             layout, f"node-{participant}-{name}",
-            [sys.executable, "-m", "medusa", "node", "--name", name, "--participant",
+            [sys.executable, "-m", "medusa_apps", "node", "--name", name, "--participant",
              participant, "--master", "local[1]"], report=lambda _: None))
     for node in NODES:
         wait_for_node(catalog, node, timeout_s=240)

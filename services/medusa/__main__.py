@@ -1,3 +1,0 @@
-from medusa.cli import main
-
-main()

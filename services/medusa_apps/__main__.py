@@ -1,0 +1,3 @@
+from medusa_apps.cli import main
+
+main()
