@@ -212,8 +212,8 @@ class Buckets:
         here: a bucket that waited longer than max_delay_ms goes out TENTATIVE.
         """
         through = self.stable_through()
-        if through is None or (self.released_through is not None
-                               and through <= self.released_through):
+        # stimes are not negative: a release through 0 or less would hold nothing.
+        if through is None or through <= (self.released_through or 0):
             return None
         last_bucket = through // self.bucket_ms  # exclusive
         tuples: list[HeldTuple] = []
