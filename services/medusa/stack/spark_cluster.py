@@ -13,6 +13,7 @@ folder given::
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -24,7 +25,6 @@ from types import TracebackType
 from typing import Any
 
 import httpx
-import pyspark
 
 from medusa.settings import StackSettings
 
@@ -34,7 +34,10 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 def spark_home() -> Path:
     """The pyspark package: it is a SPARK_HOME, with ``bin/`` and ``jars/``."""
-    home = Path(pyspark.__file__).resolve().parent
+    spec = importlib.util.find_spec("pyspark")  # found, not imported
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("pyspark is not installed")
+    home = Path(next(iter(spec.submodule_search_locations))).resolve()
     if not (home / "bin" / "spark-class").is_file() or not (home / "jars").is_dir():
         raise RuntimeError(f"{home} has no bin/spark-class or jars/: not a full pyspark install")
     return home
