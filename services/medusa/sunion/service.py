@@ -191,6 +191,8 @@ class SUnion:
 
     def close(self) -> None:
         """Stops reading; held tuples are not written (a restart re-reads them)."""
+        if self._buckets is not None:
+            self._write_state_file()  # while the consumers still know the lag
         for cluster in self._clusters:
             if cluster.dead_letter_producer is not None:
                 cluster.dead_letter_producer.flush(30)
@@ -199,7 +201,6 @@ class SUnion:
         if self._producer is not None:
             self._producer.flush(30)
             self._producer = None
-        self._write_state_file()
 
     # -- the loop ------------------------------------------------------------------------
 

@@ -1,0 +1,418 @@
+"""The SUnion against the real Kafka: two inputs on two clusters merged bucket by bucket,
+each tuple exactly once and never behind a boundary that passed it, also across a kill -9;
+unusable records dead-lettered on their input's cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from medusa.dead_letters import BOX_HEADER, OFFSET_HEADER, REASON_HEADER, dead_letter_topic
+from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER, Envelope, TupleType
+from medusa.producing import TupleProducer
+from medusa.schemas import load_schema
+from medusa.sensors import SensorReading, sensor_readings, to_dict
+from medusa.settings import REPO_ROOT
+from medusa.sunion import (
+    INPUT_HEADER,
+    POSITIONS_HEADER,
+    SUnion,
+    SUnionConfig,
+    SUnionInput,
+    dump_config,
+)
+from medusa.topics import ensure_topics
+
+pytestmark = pytest.mark.integration
+
+BASE_MS = 1_700_000_000_000
+FAR_MS = BASE_MS + 10_000_000
+"""A final boundary far ahead: every bucket before it is released."""
+AVRO_LIKE = b"\x00\x00\x00\x00\x01payload"
+
+
+@dataclass(frozen=True)
+class OutRecord:
+    partition: int
+    offset: int
+    type: str
+    tuple_id: str
+    stime: int
+    headers: dict[str, bytes]
+    value: bytes | None
+
+
+@dataclass
+class OutputReader:
+    """Reads the output topic (committed records only) from the start, as it grows."""
+
+    bootstrap: str
+    topic: str
+    records: list[OutRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._consumer = Consumer({"bootstrap.servers": self.bootstrap,
+                                   "group.id": f"read-{uuid.uuid4()}",
+                                   "enable.auto.commit": False,
+                                   "isolation.level": "read_committed"})
+        partitions = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic]
+        self._consumer.assign([TopicPartition(self.topic, p, 0) for p in partitions.partitions])
+
+    def read_until(self, done: Callable[[list[OutRecord]], bool], what: str,
+                   timeout_s: float = 120.0) -> list[OutRecord]:
+        deadline = time.monotonic() + timeout_s
+        while not done(self.records):
+            assert time.monotonic() < deadline, f"{what}: not seen within {timeout_s:.0f}s"
+            for message in self._consumer.consume(500, timeout=0.5):
+                if message.error() is not None:
+                    continue
+                headers = {k: v for k, v in message.headers() or [] if v is not None}
+                self.records.append(OutRecord(
+                    message.partition(), message.offset(), headers[TYPE_HEADER].decode(),
+                    headers[ID_HEADER].decode(), int(headers[STIME_HEADER]), headers,
+                    message.value()))
+        return self.records
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _tuples(records: list[OutRecord]) -> list[OutRecord]:
+    return [r for r in records if r.type != TupleType.BOUNDARY.value]
+
+
+def _released_past(stime: int) -> Callable[[list[OutRecord]], bool]:
+    """Done when an output BOUNDARY passed ``stime``: every tuple below it is out."""
+    return lambda records: any(r.type == TupleType.BOUNDARY.value and r.stime > stime
+                               for r in records)
+
+
+def assert_merged_in_bucket_order(records: list[OutRecord]) -> None:
+    """Per output partition: tuples in non-decreasing stime, none behind a boundary that
+    passed it, and every boundary carries the positions of its release."""
+    by_partition: dict[int, list[OutRecord]] = {}
+    for record in records:
+        by_partition.setdefault(record.partition, []).append(record)
+    for partition, in_order in by_partition.items():
+        boundary = last_stime = -1
+        for record in sorted(in_order, key=lambda r: r.offset):
+            if record.type == TupleType.BOUNDARY.value:
+                assert record.stime >= boundary, "the SUnion's boundaries do not go back"
+                boundary = record.stime
+                positions = json.loads(record.headers[POSITIONS_HEADER])
+                assert positions["released_through"] == record.stime
+            else:
+                assert record.stime >= boundary, (
+                    f"{record.tuple_id} (stime {record.stime}) came after the boundary "
+                    f"{boundary} on partition {partition}")
+                assert record.stime >= last_stime, "tuples go out in stime order"
+                last_stime = record.stime
+
+
+def assert_each_once(records: list[OutRecord], expected_ids: set[str]) -> None:
+    ids = [r.tuple_id for r in _tuples(records)]
+    duplicated = {i for i in ids if ids.count(i) > 1} if len(ids) != len(set(ids)) else set()
+    assert not duplicated, f"written twice: {sorted(duplicated)[:10]}"
+    assert set(ids) == expected_ids, (f"missing {sorted(expected_ids - set(ids))[:10]}, "
+                                      f"unexpected {sorted(set(ids) - expected_ids)[:10]}")
+
+
+def _read_topic(bootstrap: str, topic: str, count: int, timeout_s: float = 60.0) -> list[Any]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}",
+                        "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    messages: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(messages) < count:
+            assert time.monotonic() < deadline, f"{topic}: {len(messages)} of {count} records"
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                messages.append(message)
+    finally:
+        consumer.close()
+    return messages
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f}s"
+        time.sleep(0.1)
+
+
+@contextmanager
+def running(config: SUnionConfig) -> Iterator[SUnion]:
+    """The SUnion in a thread of this process; its failure fails the test."""
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    sunion = SUnion(config)
+    sunion.open()
+
+    def loop() -> None:
+        try:
+            sunion.run(stop)
+        except BaseException as error:  # reported by the test
+            failures.append(error)
+
+    thread = threading.Thread(target=loop, name="sunion", daemon=True)
+    thread.start()
+    try:
+        yield sunion
+    finally:
+        stop.set()
+        thread.join(60)
+        sunion.close()
+    assert not failures, f"the SUnion failed: {failures[0]!r}"
+
+
+@pytest.fixture
+def clusters(federation) -> tuple[str, str]:
+    """The bootstraps of two different participants."""
+    return federation.bootstrap("alpha"), federation.bootstrap("beta")
+
+
+def _sensor_producer(bootstrap: str, registry, topic: str) -> TupleProducer:  # type: ignore[no-untyped-def]
+    return TupleProducer({"bootstrap.servers": bootstrap}, registry, topic,
+                         load_schema("sensor_reading"), f"src-{topic}", to_dict=to_dict,
+                         boundary_interval_s=0.2)
+
+
+def test_two_clusters_merge_in_bucket_order_each_tuple_once(clusters, registry, topic) -> None:
+    alpha, beta = clusters
+    topic_a, topic_b, output = f"{topic}.a", f"{topic}.b", f"{topic}.out"
+    ensure_topics({"bootstrap.servers": alpha}, [topic_a], partitions=2)
+    ensure_topics({"bootstrap.servers": beta}, [topic_b], partitions=1)
+    config = SUnionConfig(fragment="alpha/test/merge", output_topic=output,
+                          output_bootstrap=alpha, bucket_ms=500,
+                          inputs=[SUnionInput(name="a", topic=topic_a, bootstrap=alpha),
+                                  SUnionInput(name="b", topic=topic_b, bootstrap=beta)])
+    readings = {
+        "a": list(sensor_readings(sensors=6, start_ms=BASE_MS, interval_ms=40, count=600)),
+        "b": list(sensor_readings(sensors=4, start_ms=BASE_MS + 7, interval_ms=30, count=400,
+                                  seed=5)),
+    }
+    expected_input = {r.tuple_id: name for name, rs in readings.items() for r in rs}
+    payloads = {}
+    with running(config) as sunion, \
+            _sensor_producer(alpha, registry, topic_a) as producer_a, \
+            _sensor_producer(beta, registry, topic_b) as producer_b:
+        producers = {"a": producer_a, "b": producer_b}
+        for index in range(600):
+            for name, producer in producers.items():
+                if index < len(readings[name]):
+                    reading = readings[name][index]
+                    producer.produce(reading, reading.tuple_id, reading.measured_at,
+                                     key=reading.sensor_id)
+                    payloads[reading.tuple_id] = producer.serialize(reading)
+            if index % 50 == 0:
+                for producer in producers.values():
+                    producer.flush()
+                    producer.emit_boundaries()
+        for producer in producers.values():
+            producer.emit_boundaries(FAR_MS)
+            producer.flush()
+        reader = OutputReader(alpha, output)
+        try:
+            records = reader.read_until(_released_past(FAR_MS - 1000), "the final release")
+        finally:
+            reader.close()
+        state = sunion.state()
+
+    assert_each_once(records, set(expected_input))
+    assert_merged_in_bucket_order(records)
+    for record in _tuples(records):
+        assert record.headers[INPUT_HEADER].decode() == expected_input[record.tuple_id]
+        assert record.value == payloads[record.tuple_id], "values pass through unchanged"
+        assert record.partition == 0
+    assert state["records_out"] == 1000 and state["held_tuples"] == 0
+    assert state["dead_lettered"] == 0
+    assert set(state["inputs"]["a"]["partitions"]) == {0, 1}
+    assert state["inputs"]["b"]["partitions"][0]["boundary"] == FAR_MS
+    assert state["released_through"] == FAR_MS
+
+
+@dataclass
+class Feeder:
+    """Keeps both inputs flowing, in stime order, until stopped."""
+
+    producers: dict[str, TupleProducer]
+    produced: set[str] = field(default_factory=set)
+    last_stime: int = BASE_MS
+    stop: threading.Event = field(default_factory=threading.Event)
+    failure: list[BaseException] = field(default_factory=list)
+
+    def run(self) -> None:
+        try:
+            step = 0
+            while not self.stop.is_set():
+                for name, producer in self.producers.items():
+                    for sensor in range(5):
+                        stime = BASE_MS + step * 20
+                        tuple_id = f"{name}/{sensor}/{step}"
+                        reading = SensorReading(f"s{sensor}", "temperature", float(step),
+                                                "celsius", stime)
+                        producer.produce(reading, tuple_id, stime, key=reading.sensor_id)
+                        self.produced.add(tuple_id)
+                        self.last_stime = stime
+                    producer.poll()
+                step += 1
+                time.sleep(0.05)
+        except BaseException as error:  # reported by the test
+            self.failure.append(error)
+
+
+def _start_sunion(config: SUnionConfig, directory: Path, name: str) -> subprocess.Popen[bytes]:
+    path = directory / f"{name}.json"
+    dump_config(config, path)
+    log = (directory / f"{name}.log").open("wb")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO_ROOT / "services"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "medusa.sunion", "--config", str(path)],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+
+
+def _state(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def test_a_kill_9_loses_and_duplicates_nothing(clusters, registry, topic, tmp_path) -> None:
+    alpha, beta = clusters
+    topic_a, topic_b, output = f"{topic}.a", f"{topic}.b", f"{topic}.out"
+    ensure_topics({"bootstrap.servers": alpha}, [topic_a], partitions=2)
+    ensure_topics({"bootstrap.servers": beta}, [topic_b], partitions=1)
+    base = SUnionConfig(fragment="alpha/test/kill", output_topic=output, output_bootstrap=alpha,
+                        bucket_ms=200,
+                        inputs=[SUnionInput(name="a", topic=topic_a, bootstrap=alpha),
+                                SUnionInput(name="b", topic=topic_b, bootstrap=beta)])
+    first_state, second_state = tmp_path / "first.state.json", tmp_path / "second.state.json"
+    producers = {"a": _sensor_producer(alpha, registry, topic_a),
+                 "b": _sensor_producer(beta, registry, topic_b)}
+    feeder = Feeder(producers)
+    feeding = threading.Thread(target=feeder.run, name="feeder", daemon=True)
+    first = _start_sunion(base.model_copy(update={"state_file": str(first_state)}),
+                          tmp_path, "first")
+    second = None
+    try:
+        feeding.start()
+        _wait_for(lambda: _state(first_state).get("transactions", 0) >= 3
+                  and _state(first_state).get("records_out", 0) > 0,
+                  "the first SUnion's releases")
+        first.send_signal(signal.SIGKILL)
+        assert first.wait(30) == -signal.SIGKILL
+        written_before_kill = _state(first_state)["records_out"]
+        second = _start_sunion(base.model_copy(update={"state_file": str(second_state)}),
+                               tmp_path, "second")
+        # Input keeps flowing until the new instance is seen releasing.
+        _wait_for(lambda: _state(second_state).get("transactions", 0) >= 3
+                  and _state(second_state).get("records_out", 0) > 0,
+                  "the second SUnion's releases")
+        feeder.stop.set()
+        feeding.join(30)
+        assert not feeder.failure, f"feeding failed: {feeder.failure[0]!r}"
+        for producer in producers.values():
+            producer.emit_boundaries(FAR_MS)
+            producer.flush()
+        reader = OutputReader(alpha, output)
+        try:
+            records = reader.read_until(_released_past(FAR_MS - 1000), "the final release")
+        finally:
+            reader.close()
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0, (tmp_path / "second.log").read_text()[-2000:]
+    finally:
+        feeder.stop.set()
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(10)
+        for producer in producers.values():
+            producer.close()
+
+    assert written_before_kill > 0
+    assert_each_once(records, feeder.produced)
+    assert_merged_in_bucket_order(records)
+    for record in _tuples(records):
+        assert record.headers[INPUT_HEADER].decode() == record.tuple_id.split("/")[0]
+
+
+def test_unusable_and_late_records_are_dead_lettered_on_their_input_cluster(
+        clusters, topic) -> None:
+    alpha, beta = clusters
+    topic_a, topic_b, output = f"{topic}.a", f"{topic}.b", f"{topic}.out"
+    ensure_topics({"bootstrap.servers": alpha}, [topic_a], partitions=1)
+    ensure_topics({"bootstrap.servers": beta}, [topic_b], partitions=1)
+    config = SUnionConfig(fragment="alpha/test/dlq", output_topic=output,
+                          output_bootstrap=alpha,
+                          inputs=[SUnionInput(name="a", topic=topic_a, bootstrap=alpha),
+                                  SUnionInput(name="b", topic=topic_b, bootstrap=beta)])
+    to_a, to_b = Producer({"bootstrap.servers": alpha}), Producer({"bootstrap.servers": beta})
+
+    def send(producer: Producer, target: str, envelope: Envelope | None,
+             value: bytes | None = AVRO_LIKE) -> None:
+        headers = envelope.headers() if envelope is not None else [("other", b"x")]
+        producer.produce(target, value=value, headers=headers)
+        producer.flush(10)
+
+    def boundary(producer: Producer, target: str, stime: int) -> None:
+        send(producer, target, Envelope(TupleType.BOUNDARY, f"b/{stime}", stime), None)
+
+    with running(config) as sunion:
+        send(to_a, topic_a, Envelope(TupleType.STABLE, "good-a", BASE_MS + 100))
+        send(to_a, topic_a, Envelope(TupleType.UNDO, "undo-a", BASE_MS + 200), None)
+        send(to_a, topic_a, None)  # no envelope
+        send(to_a, topic_a, Envelope(TupleType.STABLE, "no-value-a", BASE_MS + 300), None)
+        send(to_a, topic_a, Envelope(TupleType.STABLE, "not-avro-a", BASE_MS + 300), b"{json}")
+        send(to_b, topic_b, Envelope(TupleType.TENTATIVE, "good-b", BASE_MS + 150))
+        send(to_b, topic_b, Envelope(TupleType.STABLE, "not-avro-b", BASE_MS + 160), b"\x01x")
+        boundary(to_a, topic_a, BASE_MS + 2000)
+        boundary(to_b, topic_b, BASE_MS + 2000)
+        _wait_for(lambda: (sunion.state()["released_through"] or 0) >= BASE_MS + 2000,
+                  "the release through the first boundary")
+        send(to_a, topic_a, Envelope(TupleType.STABLE, "late-a", BASE_MS + 500))
+        send(to_a, topic_a, Envelope(TupleType.STABLE, "good-a-2", BASE_MS + 2500))
+        boundary(to_a, topic_a, FAR_MS)
+        boundary(to_b, topic_b, FAR_MS)
+        reader = OutputReader(alpha, output)
+        try:
+            records = reader.read_until(_released_past(FAR_MS - 1000), "the final release")
+        finally:
+            reader.close()
+        state = sunion.state()
+
+    assert [r.tuple_id for r in _tuples(records)] == ["good-a", "good-b", "good-a-2"]
+    assert _tuples(records)[1].headers[TYPE_HEADER] == b"TENTATIVE", "passes as it came"
+    assert state["dead_lettered"] == 6
+    # The output's own cluster: written in the release's transaction (read_committed).
+    letters_a = _read_topic(alpha, dead_letter_topic(topic_a), 5)
+    reasons = {dict(m.headers()).get(ID_HEADER, b"").decode() or "no envelope":
+               dict(m.headers())[REASON_HEADER].decode() for m in letters_a}
+    assert set(reasons) == {"undo-a", "no envelope", "no-value-a", "not-avro-a", "late-a"}
+    assert "UNDO" in reasons["undo-a"]
+    assert "envelope" in reasons["no envelope"]
+    assert "without a value" in reasons["no-value-a"]
+    assert "magic byte" in reasons["not-avro-a"]
+    assert "after the boundary" in reasons["late-a"]
+    assert all(dict(m.headers())[BOX_HEADER] == b"alpha/test/dlq" for m in letters_a)
+    late = next(m for m in letters_a if dict(m.headers()).get(ID_HEADER) == b"late-a")
+    assert late.value() == AVRO_LIKE and dict(late.headers())[OFFSET_HEADER] == b"6"
+    # A remote input's dead letters go to its own cluster.
+    letters_b = _read_topic(beta, dead_letter_topic(topic_b), 1)
+    assert dict(letters_b[0].headers())[ID_HEADER] == b"not-avro-b"
