@@ -1,10 +1,11 @@
-"""SOutput: a box's way out, where each result is written once whoever computes it.
+"""SOutput: a fragment's way out, where each result is written once whoever computes it.
 
 Borealis's SOutput drops duplicates at a box's output by tuple id; here it also
-fences. Every node that writes a box's output uses the same Kafka transactional
-id, so when a secondary takes the box over, ``init_transactions`` aborts what
-the failed node left half-written and fences it: a node declared dead that comes
-back cannot write another record. Each micro-batch is one transaction.
+fences. Every node that writes a fragment's outputs on one cluster uses the same
+Kafka transactional id, so when a secondary takes the fragment over,
+``init_transactions`` aborts what the failed node left half-written and fences
+it: a node declared dead that comes back cannot write another record. Each
+micro-batch is one transaction over all the fragment's output topics there.
 
 Tuple ids are computed from the inputs, so a batch replayed from a checkpoint,
 or computed by a standby replica, yields the same ids. At start the SOutput reads
@@ -36,12 +37,15 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from medusa.envelope import ID_HEADER
+from medusa.errors import MedusaError
+from medusa.settings import kafka_config
 
 Header = tuple[str, str | bytes | None]
 
 
 @dataclass(frozen=True)
 class OutRecord:
+    topic: str
     tuple_id: str
     value: bytes | None
     headers: list[Header]
@@ -61,24 +65,28 @@ class OutputStats:
     first_write_listeners: list[Callable[[int], None]] = field(default_factory=list)
 
 
-class OutputFencedError(RuntimeError):
-    """Another node has taken over this box's output; this one must stop writing."""
+class OutputFencedError(MedusaError, RuntimeError):
+    """Another node has taken over this fragment's output; this one must stop writing."""
 
 
-def transactional_id(topic: str) -> str:
-    return f"medusa.soutput.{topic}"
+def transactional_id(owner: str) -> str:
+    return f"medusa.soutput.{owner}"
 
 
 class SOutput:
-    def __init__(self, topic: str, bootstrap: str, standby: bool = False,
-                 horizon_s: float = 300.0, max_ids: int = 1_000_000) -> None:
-        self.topic = topic
+    def __init__(self, owner: str, topics: Sequence[str], bootstrap: str,
+                 standby: bool = False, horizon_s: float = 300.0,
+                 max_ids: int = 1_000_000) -> None:
+        """``owner`` names the writer (a fragment, with its topic prefix); every node that
+        writes its ``topics`` on the cluster at ``bootstrap`` shares its transactional id."""
+        self.owner = owner
+        self.topics = sorted(topics)
         self.bootstrap = bootstrap
         self.standby = standby
         self.horizon_s = horizon_s
         self.stats = OutputStats()
         self._max_ids = max_ids
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._producer: Producer | None = None
         self._buffer: deque[tuple[float, list[OutRecord]]] = deque()
         self._lock = threading.Lock()
@@ -122,7 +130,7 @@ class SOutput:
 
     def _open(self) -> None:
         span = (trace.get_tracer("medusa").start_span(
-            f"open output {self.topic}", context=self.trace_context)
+            f"open output {self.owner}", context=self.trace_context)
             if self.trace_context is not None else None)
         try:
             self._open_producer()
@@ -132,28 +140,30 @@ class SOutput:
                 span.end()
 
     def _open_producer(self) -> None:
-        producer = Producer({
-            "bootstrap.servers": self.bootstrap,
-            "transactional.id": transactional_id(self.topic),
-            # Java's default for keyed records, so results land where Spark's writer put them.
+        producer = Producer(kafka_config(self.bootstrap, **{
+            "transactional.id": transactional_id(self.owner),
+            # Java's default for keyed records, so a key's results keep one partition.
             "partitioner": "murmur2_random",
             "linger.ms": 5,
+            "queue.buffering.max.messages": 1_000_000,
             "transaction.timeout.ms": 60_000,
-        })
+        }))
         # Aborts the previous writer's open transaction and fences it from now on.
         producer.init_transactions(60)
         self._producer = producer
-        recovered = self._read_tail()
+        recovered = [(topic, tuple_id) for topic in self.topics
+                     for tuple_id in self._read_tail(topic)]
         self.stats.recovered_ids = len(recovered)
-        for tuple_id in recovered:
-            self._remember(tuple_id)
+        for topic, tuple_id in recovered:
+            self._remember(topic, tuple_id)
 
     def _transaction(self, records: Iterable[OutRecord]) -> int:
         producer = self._producer
         assert producer is not None
         fresh = []
+        seen = self._seen
         for record in records:
-            if record.tuple_id and record.tuple_id in self._seen:
+            if record.tuple_id and (record.topic, record.tuple_id) in seen:
                 self.stats.duplicates_dropped += 1
                 continue
             fresh.append(record)
@@ -161,25 +171,27 @@ class SOutput:
             return 0
         try:
             producer.begin_transaction()
-            for record in fresh:
+            produce = producer.produce
+            for index, record in enumerate(fresh):
                 if record.partition is None:
-                    producer.produce(self.topic, value=record.value, key=record.key,
-                                     headers=record.headers)
+                    produce(record.topic, value=record.value, key=record.key,
+                            headers=record.headers)
                 else:
-                    producer.produce(self.topic, value=record.value, key=record.key,
-                                     headers=record.headers, partition=record.partition)
-                producer.poll(0)
+                    produce(record.topic, value=record.value, key=record.key,
+                            headers=record.headers, partition=record.partition)
+                if index % 1000 == 999:
+                    producer.poll(0)
             producer.commit_transaction(60)
         except KafkaException as error:
             kafka_error = error.args[0]
             self._producer = None
             if kafka_error.fatal() or "fenced" in kafka_error.str().lower():
                 raise OutputFencedError(
-                    f"output {self.topic}: another node has taken over this box "
+                    f"output {self.owner}: another node has taken over this fragment "
                     f"({kafka_error.str()})") from None
             raise
         for record in fresh:
-            self._remember(record.tuple_id)
+            self._remember(record.topic, record.tuple_id)
         first = self.stats.first_write_at is None
         self.stats.written += len(fresh)
         if first:
@@ -188,39 +200,38 @@ class SOutput:
                 listener(len(fresh))
         return len(fresh)
 
-    def _remember(self, tuple_id: str) -> None:
+    def _remember(self, topic: str, tuple_id: str) -> None:
         if not tuple_id:  # a record without id is never a duplicate of another
             return
-        self._seen[tuple_id] = None
+        self._seen[(topic, tuple_id)] = None
         if len(self._seen) > self._max_ids:
             self._seen.popitem(last=False)
 
     # -- what is written already ----------------------------------------------------------
 
-    def _read_tail(self, timeout_s: float = 60.0) -> list[str]:
+    def _read_tail(self, topic: str, timeout_s: float = 60.0) -> list[str]:
         """The ids of the committed records of the last ``horizon_s`` seconds."""
-        consumer = Consumer({
-            "bootstrap.servers": self.bootstrap,
-            "group.id": f"medusa.soutput.tail.{self.topic}",
+        consumer = Consumer(kafka_config(self.bootstrap, **{
+            "group.id": f"medusa.soutput.tail.{topic}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
-        })
+        }))
         try:
-            metadata = consumer.list_topics(self.topic, timeout=10).topics[self.topic]
+            metadata = consumer.list_topics(topic, timeout=10).topics[topic]
             since_ms = int((time.time() - self.horizon_s) * 1000)
-            wanted = [TopicPartition(self.topic, p, since_ms) for p in metadata.partitions]
+            wanted = [TopicPartition(topic, p, since_ms) for p in metadata.partitions]
             starts = consumer.offsets_for_times(wanted, timeout=10)
             ends: dict[int, int] = {}
             assigned = []
             for start in starts:
                 _, high = consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, start.partition), timeout=10)
+                    TopicPartition(topic, start.partition), timeout=10)
                 offset = start.offset if start.offset >= 0 else OFFSET_END
                 if offset == OFFSET_END or offset >= high:
                     continue
                 ends[start.partition] = high
-                assigned.append(TopicPartition(self.topic, start.partition, offset))
+                assigned.append(TopicPartition(topic, start.partition, offset))
             if not assigned:
                 return []
             consumer.assign(assigned)
@@ -241,7 +252,7 @@ class SOutput:
                 if partition is not None and at is not None and at + 1 >= ends[partition]:
                     remaining.discard(partition)
             if remaining:
-                raise RuntimeError(f"output {self.topic}: could not read back the recent "
+                raise RuntimeError(f"output {topic}: could not read back the recent "
                                    f"results of partitions {sorted(remaining)} within "
                                    f"{timeout_s:.0f}s")
             return ids

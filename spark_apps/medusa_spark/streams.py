@@ -100,6 +100,55 @@ def decode(raw: DataFrame, stream: KafkaStream) -> DataFrame:
     )
 
 
+INPUT = "_input"
+"""On the SUnion's records: the fragment input (stream or upstream box) a tuple came from."""
+INPUT_HEADER = "medusa.input"
+
+
+def envelope_of(raw: DataFrame) -> DataFrame:
+    """The envelope of Kafka rows, read from their headers once: ``_type`` as declared,
+    ``_id``, ``_stime``, the SUnion's ``_input``, the raw value and headers, the trace."""
+    return raw.select(
+        header(TYPE_HEADER).alias(TYPE), header(ID_HEADER).alias(ID),
+        F.timestamp_millis(header(STIME_HEADER).cast("long")).alias(STIME),
+        header(INPUT_HEADER).alias(INPUT), F.col("value").alias("_bytes"),
+        F.col("headers").alias("_headers"), header(TRACEPARENT_HEADER).alias(TRACE))
+
+
+def decode_input(source: DataFrame, name: str, stream: KafkaStream) -> DataFrame:
+    """One input's tuples out of the SUnion's records (see ``envelope_of``): envelope
+    columns and the record's fields; records that cannot be used become INVALID rows with
+    the raw record, the reason and the stream's own topic, for its dead-letter topic."""
+    rows = source.where(F.col(INPUT) == name)
+    value = F.col("_bytes")
+    writer_id = schema_id(value)
+    decoded = F.when(value.isNotNull() & (writer_id == stream.schema_id),
+                     decode_avro(value, stream.schema))
+    declared = F.col(TYPE)
+    reason = (
+        F.when(F.col(ID).isNull() | F.col(STIME).isNull(),
+               F.lit("record lacks envelope headers"))
+        .when(~declared.isin(STABLE, TENTATIVE),
+              F.concat(F.lit("tuple type "), declared, F.lit(" is not processed by boxes")))
+        .when(value.isNull(), F.lit("data record has no value"))
+        .when(writer_id != stream.schema_id,
+              F.concat(F.lit("written with schema id "), writer_id.cast("string"),
+                       F.lit(f", expected {stream.schema_id}")))
+        .when(decoded.isNull(), F.lit("value is not valid Avro for the stream's schema"))
+    )
+    checked = rows.select(TYPE, ID, STIME, TRACE, decoded.alias("_value"),
+                          reason.alias(REASON), "_bytes", "_headers")
+    return checked.select(
+        F.when(F.col(REASON).isNull(), F.col(TYPE)).otherwise(F.lit(INVALID)).alias(TYPE),
+        ID, STIME, "_value.*",
+        F.when(F.col(REASON).isNotNull(), F.col("_bytes")).alias(RAW),
+        F.when(F.col(REASON).isNotNull(), F.col("_headers")).alias(RAW_HEADERS),
+        F.col(REASON),
+        F.lit(stream.topic).alias(SOURCE),
+        F.col(TRACE),
+    )
+
+
 def wire_prefix(schema_id_: int) -> bytes:
     return b"\x00" + binary.pack(">I", schema_id_)
 

@@ -1,7 +1,9 @@
 """aggregate: windowed aggregation on stime (tumbling, sliding or session), with group-by.
 
-A result's stime is the last millisecond of its window: everything it depends on
-has a stime no larger, and windows that close later give larger ones. Its id is
+A result's stime is Spark's ``window_time`` of its window (its last instant), which
+keeps the event-time marker, so an operator downstream in the same fragment can
+window or join the results again: everything a result depends on has a stime no
+larger, and windows that close later give larger ones. Its id is
 the box, the group and the window start, so the same result always gets the same
 id. It is TENTATIVE when any tuple in its window was.
 """
@@ -55,8 +57,6 @@ class AggregateParams(BoxParams):
     """Predicate over the results (group fields, aggregates, window_start, window_end)."""
     fields: dict[str, str] | None = None
     """Output fields as expressions over the results; group fields + aggregates by default."""
-    lateness: str = "10 seconds"
-    """How late (in stime) a tuple may arrive and still count."""
 
 
 class AggregateBox(Box):
@@ -64,9 +64,6 @@ class AggregateBox(Box):
     Params = AggregateParams
     params: AggregateParams
     stateful = True
-
-    def boundary_lag_ms(self) -> int:
-        return duration_ms(self.params.lateness)
 
     def _window(self) -> Column:
         spec = self.params.window
@@ -124,7 +121,7 @@ class AggregateBox(Box):
             F.when(F.col("_tentative") == 1, F.lit("TENTATIVE")).otherwise(F.lit("STABLE")),
             F.concat_ws("/", F.lit(self.box_id), *key,
                         F.unix_millis(F.col("window_start")).cast("string")),
-            F.col("window_end") - F.expr("INTERVAL 1 MILLISECOND"),
+            F.window_time(F.col("_window")),
         )
         for name, expression in names.items():
             self.analyse(lambda e=expression: results.select(F.expr(e)), name)

@@ -2,7 +2,8 @@
 
 ``apply`` gets each input port's data rows (envelope columns ``_type``, ``_id``,
 ``_stime`` and the record's fields) and returns the output's data rows. BOUNDARY
-rows never reach a box: the runner passes them around it (see ``runner``).
+rows never reach a box: its fragment turns the watermark into the boundaries of
+its outputs (see ``fragment``).
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ class Box(ABC):
     def apply(self, inputs: dict[str, DataFrame]) -> DataFrame:
         """The output's data rows, built from the inputs' data rows."""
 
-    def boundary_lag_ms(self) -> int:
-        """How far behind an input BOUNDARY the box's own promise stays."""
+    def reach_ms(self) -> int:
+        """How far below the watermark a result the box emits later may lie (joins)."""
         return 0
 
     # Helpers for subclasses -------------------------------------------------

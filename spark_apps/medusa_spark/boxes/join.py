@@ -3,7 +3,10 @@
 Tuples match when their keys are equal and the right tuple's stime lies within
 ``within`` of the left one's. ``fields`` are expressions over ``l.<field>`` and
 ``r.<field>``; in a left outer join the ``r`` side of an unmatched tuple is null.
-A result is TENTATIVE when either side is; its id names both sides.
+A result is TENTATIVE when either side is; its id names both sides. Its stime is
+the stime of one side, taken as is so that it keeps its event-time marker for the
+operators downstream in the same fragment: the left's, unless the right tuple is
+never earlier (``lower`` >= 0) in an inner join.
 """
 
 from __future__ import annotations
@@ -38,8 +41,6 @@ class JoinParams(BoxParams):
     """Output field -> expression over l.* and r.*."""
     where: str | None = None
     """Predicate over l.* and r.*, applied to the joined tuples."""
-    lateness: str = "10 seconds"
-    """Set from the network's lateness unless given here."""
 
 
 def _interval(text: str) -> F.Column:
@@ -53,10 +54,17 @@ class JoinBox(Box):
     params: JoinParams
     stateful = True
 
-    def boundary_lag_ms(self) -> int:
+    def reach_ms(self) -> int:
         bound = self.params.within
-        reach = max(abs(duration_ms(bound.lower)), abs(duration_ms(bound.upper)))
-        return duration_ms(self.params.lateness) + reach
+        if self._stime_side() == "l":
+            # A right tuple arriving later may match a left one up to ``upper`` before it.
+            return max(0, duration_ms(bound.upper))
+        return 0
+
+    def _stime_side(self) -> str:
+        inner_and_right_later = (self.params.how == "inner"
+                                 and duration_ms(self.params.within.lower) >= 0)
+        return "r" if inner_and_right_later else "l"
 
     def apply(self, inputs: dict[str, DataFrame]) -> DataFrame:
         params = self.params
@@ -87,7 +95,7 @@ class JoinBox(Box):
             tentative_if_any(F.col(f"l.{TYPE}"), F.col(f"r.{TYPE}")),
             F.concat_ws("/", F.lit(self.box_id), F.col(f"l.{ID}"),
                         F.coalesce(F.col(f"r.{ID}"), F.lit("-"))),
-            F.greatest(F.col(f"l.{STIME}"), F.coalesce(F.col(f"r.{STIME}"), F.col(f"l.{STIME}"))),
+            F.col(f"{self._stime_side()}.{STIME}"),
         )
         for name, expression in params.fields.items():
             self.analyse(lambda e=expression: joined.select(F.expr(e)), name)

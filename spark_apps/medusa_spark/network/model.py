@@ -30,8 +30,12 @@ class BoxSpec(BaseModel):
     key: list[str] = Field(default_factory=list)
     """Output fields that make the Kafka key (so related results share a partition)."""
     ha: Literal["passive", "active"] = "passive"
-    """On a node failure: ``passive`` restarts the box on the node's secondary from its
-    checkpoint; ``active`` keeps a replica running there, which takes over at once."""
+    """On a node failure: ``passive`` restarts the box's fragment on the node's secondary
+    from its checkpoint; ``active`` keeps a replica running there, which takes over at once.
+    A fragment is ``active`` when any of its boxes is."""
+    fragment: str | None = Field(None, pattern=r"^[a-z][a-z0-9_-]{0,62}$")
+    """The fragment (one Spark query) the box runs in; by default, the boxes a placement
+    puts on one node form one fragment (see ``network.fragments``)."""
 
 
 class ArrowSpec(BaseModel):
@@ -57,9 +61,9 @@ class NetworkSpec(BaseModel):
     partitions: int = Field(4, ge=1)
     """Partitions of the topics the network creates."""
     trigger: str = "500 milliseconds"
-    lateness: str = "10 seconds"
-    """How late (in stime) a tuple may reach a stateful box and still count, unless the box
-    sets its own; it must exceed the stime a micro-batch spans, or tuples are dropped."""
+    bucket: str = "1 second"
+    """The SUnion's bucket in stime: a fragment's input is released bucket by bucket once
+    every input partition's BOUNDARY has passed it (the producers' BOUNDARY interval)."""
     topic_prefix: str = ""
     """Put in front of every topic of the network, to run a copy of it on topics of its own."""
     streams: dict[str, StreamSpec]

@@ -43,8 +43,6 @@ def check_structure(network: NetworkSpec) -> Plan:
             raise NetworkError(f"box {name!r}, field 'type': unknown box type {spec.type!r} "
                                f"(known: {', '.join(sorted(BOX_TYPES))})")
         params = dict(spec.params)
-        if "lateness" in box_type.Params.model_fields:
-            params.setdefault("lateness", network.lateness)
         try:
             boxes[name] = box_type(name, params)
         except BoxError as error:

@@ -1,0 +1,148 @@
+"""A fragment as one Spark query: its SUnion's topic in, its boxes chained, its outputs out.
+
+The fragment reads ONE topic, the one its SUnion writes on the node's cluster:
+the tuples of all its inputs, bucket by bucket in stime order, each tuple tagged
+with the input it came from (``medusa.input``) and each bucket closed by a
+BOUNDARY. So the watermark is set once, at the source, one millisecond behind
+the newest BOUNDARY: no tuple of an older bucket comes after a newer one, and a
+window closes as soon as the inputs' boundaries say so, whatever the replay
+speed. Arrows inside the fragment are DataFrame edges; only the outputs that
+leave it (declared streams, or inputs of other fragments) are written, all in
+one transaction per micro-batch (see ``fragment_writer``).
+
+The query's rows, handed to the writer per micro-batch: one row per result of an
+output box (``_output`` names the box; its fields packed in ``_v_<box>``), the
+source's BOUNDARY rows (``_output`` null), and records that cannot be decoded
+(``_type`` INVALID, with the raw record and the reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from medusa.settings import spark_kafka_options
+from medusa_spark.network.fragments import Fragment
+from medusa_spark.network.validate import Plan
+from medusa_spark.streams import (
+    BOUNDARY,
+    CONTROL_EXTRAS,
+    ID,
+    INVALID,
+    STIME,
+    TRACE,
+    TYPE,
+    KafkaStream,
+    decode_input,
+    envelope_of,
+    is_data,
+)
+
+OUTPUT = "_output"
+KEY = "_key"
+EMIT_TIME = "emit_time"
+"""A field the writer stamps with the wall clock when it writes the result."""
+SOURCE_DELAY = "1 millisecond"
+"""The watermark's delay behind the newest BOUNDARY: the SUnion's boundary at the end of
+bucket k has the stime where bucket k+1 begins, and a tuple at the watermark is late."""
+
+
+def packed(box: str) -> str:
+    """The column holding an output box's fields."""
+    return f"_v_{box}"
+
+
+@dataclass(frozen=True)
+class FragmentOutput:
+    box: str
+    stream: KafkaStream
+    fields: StructType
+    """The output schema's fields in order, with their Spark types."""
+    key: tuple[str, ...]
+    partitions: int
+
+
+@dataclass(frozen=True)
+class FragmentWiring:
+    """Everything a fragment's query needs to know about where its data lives."""
+
+    network: str
+    """The network's catalog name, ``participant/network``."""
+    fragment: Fragment
+    source: KafkaStream
+    """The SUnion's topic on the node's cluster (no schema of its own: ``schema_id`` 0)."""
+    inputs: dict[str, KafkaStream]
+    """Input name (a stream, or a box of another fragment) -> the stream it is."""
+    outputs: dict[str, FragmentOutput]
+    bucket_ms: int
+    fingerprint: str
+    topic_prefix: str
+
+    @property
+    def global_name(self) -> str:
+        return f"{self.network}/{self.fragment.name}"
+
+
+def read_source(spark: SparkSession, source: KafkaStream) -> DataFrame:
+    """The SUnion's topic, committed buckets only, from the start."""
+    reader = spark.readStream.format("kafka")
+    for key, value in spark_kafka_options(source.bootstrap).items():
+        reader = reader.option(key, value)
+    return (reader.option("subscribe", source.topic)
+            .option("startingOffsets", "earliest")
+            .option("includeHeaders", "true")
+            # A bucket is one transaction: never a part of one, never an aborted one.
+            .option("kafka.isolation.level", "read_committed")
+            .option("failOnDataLoss", "true")
+            .load())
+
+
+def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame) -> DataFrame:
+    """The fragment's rows for its writer, from the SUnion's records ``raw`` (Kafka rows:
+    value, headers)."""
+    fragment = wiring.fragment
+    source = envelope_of(raw).withWatermark(STIME, SOURCE_DELAY)
+    frames: dict[str, DataFrame] = {}
+    invalid: list[DataFrame] = []
+    for name in fragment.inputs:
+        decoded = decode_input(source, name, wiring.inputs[name])
+        frames[name] = decoded.where(is_data())
+        invalid.append(decoded.where(F.col(TYPE) == INVALID))
+    for box in fragment.boxes:
+        frames[box] = plan.boxes[box].apply(
+            {port: frames[src] for port, src in plan.inputs[box].items()})
+    rows: list[DataFrame] = []
+    for box, output in wiring.outputs.items():
+        rows.append(_output_rows(box, frames[box], output))
+    control = source.where(F.col(TYPE) == BOUNDARY).select(
+        F.lit(None).cast("string").alias(OUTPUT), TYPE, ID, STIME)
+    rows.append(control)
+    for frame in invalid:
+        rows.append(frame.select(F.lit(None).cast("string").alias(OUTPUT), TYPE, ID, STIME,
+                                 *CONTROL_EXTRAS))
+    result = rows[0]
+    for frame in rows[1:]:
+        result = result.unionByName(frame, allowMissingColumns=True)
+    return result
+
+
+def _output_rows(box: str, results: DataFrame, output: FragmentOutput) -> DataFrame:
+    values: list[Column] = []
+    for field in output.fields.fields:
+        if field.name in results.columns:
+            values.append(F.col(field.name).cast(field.dataType).alias(field.name))
+        else:  # emit_time: stamped by the writer
+            values.append(F.lit(None).cast(field.dataType).alias(field.name))
+    key = (F.concat_ws("/", *[F.col(k).cast("string") for k in output.key])
+           if output.key else F.lit(None).cast("string"))
+    trace = F.col(TRACE) if TRACE in results.columns else F.lit(None).cast("string")
+    counted = results.observe(f"box.{box}", F.count(F.lit(1)).alias("rows"))
+    return counted.select(F.lit(box).alias(OUTPUT), TYPE, ID, STIME, key.alias(KEY),
+                          trace.alias(TRACE), F.struct(*values).alias(packed(box)))
+
+
+def start_query_frame(spark: SparkSession, plan: Plan, wiring: FragmentWiring) -> DataFrame:
+    return build_fragment(plan, wiring, read_source(spark, wiring.source))

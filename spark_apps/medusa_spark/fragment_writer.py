@@ -1,0 +1,283 @@
+"""A fragment's writer: each micro-batch's results, boundaries and dead letters, written once.
+
+Per micro-batch the writer encodes every output's results in ONE Spark job
+(Avro in the Confluent wire format, stamped with ``emit_time``), takes them to
+the driver as Arrow columns (not row objects), and writes them with a BOUNDARY
+per output partition through the SOutput: one Kafka transaction per output
+cluster, each tuple id once.
+
+The boundary of an output says that no later result of it has a smaller stime.
+The query may read its source more than once (a self-join, or the control rows
+beside the results make Spark plan a second reader of the same topic), and each
+reader may end a micro-batch at another offset; every reader has passed where
+any reader stood one batch before. So after batch M, with b(M) the newest
+source BOUNDARY seen up to batch M:
+- an output with no stateful box upstream in the fragment promises b(M-1);
+- an output behind a window or a join promises b(M-2) less the source delay and
+  the reach of its joins (a join may match an old tuple with a new one).
+Spark runs a batch without data as soon as the watermark moves, so the promise
+trails the input by one trigger, not by one bucket.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import pyarrow as pa
+from confluent_kafka import Producer
+from opentelemetry import trace
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import to_avro
+
+from medusa import dead_letters
+from medusa.envelope import ID_HEADER, STIME_HEADER, TRACEPARENT_HEADER, TYPE_HEADER, boundary
+from medusa.errors import MedusaError
+from medusa.settings import kafka_config
+from medusa.tracing import context_of, traceparent
+from medusa_spark.durations import duration_ms
+from medusa_spark.fragment import EMIT_TIME, KEY, OUTPUT, SOURCE_DELAY, FragmentWiring, packed
+from medusa_spark.network.validate import Plan
+from medusa_spark.soutput import Header, OutRecord, SOutput
+from medusa_spark.streams import (
+    BOUNDARY,
+    ID,
+    INVALID,
+    RAW,
+    RAW_HEADERS,
+    REASON,
+    SOURCE,
+    STIME,
+    TRACE,
+    TYPE,
+    wire_prefix,
+)
+
+_TYPE_KEY, _ID_KEY, _STIME_KEY = TYPE_HEADER, ID_HEADER, STIME_HEADER
+
+
+class RecordSink(Protocol):
+    """Where a fragment's records go: an SOutput, or a list in tests."""
+
+    topics: list[str]
+    standby: bool
+
+    def write(self, records: Sequence[OutRecord]) -> int: ...
+
+    def promote(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class FragmentHaltedError(MedusaError, RuntimeError):
+    """Raised by a fragment's writer after ``halt``: the batch is left to its next runner."""
+
+
+def upstream_in_fragment(plan: Plan, box: str, boxes: tuple[str, ...]) -> list[str]:
+    """The box and every box of the fragment it depends on."""
+    found, todo = {box}, [box]
+    while todo:
+        for source in plan.inputs[todo.pop()].values():
+            if source in boxes and source not in found:
+                found.add(source)
+                todo.append(source)
+    return [b for b in boxes if b in found]
+
+
+class FragmentWriter:
+    """foreachBatch sink of a fragment's query."""
+
+    def __init__(self, plan: Plan, wiring: FragmentWiring, standby: bool = False,
+                 on_batch: Callable[[str, int], None] | None = None,
+                 sinks: list[RecordSink] | None = None) -> None:
+        """``sinks`` replaces the SOutputs (one per output cluster), e.g. in ``testing``."""
+        self.wiring = wiring
+        self.on_batch = on_batch
+        clusters: dict[str, list[str]] = {}
+        for output in wiring.outputs.values():
+            clusters.setdefault(output.stream.bootstrap, []).append(output.stream.topic)
+        owner = f"{wiring.topic_prefix}{wiring.global_name}"
+        self.outputs: list[RecordSink] = sinks if sinks is not None else [
+            SOutput(owner if len(clusters) == 1 else f"{owner}@{index}", topics, bootstrap,
+                    standby=standby)
+            for index, (bootstrap, topics) in enumerate(sorted(clusters.items()))]
+        self._output_of_topic = {topic: out for out in self.outputs for topic in out.topics}
+        self._lag_ms: dict[str, int | None] = {}
+        for box in wiring.outputs:
+            upstream = upstream_in_fragment(plan, box, wiring.fragment.boxes)
+            if any(plan.boxes[b].stateful for b in upstream):
+                reach = sum(plan.boxes[b].reach_ms() for b in upstream)
+                self._lag_ms[box] = duration_ms(SOURCE_DELAY) + reach
+            else:
+                self._lag_ms[box] = None
+        self._seen_boundaries: deque[int | None] = deque([None, None], maxlen=2)
+        self._newest_boundary: int | None = None
+        self._emitted: dict[str, int] = {}
+        self._dead_letter_producers: dict[str, Producer] = {}
+        self.lock = threading.Lock()
+        self._halted = False
+        self.last_written: int | None = None
+        """The id of the last batch written in full."""
+        self.batches = 0
+        self.results_written = 0
+
+    @property
+    def standby(self) -> bool:
+        return self.outputs[0].standby
+
+    def halt(self) -> int | None:
+        """No batch is written after this returns; says the last one that was."""
+        with self.lock:
+            self._halted = True
+            return self.last_written
+
+    def promote(self) -> int:
+        return sum(output.promote() for output in self.outputs)
+
+    def close(self) -> None:
+        for output in self.outputs:
+            output.close()
+        for producer in self._dead_letter_producers.values():
+            producer.flush(10)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        # Held for the whole batch: ``halt`` waits for a batch being written to finish.
+        with self.lock:
+            if self._halted:
+                # Nothing of this batch is written and Spark does not commit it, so the
+                # fragment's next runner replays it from the same offsets and state.
+                raise FragmentHaltedError(
+                    f"fragment {self.wiring.global_name} is handing over; batch {batch_id} "
+                    "is left to its next runner")
+            self._write_batch(batch, batch_id)
+            self.last_written = batch_id
+            self.batches += 1
+        if self.on_batch is not None:
+            self.on_batch(self.wiring.global_name, batch_id)
+
+    # -- one batch --------------------------------------------------------------------------
+
+    def _encoded(self, batch: DataFrame) -> pa.Table:
+        """One Spark job: every output's values encoded, plus the control rows' columns."""
+        now = F.unix_millis(F.current_timestamp())
+        value: Any = F.lit(None).cast("binary")
+        for box, output in self.wiring.outputs.items():
+            fields = output.fields.fieldNames()
+            struct = F.col(packed(box))
+            if EMIT_TIME in fields:
+                struct = struct.withField(EMIT_TIME, now)
+            encoded = F.concat(F.lit(wire_prefix(output.stream.schema_id)),
+                               to_avro(struct, output.stream.schema))
+            value = F.when(F.col(OUTPUT) == box, encoded).otherwise(value)
+        columns = [F.col(OUTPUT), F.col(TYPE), F.col(ID),
+                   F.unix_millis(F.col(STIME)).alias(STIME), F.col(KEY), value.alias("value"),
+                   F.col(TRACE)]
+        extras = [RAW, RAW_HEADERS, REASON, SOURCE]
+        columns += [F.col(c) if c in batch.columns else F.lit(None).alias(c) for c in extras]
+        return batch.select(*columns).toArrow()
+
+    def _write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        table = self._encoded(batch)
+        outputs = table.column(OUTPUT).to_pylist()
+        types = table.column(TYPE).to_pylist()
+        ids = table.column(ID).to_pylist()
+        stimes = table.column(STIME).to_pylist()
+        keys = table.column(KEY).to_pylist()
+        values = table.column("value").to_pylist()
+        traces = table.column(TRACE).to_pylist()
+        topics = {box: output.stream.topic for box, output in self.wiring.outputs.items()}
+        started_ns = time.time_ns()
+        records: list[OutRecord] = []
+        newest: int | None = None
+        invalid_rows: list[int] = []
+        for row, box in enumerate(outputs):
+            kind = types[row]
+            if box is None:
+                if kind == BOUNDARY:
+                    stime = stimes[row]
+                    if stime is not None and (newest is None or stime > newest):
+                        newest = stime
+                elif kind == INVALID:
+                    invalid_rows.append(row)
+                continue
+            headers: list[Header] = [(_TYPE_KEY, kind.encode()), (_ID_KEY, ids[row].encode()),
+                                     (_STIME_KEY, str(stimes[row]).encode())]
+            key = keys[row]
+            record = OutRecord(topics[box], ids[row], values[row], headers,
+                               None if key is None else key.encode())
+            if traces[row]:
+                record = self._traced(record, box, traces[row], started_ns, batch_id)
+            records.append(record)
+        if invalid_rows:
+            self._dead_letters(table, invalid_rows)
+        if newest is not None and (self._newest_boundary is None
+                                   or newest > self._newest_boundary):
+            self._newest_boundary = newest
+        records += self._boundaries()
+        self._seen_boundaries.append(self._newest_boundary)
+        by_output: dict[int, list[OutRecord]] = {}
+        for record in records:
+            by_output.setdefault(id(self._output_of_topic[record.topic]), []).append(record)
+        for output in self.outputs:
+            written = output.write(by_output.get(id(output), []))
+            self.results_written += written
+
+    def _boundaries(self) -> list[OutRecord]:
+        """The BOUNDARY each output can promise after this batch (see the module's doc)."""
+        one_back, two_back = self._seen_boundaries[-1], self._seen_boundaries[-2]
+        records = []
+        for box, output in self.wiring.outputs.items():
+            lag = self._lag_ms[box]
+            base = one_back if lag is None else two_back
+            if base is None:
+                continue
+            promise = base - (lag or 0)
+            if promise <= self._emitted.get(box, -1):
+                continue
+            self._emitted[box] = promise
+            for partition in range(output.partitions):
+                envelope = boundary(f"{self.wiring.global_name}/{box}", partition, promise)
+                records.append(OutRecord(output.stream.topic, envelope.tuple_id, None,
+                                         envelope.headers(), partition=partition))
+        return records
+
+    def _dead_letters(self, table: pa.Table, rows: list[int]) -> None:
+        raw = table.column(RAW).to_pylist()
+        raw_headers = table.column(RAW_HEADERS).to_pylist()
+        reasons = table.column(REASON).to_pylist()
+        sources = table.column(SOURCE).to_pylist()
+        by_bootstrap: dict[str, list[dead_letters.DeadLetter]] = {}
+        bootstrap_of = {s.topic: s.bootstrap for s in self.wiring.inputs.values()}
+        for row in rows:
+            headers = [(h["key"], h["value"]) for h in (raw_headers[row] or [])]
+            letter = dead_letters.DeadLetter(sources[row], reasons[row] or "unusable record",
+                                             raw[row], headers=headers,
+                                             box=self.wiring.global_name)
+            bootstrap = bootstrap_of.get(sources[row], self.wiring.source.bootstrap)
+            by_bootstrap.setdefault(bootstrap, []).append(letter)
+        for bootstrap, letters in by_bootstrap.items():
+            producer = self._dead_letter_producers.get(bootstrap)
+            if producer is None:
+                producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True}))
+                self._dead_letter_producers[bootstrap] = producer
+            dead_letters.send(producer, letters)
+
+    def _traced(self, record: OutRecord, box: str, parent: str, started_ns: int,
+                batch_id: int) -> OutRecord:
+        """A sampled tuple: a span for the box, whose context rides on to the next."""
+        span = trace.get_tracer("medusa").start_span(
+            f"box {box}", context=context_of(parent), start_time=started_ns,
+            attributes={"medusa.id": record.tuple_id, "medusa.box": box,
+                        "medusa.fragment": self.wiring.global_name, "medusa.batch": batch_id})
+        span.end()
+        own = traceparent(span)
+        if own is None:
+            return record
+        headers = [(k, v) for k, v in record.headers if k != TRACEPARENT_HEADER]
+        headers.append((TRACEPARENT_HEADER, own.encode()))
+        return OutRecord(record.topic, record.tuple_id, record.value, headers, record.key,
+                         record.partition)

@@ -1,0 +1,138 @@
+"""Fragments: the connected groups of boxes of a network that run together as one Spark query.
+
+A box names its fragment with ``fragment:``; otherwise the boxes a placement
+puts on one node form one fragment, and boxes placed nowhere in particular form
+one fragment per participant (where their outputs live). Inside a fragment the
+arrows are DataFrame edges; an arrow between two fragments, and every declared
+stream, is a Kafka topic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from medusa_spark.network.model import NetworkError
+from medusa_spark.network.validate import Plan
+
+
+@dataclass(frozen=True)
+class Fragment:
+    name: str
+    boxes: tuple[str, ...]
+    """In dependency order."""
+    inputs: tuple[str, ...]
+    """The streams and the boxes of other fragments it reads, each once, sorted."""
+    outputs: tuple[str, ...]
+    """Its boxes whose output leaves it: a declared stream, or read by another fragment."""
+    ha: str
+    """``active`` when any of its boxes asks for an active replica, else ``passive``."""
+
+    def fingerprint(self, plan: Plan, prefix: str = "") -> str:
+        """Changes whenever the fragment's query would: its boxes, their definitions, its
+        inputs and outputs, and its topics. A checkpoint only fits the same fingerprint."""
+        network = plan.network
+        described = {
+            "boxes": {b: network.boxes[b].model_dump(mode="json", exclude={"ha"})
+                      for b in self.boxes},
+            "inputs": {i: plan_source(plan, i) for i in self.inputs},
+            "outputs": list(self.outputs),
+            "prefix": prefix,
+            "bucket": network.bucket,
+            "arrows": [(a.source, a.target) for a in network.arrows
+                       if a.target_box in self.boxes or a.source in self.boxes],
+        }
+        text = json.dumps(described, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def plan_source(plan: Plan, name: str) -> str:
+    """What an input is: a declared stream's topic, or a box of another fragment."""
+    network = plan.network
+    if name in network.streams:
+        return f"stream:{network.streams[name].topic}"
+    return f"box:{name}"
+
+
+def default_fragment(box_participant: str, node: str | None) -> str:
+    """The name of the fragment a box joins when it names none."""
+    if node is not None:
+        return node.replace("/", "-")
+    return box_participant
+
+
+def group(plan: Plan, placement: dict[str, str] | None = None) -> dict[str, Fragment]:
+    """The network's fragments: explicit names first, then one per placed node, then one
+    per participant for the rest. ``placement`` maps boxes to nodes (``participant/node``)."""
+    network = plan.network
+    placement = placement or {}
+    member: dict[str, str] = {}
+    implicit: dict[str, list[str]] = {}
+    for box in plan.order:
+        spec = network.boxes[box]
+        participant = spec.participant or network.participant
+        if spec.fragment:
+            member[box] = spec.fragment
+        else:
+            implicit.setdefault(default_fragment(participant, placement.get(box)), []).append(box)
+    for base, boxes in implicit.items():
+        # A fragment hangs together: unconnected boxes on one node run as separate queries.
+        for index, component in enumerate(_components(boxes, plan)):
+            for box in component:
+                member[box] = base if index == 0 else f"{base}-{index + 1}"
+    return fragments_of(plan, member)
+
+
+def _components(boxes: list[str], plan: Plan) -> list[list[str]]:
+    neighbours: dict[str, set[str]] = {b: set() for b in boxes}
+    for box in boxes:
+        for source in plan.inputs[box].values():
+            if source in neighbours:
+                neighbours[box].add(source)
+                neighbours[source].add(box)
+    components: list[list[str]] = []
+    seen: set[str] = set()
+    for start in boxes:
+        if start in seen:
+            continue
+        seen.add(start)
+        todo, found = [start], [start]
+        while todo:
+            for other in sorted(neighbours[todo.pop()] - seen):
+                seen.add(other)
+                todo.append(other)
+                found.append(other)
+        components.append([b for b in boxes if b in found])
+    return components
+
+
+def fragments_of(plan: Plan, member: dict[str, str]) -> dict[str, Fragment]:
+    """Fragments from each box's fragment name; checks that a fragment is connected."""
+    network = plan.network
+    names = sorted(set(member.values()))
+    result: dict[str, Fragment] = {}
+    readers: dict[str, set[str]] = {}
+    for box, ports in plan.inputs.items():
+        for source in ports.values():
+            readers.setdefault(source, set()).add(box)
+    for name in names:
+        boxes = tuple(b for b in plan.order if member[b] == name)
+        inputs = sorted({src for b in boxes for src in plan.inputs[b].values()
+                         if src not in boxes})
+        outputs = tuple(b for b in boxes if plan.output_stream[b] is not None
+                        or any(member[r] != name for r in readers.get(b, ())))
+        _check_connected(name, boxes, plan)
+        ha = "active" if any(network.boxes[b].ha == "active" for b in boxes) else "passive"
+        result[name] = Fragment(name, boxes, tuple(inputs), outputs, ha)
+    return result
+
+
+def _check_connected(name: str, boxes: tuple[str, ...], plan: Plan) -> None:
+    """A fragment is one query: its boxes must hang together by arrows (either way)."""
+    components = _components(list(boxes), plan)
+    if len(components) > 1:
+        apart = components[1]
+        raise NetworkError(f"box {apart[0]!r}, field 'fragment': fragment {name!r} is not "
+                           f"connected ({apart[0]} has no arrow path to {boxes[0]} inside it); "
+                           "name another fragment or place the boxes apart")
