@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from medusa.dead_letters import BOX_HEADER, OFFSET_HEADER, REASON_HEADER, dead_letter_topic
 from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER, Envelope, TupleType
@@ -32,6 +33,7 @@ from medusa.sunion import (
     POSITIONS_HEADER,
     SUnion,
     SUnionConfig,
+    SUnionFencedError,
     SUnionInput,
     dump_config,
 )
@@ -416,3 +418,77 @@ def test_unusable_and_late_records_are_dead_lettered_on_their_input_cluster(
     # A remote input's dead letters go to its own cluster.
     letters_b = _read_topic(beta, dead_letter_topic(topic_b), 1)
     assert dict(letters_b[0].headers())[ID_HEADER] == b"not-avro-b"
+
+
+def test_a_new_instance_fences_the_old_one(clusters, topic) -> None:
+    alpha, _ = clusters
+    topic_a, output = f"{topic}.a", f"{topic}.out"
+    ensure_topics({"bootstrap.servers": alpha}, [topic_a], partitions=1)
+    config = SUnionConfig(fragment="alpha/test/fence", output_topic=output,
+                          output_bootstrap=alpha,
+                          inputs=[SUnionInput(name="a", topic=topic_a, bootstrap=alpha)])
+    producer = Producer({"bootstrap.servers": alpha})
+    producer.produce(topic_a, value=AVRO_LIKE,
+                     headers=Envelope(TupleType.STABLE, "t1", BASE_MS).headers())
+    producer.produce(topic_a, value=None,
+                     headers=Envelope(TupleType.BOUNDARY, "b1", BASE_MS + 1000).headers())
+    producer.flush(10)
+    with SUnion(config) as old, SUnion(config) as new:
+        stop = threading.Event()
+        give_up = threading.Timer(60, stop.set)  # run() returning means it was not fenced
+        give_up.start()
+        with pytest.raises(SUnionFencedError):
+            old.run(stop)
+        give_up.cancel()
+        assert old.state()["transactions"] == 0
+        with running(config) as newest:  # the third fences the second; it writes the tuple
+            reader = OutputReader(alpha, output)
+            try:
+                records = reader.read_until(_released_past(BASE_MS), "the release")
+            finally:
+                reader.close()
+            assert newest.state()["records_out"] == 1
+        assert new.state()["transactions"] == 0
+    assert [r.tuple_id for r in _tuples(records)] == ["t1"]
+
+
+def test_a_partition_added_to_an_input_is_followed(clusters, topic) -> None:
+    alpha, _ = clusters
+    topic_a, output = f"{topic}.a", f"{topic}.out"
+    admin_config = {"bootstrap.servers": alpha}
+    ensure_topics(admin_config, [topic_a], partitions=1)
+    config = SUnionConfig(fragment="alpha/test/grow", output_topic=output,
+                          output_bootstrap=alpha,
+                          inputs=[SUnionInput(name="a", topic=topic_a, bootstrap=alpha)])
+    producer = Producer(admin_config)
+
+    def send(partition: int, kind: TupleType, tuple_id: str, stime: int) -> None:
+        value = None if kind is TupleType.BOUNDARY else AVRO_LIKE
+        producer.produce(topic_a, value=value, partition=partition,
+                         headers=Envelope(kind, tuple_id, stime).headers())
+        producer.flush(10)
+
+    with running(config) as sunion:
+        send(0, TupleType.STABLE, "p0", BASE_MS)
+        send(0, TupleType.BOUNDARY, "b0", BASE_MS + 1000)
+        _wait_for(lambda: sunion.state()["records_out"] == 1, "the first release")
+        admin = AdminClient(admin_config)
+        for future in admin.create_partitions([NewPartitions(topic_a, 2)]).values():
+            future.result(30)
+        _wait_for(lambda: len(producer.list_topics(topic_a, timeout=5).topics[topic_a]
+                              .partitions) == 2, "the producer seeing the new partition")
+        send(1, TupleType.STABLE, "p1", BASE_MS + 1500)
+        _wait_for(lambda: 1 in sunion.state()["inputs"]["a"]["partitions"],
+                  "the new partition followed")
+        # From now on the new partition holds releases back until its own boundary comes.
+        send(0, TupleType.BOUNDARY, "b0-2", FAR_MS)
+        _wait_for(lambda: sunion.state()["inputs"]["a"]["partitions"][0]["boundary"] == FAR_MS,
+                  "partition 0's boundary read")
+        assert sunion.state()["released_through"] == BASE_MS + 1000
+        send(1, TupleType.BOUNDARY, "b1", FAR_MS)
+        reader = OutputReader(alpha, output)
+        try:
+            records = reader.read_until(_released_past(FAR_MS - 1000), "the final release")
+        finally:
+            reader.close()
+    assert [r.tuple_id for r in _tuples(records)] == ["p0", "p1"]

@@ -43,6 +43,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
 
 from medusa import dead_letters
 from medusa.dead_letters import DeadLetter, Header, dead_letter_topic
@@ -64,6 +65,7 @@ CONSUME_BATCH = 2000
 POLL_TIMEOUT_S = 0.05
 STATE_EVERY_S = 1.0
 METADATA_EVERY_S = 5.0
+"""How often the input topics are listed for partitions added since."""
 TRANSACTION_TIMEOUT_S = 60.0
 TAIL_WINDOW = 500
 """Records read back per output partition at first when looking for the last positions."""
@@ -113,6 +115,58 @@ class _Counters:
     errors: list[str] = field(default_factory=list)
 
 
+class _PartitionWatcher:
+    """Lists the input topics every METADATA_EVERY_S in a thread of its own (a remote
+    cluster that does not answer must not hold the loop) and hands over the partitions
+    it had not seen."""
+
+    def __init__(self, clusters: dict[str, tuple[dict[str, Any], list[str]]],
+                 known: set[tuple[str, str, int]], fragment: str) -> None:
+        self._clusters = clusters
+        """Bootstrap -> (client config, topics)."""
+        self._known = set(known)
+        self._fragment = fragment
+        self._new: list[tuple[str, str, int]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name=f"sunion-metadata-{fragment}",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def take_new(self) -> list[tuple[str, str, int]]:
+        """(bootstrap, topic, partition) of each partition found since the last call."""
+        with self._lock:
+            new, self._new = self._new, []
+        return new
+
+    def _watch(self) -> None:
+        admins = {bootstrap: AdminClient(config)
+                  for bootstrap, (config, _) in self._clusters.items()}
+        while not self._stop.wait(METADATA_EVERY_S):
+            for bootstrap, (_, topics) in self._clusters.items():
+                for topic in topics:
+                    try:
+                        metadata = admins[bootstrap].list_topics(topic, timeout=5)
+                    except KafkaException as failure:
+                        log.debug("%s: metadata of %s: %s", self._fragment, topic,
+                                  failure.args[0].str())
+                        continue
+                    described = metadata.topics.get(topic)
+                    if described is None or described.error is not None:
+                        continue
+                    found = {(bootstrap, topic, p) for p in described.partitions} - self._known
+                    if found:
+                        self._known |= found
+                        with self._lock:
+                            self._new.extend(sorted(found))
+
+
 class SUnion:
     """The SUnion of one fragment. Use as a context manager; ``run`` until ``stop``.
 
@@ -133,6 +187,8 @@ class SUnion:
         self._pending_letters: list[DeadLetter] = []
         """Dead letters for the output's cluster, written in the next release."""
         self._input_name_bytes = {i.name: i.name.encode() for i in config.inputs}
+        self._quiet_until: dict[str, float] = {}
+        self._fenced = False
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -180,10 +236,12 @@ class SUnion:
                               "enable.auto.commit": False,
                               "enable.auto.offset.store": False,
                               "isolation.level": "read_committed",
+                              # a resume offset retention removed: re-read what is left
+                              "auto.offset.reset": "earliest",
                               "fetch.wait.max.ms": 100}))
             self._clusters.append(_Cluster(bootstrap, consumer, inputs))
         for cluster in self._clusters:
-            self._follow_new_partitions(cluster, at_open=True)
+            self._assign_partitions(cluster)
         log.info("%s: SUnion open, %s; %d input partition(s), output %s (%d partition(s))",
                  config.fragment,
                  f"resuming after stime {released}" if self._restored else "no earlier state",
@@ -199,7 +257,8 @@ class SUnion:
             cluster.consumer.close()
         self._clusters = []
         if self._producer is not None:
-            self._producer.flush(30)
+            if not self._fenced:  # a fenced producer has nothing it may still deliver
+                self._producer.flush(30)
             self._producer = None
 
     # -- the loop ------------------------------------------------------------------------
@@ -209,33 +268,41 @@ class SUnion:
         self.open()
         buckets = self._buckets
         assert buckets is not None
+        watcher = _PartitionWatcher(
+            {c.bootstrap: (self._client_config(c.bootstrap), list(c.inputs))
+             for c in self._clusters},
+            {(c.bootstrap, topic, partition) for c in self._clusters
+             for topic, spec in c.inputs.items()
+             for name, partition in buckets.partitions if name == spec.name},
+            self.config.fragment)
+        watcher.start()
         next_state_at = time.monotonic()
-        next_metadata_at = time.monotonic() + METADATA_EVERY_S
         busy = False
-        while not stop.is_set():
-            wait = 0.0 if busy else POLL_TIMEOUT_S / len(self._clusters)
-            busy = False
-            for cluster in self._clusters:
-                messages = cluster.consumer.consume(CONSUME_BATCH, timeout=wait)
-                if messages:
-                    busy = True
-                    with self._lock:
-                        self._take(cluster, messages)
-            with self._lock:
-                release = buckets.release()
-                if release is not None:
-                    self._write(release)
-            now = time.monotonic()
-            if now >= next_metadata_at:
-                next_metadata_at = now + METADATA_EVERY_S
+        try:
+            while not stop.is_set():
+                wait = 0.0 if busy else POLL_TIMEOUT_S / len(self._clusters)
+                busy = False
                 for cluster in self._clusters:
-                    self._follow_new_partitions(cluster)
-            if now >= next_state_at:
-                next_state_at = now + STATE_EVERY_S
-                for cluster in self._clusters:
-                    if cluster.dead_letter_producer is not None:
-                        cluster.dead_letter_producer.poll(0)
-                self._write_state_file()
+                    messages = cluster.consumer.consume(CONSUME_BATCH, timeout=wait)
+                    if messages:
+                        busy = True
+                        with self._lock:
+                            self._take(cluster, messages)
+                with self._lock:
+                    release = buckets.release()
+                    if release is not None:
+                        self._write(release)
+                    for bootstrap, topic, partition in watcher.take_new():
+                        self._follow_new_partition(bootstrap, topic, partition)
+                now = time.monotonic()
+                if now >= next_state_at:
+                    next_state_at = now + STATE_EVERY_S
+                    for cluster in self._clusters:
+                        if cluster.dead_letter_producer is not None:
+                            cluster.dead_letter_producer.poll(0)
+                    self._write_state_file()
+        finally:
+            watcher.stop()
 
     def _take(self, cluster: _Cluster, messages: Sequence[Message]) -> None:
         """Sorts consumed records into buckets, boundaries and dead letters (hot path)."""
@@ -294,7 +361,12 @@ class SUnion:
         assert error is not None
         if error.fatal():
             raise SUnionError(f"{self.config.fragment}: consumer failed: {error.str()}")
-        if error.code() != KafkaError._PARTITION_EOF:
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        # A cluster that is cut off reports the same error again and again: once a minute.
+        now = time.monotonic()
+        if now >= self._quiet_until.get(error.str(), 0.0):
+            self._quiet_until[error.str()] = now + 60.0
             log.warning("%s: %s [%s]: %s", self.config.fragment, message.topic(),
                         message.partition(), error.str())
 
@@ -332,6 +404,7 @@ class SUnion:
             except KafkaException as failure:
                 error = failure.args[0]
                 if error.fatal() or error.code() in _FENCED_CODES:
+                    self._fenced = True
                     raise SUnionFencedError(
                         f"{self.config.fragment}: output {self.config.output_topic} is "
                         f"written by another SUnion now ({error.str()})") from None
@@ -396,49 +469,57 @@ class SUnion:
 
     # -- positions -----------------------------------------------------------------------
 
-    def _follow_new_partitions(self, cluster: _Cluster, at_open: bool = False) -> None:
-        """Assigns the partitions not followed yet: from the restored positions, else
-        ``start_positions`` (only when the output holds no state), else the earliest."""
+    def _assign_partitions(self, cluster: _Cluster) -> None:
+        """Assigns every partition of the cluster's inputs, each from its restored resume
+        offset, else ``start_positions`` (only when the output holds no state), else the
+        earliest. Every partition must be known before the first release."""
         buckets = self._buckets
         assert buckets is not None
-        new: list[TopicPartition] = []
+        assigned: list[TopicPartition] = []
         for topic, spec in cluster.inputs.items():
             try:
-                metadata = cluster.consumer.list_topics(topic, timeout=10).topics.get(topic)
+                metadata = cluster.consumer.list_topics(topic, timeout=30).topics.get(topic)
             except KafkaException as failure:
-                if at_open:
-                    raise SUnionError(f"{self.config.fragment}: input {spec.name}: no metadata "
-                                      f"for {topic} on {cluster.bootstrap}: "
-                                      f"{failure.args[0].str()}") from None
-                log.warning("%s: metadata of %s: %s", self.config.fragment, topic,
-                            failure.args[0].str())
-                continue
+                raise SUnionError(f"{self.config.fragment}: input {spec.name}: no metadata "
+                                  f"for {topic} on {cluster.bootstrap}: "
+                                  f"{failure.args[0].str()}") from None
             if metadata is None or metadata.error is not None or not metadata.partitions:
-                if at_open:
-                    raise SUnionError(f"{self.config.fragment}: input {spec.name}: topic "
-                                      f"{topic} does not exist on {cluster.bootstrap}")
-                continue
+                raise SUnionError(f"{self.config.fragment}: input {spec.name}: topic "
+                                  f"{topic} does not exist on {cluster.bootstrap}")
             restored = restored_partitions(self._restored, spec.name)
-            starts = ({} if self._restored is not None
-                      else (self.config.start_positions or {}).get(spec.name, {}))
             for partition in sorted(metadata.partitions):
-                if (spec.name, partition) in buckets.partitions:
-                    continue
                 if partition in restored:
-                    state = buckets.add_partition(spec.name, partition, restored[partition].resume,
-                                                  restored[partition])
+                    state = buckets.add_partition(spec.name, partition,
+                                                  restored[partition].resume, restored[partition])
                 else:
-                    offset = starts.get(partition)
+                    offset = self._start_position(spec.name, partition)
                     if offset is None:
                         offset, _ = cluster.consumer.get_watermark_offsets(
-                            TopicPartition(topic, partition), timeout=10)
+                            TopicPartition(topic, partition), timeout=30)
                     state = buckets.add_partition(spec.name, partition, offset)
-                    if not at_open:
-                        log.info("%s: new partition %s [%d], from offset %d",
-                                 self.config.fragment, topic, partition, offset)
-                new.append(TopicPartition(topic, partition, state.next_offset))
-        if new:
-            cluster.consumer.incremental_assign(new)
+                assigned.append(TopicPartition(topic, partition, state.next_offset))
+        cluster.consumer.assign(assigned)
+
+    def _follow_new_partition(self, bootstrap: str, topic: str, partition: int) -> None:
+        """A partition added to an input topic while running: read from its start."""
+        buckets = self._buckets
+        assert buckets is not None
+        cluster = next(c for c in self._clusters if c.bootstrap == bootstrap)
+        spec = cluster.inputs[topic]
+        if (spec.name, partition) in buckets.partitions:
+            return
+        # Offset 0 of a new partition; auto.offset.reset=earliest covers retention.
+        offset = self._start_position(spec.name, partition) or 0
+        buckets.add_partition(spec.name, partition, offset)
+        cluster.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
+        log.info("%s: new partition %s [%d], from offset %d", self.config.fragment, topic,
+                 partition, offset)
+
+    def _start_position(self, input_name: str, partition: int) -> int | None:
+        """The configured start offset; it applies only when the output holds no state."""
+        if self._restored is not None or not self.config.start_positions:
+            return None
+        return self.config.start_positions.get(input_name, {}).get(partition)
 
     def _read_last_positions(self, timeout_s: float = 60.0) -> dict[str, Any] | None:
         """The positions of the last committed release in ``output_topic``, or None.
