@@ -16,6 +16,7 @@ from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Kind
 from medusa.registry import SERDE_CONFIG
 from medusa.schemas import NODE_LOAD_TOPIC
+from medusa.settings import kafka_config
 from medusa.stack.endpoints import Endpoints
 
 RECENT_REPORTS = 200
@@ -62,9 +63,8 @@ def latest_load_reports(endpoints: Endpoints, registry: SchemaRegistryClient,
     deserialize = AvroDeserializer(registry, conf=SERDE_CONFIG)
     latest: dict[str, dict[str, Any]] = {}
     for bootstrap in endpoints.kafka.values():
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "medusa-status",
-                             "enable.auto.commit": False, "enable.partition.eof": True,
-                             "log_level": 0})
+        consumer = Consumer(kafka_config(bootstrap, {"log_level": 0}, group_id="medusa-status",
+                                         enable_auto_commit=False, enable_partition_eof=True))
         try:
             metadata = consumer.list_topics(NODE_LOAD_TOPIC, timeout=timeout_s)
             described = metadata.topics.get(NODE_LOAD_TOPIC)

@@ -7,6 +7,8 @@ to these values.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +44,85 @@ class KafkaClientSettings(BaseSettings):
         for name, value in overrides.items():
             config[name.replace("_", ".")] = value
         return config
+
+
+SECRET_KEYS = frozenset({"sasl.password", "sasl.jaas.config", "ssl.key.password",
+                         "ssl.keystore.password", "kafka.sasl.jaas.config"})
+"""Client configuration keys whose values are secrets (``KafkaConfig`` hides them)."""
+
+JAAS_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+"""The Java client's login module of each SASL mechanism that takes a username and password."""
+
+
+class KafkaConfig(dict[str, Any]):
+    """A Kafka client configuration; its repr (and so any log line) hides the secrets."""
+
+    def __repr__(self) -> str:
+        shown = {key: "**********" if key in SECRET_KEYS and value is not None else value
+                 for key, value in self.items()}
+        return repr(shown)
+
+    __str__ = __repr__
+
+
+@functools.cache
+def kafka_client_settings() -> KafkaClientSettings:
+    """The ``MEDUSA_KAFKA_*`` settings, read from the environment once per process."""
+    return KafkaClientSettings()
+
+
+def kafka_config(bootstrap: str, librdkafka_keys: Mapping[str, Any] | None = None, /,
+                 **overrides: Any) -> dict[str, Any]:
+    """The configuration of a confluent-kafka client (producer, consumer, admin) of the
+    cluster at ``bootstrap``: the ``MEDUSA_KAFKA_*`` settings (client id, security protocol,
+    SASL) plus what this client adds.
+
+    Additions come as snake_case keywords, which name librdkafka keys with dots
+    (``kafka_config(b, group_id="g", enable_auto_commit=False)``), and/or as a mapping of
+    keys used as given, for the dotted keys and the Python client's own ones
+    (``kafka_config(b, {"transactional.id": t, "error_cb": on_error})``). The mapping wins
+    over the keywords, and both over the settings.
+    """
+    config = KafkaConfig(kafka_client_settings().librdkafka(bootstrap_servers=bootstrap,
+                                                            **overrides))
+    config.update(librdkafka_keys or {})
+    return config
+
+
+def spark_kafka_options(bootstrap: str) -> dict[str, str]:
+    """The same settings as options of Spark's Kafka source and sink (``kafka.*``).
+
+    For SASL PLAIN or SCRAM the username and password become a ``kafka.sasl.jaas.config``
+    with the Java client's login module; other mechanisms (GSSAPI, OAUTHBEARER) need a JAAS
+    configuration of their own, which these settings do not describe.
+    """
+    settings = kafka_client_settings()
+    options = KafkaConfig({"kafka.bootstrap.servers": bootstrap,
+                           "kafka.security.protocol": settings.security_protocol})
+    mechanism = settings.sasl_mechanism
+    if mechanism is None:
+        return options
+    options["kafka.sasl.mechanism"] = mechanism
+    module = JAAS_LOGIN_MODULES.get(mechanism.upper())
+    if module is not None:
+        if settings.sasl_username is None or settings.sasl_password is None:
+            raise ValueError(f"MEDUSA_KAFKA_SASL_MECHANISM={mechanism} needs "
+                             "MEDUSA_KAFKA_SASL_USERNAME and MEDUSA_KAFKA_SASL_PASSWORD")
+        username = _jaas_quoted(settings.sasl_username)
+        password = _jaas_quoted(settings.sasl_password.get_secret_value())
+        options["kafka.sasl.jaas.config"] = (f"{module} required username={username} "
+                                             f"password={password};")
+    return options
+
+
+def _jaas_quoted(value: str) -> str:
+    """A JAAS option value in double quotes, with quotes and backslashes escaped."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
 
 
 class StackSettings(BaseSettings):

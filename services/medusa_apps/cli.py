@@ -189,7 +189,7 @@ def _print_federation(federation: Any) -> None:
 def _clients(participant: str | None) -> tuple[dict[str, Any], Any]:
     from medusa import tracing
     from medusa.registry import registry_client
-    from medusa.settings import KafkaClientSettings
+    from medusa.settings import kafka_config
     from medusa.stack.endpoints import resolve
 
     endpoints = resolve()
@@ -197,7 +197,7 @@ def _clients(participant: str | None) -> tuple[dict[str, Any], Any]:
         bootstrap = endpoints.bootstrap(participant)
     except KeyError as error:
         raise _fail(str(error.args[0]), code=2) from None
-    kafka = KafkaClientSettings(bootstrap_servers=bootstrap).librdkafka()
+    kafka = kafka_config(bootstrap)
     # Sampled tuples start (producers) or end (consumers) their traces here.
     tracing.configure("medusa-client", endpoints.otlp_endpoint)
     return kafka, registry_client(endpoints.registry_url)

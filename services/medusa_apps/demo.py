@@ -28,7 +28,7 @@ from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
 from medusa.progress import RateProgress
 from medusa.registry import registry_client
 from medusa.schemas import NODE_LOAD_TOPIC
-from medusa.settings import REPO_ROOT, StackSettings
+from medusa.settings import REPO_ROOT, StackSettings, kafka_config
 from medusa.stack import launcher
 from medusa.stack.endpoints import Endpoints, resolve
 from medusa.stack.install import install
@@ -117,7 +117,7 @@ def _view(watch: OutputWatch, expected: dict[str, int]) -> Group:
 def _watch(endpoints: Endpoints, prefix: str, expected: dict[str, int], console: Console,
            quiet_s: float = 30.0, timeout_s: float = 900.0) -> OutputWatch:
     registry = registry_client(endpoints.registry_url)
-    config = {"bootstrap.servers": endpoints.bootstrap("alpha")}
+    config = kafka_config(endpoints.bootstrap("alpha"))
     topics = {prefix + topic: name for name, topic in OUTPUTS.items()}
     watch = OutputWatch(rows={name: [] for name in OUTPUTS})
     last_change = time.monotonic()
@@ -167,7 +167,7 @@ def run_demo(duration_s: int, speedup: float, xways: int, console: Console) -> b
     deployed_at = int(time.time() * 1000)
     network = _deploy(endpoints, prefix, console)
     registry = registry_client(endpoints.registry_url)
-    config = {"bootstrap.servers": endpoints.bootstrap("alpha")}
+    config = kafka_config(endpoints.bootstrap("alpha"))
     with TupleConsumer(config, registry, [NODE_LOAD_TOPIC], f"demo-{uuid.uuid4()}",
                        from_beginning=False) as loads:
         _wait_for_boxes(loads, network, deployed_at, boxes=13, console=console)

@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Kind
 from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput, network_yaml, reference
+from medusa.settings import kafka_config
 from medusa.stack.endpoints import Endpoints
 from medusa_spark.deploy import deploy, undeploy
 
@@ -143,8 +144,8 @@ def run_failover(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Sp
     name = f"ha-{mode[:3]}-{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
     prefix = f"{name}."
-    alpha = {"bootstrap.servers": endpoints.bootstrap("alpha")}
-    beta = {"bootstrap.servers": endpoints.bootstrap("beta")}
+    alpha = kafka_config(endpoints.bootstrap("alpha"))
+    beta = kafka_config(endpoints.bootstrap("beta"))
     topics = {box: f"{prefix}medusa.{name}.{box}" for box in BOXES}
     deploy(network_yaml(name, prefix, ha=mode), name, endpoints, registry, spark, catalog,
            dict.fromkeys(BOXES, primary), report=lambda _: None)

@@ -1,7 +1,15 @@
+from collections.abc import Iterator
+
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from medusa.settings import KafkaClientSettings, StackSettings
+from medusa.settings import (
+    KafkaClientSettings,
+    StackSettings,
+    kafka_client_settings,
+    kafka_config,
+    spark_kafka_options,
+)
 from medusa.stack.layout import StackLayout
 
 pytestmark = pytest.mark.unit
@@ -31,3 +39,77 @@ def test_bad_setting_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEDUSA_STACK_PARTICIPANTS", "zero")
     with pytest.raises(ValidationError, match="stack_participants"):
         StackSettings()
+
+
+@pytest.fixture
+def kafka_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """A clean ``MEDUSA_KAFKA_*`` environment, read afresh by the cached settings."""
+    for name in ("SECURITY_PROTOCOL", "SASL_MECHANISM", "SASL_USERNAME", "SASL_PASSWORD",
+                 "CLIENT_ID", "BOOTSTRAP_SERVERS"):
+        monkeypatch.delenv(f"MEDUSA_KAFKA_{name}", raising=False)
+    kafka_client_settings.cache_clear()
+    yield monkeypatch
+    kafka_client_settings.cache_clear()
+
+
+def _sasl(monkeypatch: pytest.MonkeyPatch, mechanism: str, password: str = "s3cr3t") -> None:
+    monkeypatch.setenv("MEDUSA_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("MEDUSA_KAFKA_SASL_MECHANISM", mechanism)
+    monkeypatch.setenv("MEDUSA_KAFKA_SASL_USERNAME", "medusa-user")
+    monkeypatch.setenv("MEDUSA_KAFKA_SASL_PASSWORD", password)
+
+
+def test_kafka_config_without_sasl(kafka_env) -> None:
+    config = kafka_config("h:9092", {"transactional.id": "t-1", "log_level": 0},
+                          enable_idempotence=True, group_id="g")
+    assert config == {"bootstrap.servers": "h:9092", "client.id": "medusa",
+                      "security.protocol": "PLAINTEXT", "enable.idempotence": True,
+                      "group.id": "g", "transactional.id": "t-1", "log_level": 0}
+
+
+def test_kafka_config_carries_the_sasl_settings_and_hides_the_password(kafka_env) -> None:
+    _sasl(kafka_env, "SCRAM-SHA-512")
+    config = kafka_config("h:9092", linger_ms=5)
+    assert config["bootstrap.servers"] == "h:9092"  # the argument, not the environment's
+    assert {k: config[k] for k in ("security.protocol", "sasl.mechanism", "sasl.username",
+                                   "sasl.password", "linger.ms")} == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "medusa-user", "sasl.password": "s3cr3t", "linger.ms": 5}
+    assert "s3cr3t" not in repr(config) and "s3cr3t" not in str(config)
+    assert "s3cr3t" not in f"{config}" and "s3cr3t" not in repr(kafka_client_settings())
+
+
+def test_the_settings_are_read_once(kafka_env) -> None:
+    assert kafka_config("h:1")["security.protocol"] == "PLAINTEXT"
+    kafka_env.setenv("MEDUSA_KAFKA_SECURITY_PROTOCOL", "SSL")
+    assert kafka_config("h:1")["security.protocol"] == "PLAINTEXT"
+    kafka_client_settings.cache_clear()
+    assert kafka_config("h:1")["security.protocol"] == "SSL"
+
+
+def test_spark_kafka_options_without_sasl(kafka_env) -> None:
+    assert spark_kafka_options("h:9092") == {"kafka.bootstrap.servers": "h:9092",
+                                             "kafka.security.protocol": "PLAINTEXT"}
+
+
+@pytest.mark.parametrize(("mechanism", "module"), [
+    ("PLAIN", "org.apache.kafka.common.security.plain.PlainLoginModule"),
+    ("SCRAM-SHA-256", "org.apache.kafka.common.security.scram.ScramLoginModule"),
+    ("SCRAM-SHA-512", "org.apache.kafka.common.security.scram.ScramLoginModule"),
+])
+def test_spark_kafka_options_with_sasl(kafka_env, mechanism: str, module: str) -> None:
+    _sasl(kafka_env, mechanism, password='pa"ss\\word')
+    options = spark_kafka_options("h:9092")
+    assert options == {
+        "kafka.bootstrap.servers": "h:9092", "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": mechanism,
+        "kafka.sasl.jaas.config": f'{module} required username="medusa-user" '
+                                  'password="pa\\"ss\\\\word";'}
+    assert all(isinstance(value, str) for value in options.values())
+    assert "pa" + '"ss' not in repr(options) and "word" not in str(options)
+
+
+def test_spark_kafka_options_need_a_username_and_password_for_plain(kafka_env) -> None:
+    kafka_env.setenv("MEDUSA_KAFKA_SASL_MECHANISM", "PLAIN")
+    with pytest.raises(ValueError, match="MEDUSA_KAFKA_SASL_PASSWORD"):
+        spark_kafka_options("h:9092")

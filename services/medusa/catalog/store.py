@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from opentelemetry import trace
 
 from medusa.catalog.model import Entry, Kind, key_of
+from medusa.settings import kafka_config
 from medusa.topics import ensure_topics
 
 CATALOG_TOPIC = "medusa.catalog"
@@ -59,11 +60,10 @@ class CatalogStore:
         """Counts the changes this instance has applied, replayed ones included."""
 
     def start(self) -> CatalogStore:
-        ensure_topics({"bootstrap.servers": self.bootstrap}, [self.topic], partitions=1,
+        ensure_topics(kafka_config(self.bootstrap), [self.topic], partitions=1,
                       config={"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"})
-        producer = Producer({"bootstrap.servers": self.bootstrap,
-                             "transactional.id": self.transactional_id,
-                             "enable.idempotence": True, "acks": "all", "linger.ms": 0})
+        producer = Producer(kafka_config(self.bootstrap, transactional_id=self.transactional_id,
+                                         enable_idempotence=True, acks="all", linger_ms=0))
         # Fences an older instance and aborts its open transaction before we read.
         producer.init_transactions(self.timeout_s)
         self._producer = producer
@@ -73,10 +73,10 @@ class CatalogStore:
         return self
 
     def _replay(self) -> None:
-        consumer = Consumer({"bootstrap.servers": self.bootstrap,
-                             "group.id": f"{self.transactional_id}-replay",
-                             "isolation.level": "read_committed",
-                             "enable.partition.eof": True, "enable.auto.commit": False})
+        consumer = Consumer(kafka_config(self.bootstrap,
+                                         group_id=f"{self.transactional_id}-replay",
+                                         isolation_level="read_committed",
+                                         enable_partition_eof=True, enable_auto_commit=False))
         consumer.assign([TopicPartition(self.topic, 0, 0)])
         deadline = time.monotonic() + self.timeout_s
         try:

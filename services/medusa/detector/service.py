@@ -34,6 +34,7 @@ from medusa.detector.policy import DetectorConfig, Health, Policy
 from medusa.detector.takeover import Takeover, take_over
 from medusa.envelope import TYPE_HEADER
 from medusa.schemas import HEARTBEAT_TOPIC, HEARTBEAT_TOPIC_CONFIG, schema_for_topic
+from medusa.settings import kafka_config
 from medusa.stack.endpoints import Endpoints
 from medusa.topics import ensure_topics
 from medusa.tracing import traceparent
@@ -98,11 +99,10 @@ class FailureDetector:
         consumers = []
         for participant in self.participants:
             bootstrap = self.endpoints.bootstrap(participant)
-            ensure_topics({"bootstrap.servers": bootstrap}, [HEARTBEAT_TOPIC], partitions=1,
+            ensure_topics(kafka_config(bootstrap), [HEARTBEAT_TOPIC], partitions=1,
                           config=HEARTBEAT_TOPIC_CONFIG)
-            consumer = Consumer({"bootstrap.servers": bootstrap,
-                                 "group.id": f"medusa.detector.{participant}",
-                                 "enable.auto.commit": False})
+            consumer = Consumer(kafka_config(bootstrap, group_id=f"medusa.detector.{participant}",
+                                             enable_auto_commit=False))
             # Only heartbeats from now on matter: the catalog says who to expect.
             consumer.assign([TopicPartition(HEARTBEAT_TOPIC, 0, OFFSET_END)])
             consumers.append(consumer)

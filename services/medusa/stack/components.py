@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 from confluent_kafka.admin import AdminClient
 
-from medusa.settings import REPO_ROOT
+from medusa.settings import REPO_ROOT, kafka_config
 from medusa.stack.layout import ParticipantLayout, StackLayout
 
 INFRA = REPO_ROOT / "infra"
@@ -86,8 +86,7 @@ def new_cluster_id() -> str:
 
 
 def kafka_admin_ready(bootstrap: str, timeout_s: float = 2.0) -> bool:
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000,
-                         "log_level": 0})
+    admin = AdminClient(kafka_config(bootstrap, {"log_level": 0}, socket_timeout_ms=2000))
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except Exception:

@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.sensor_windows import SteadyInput, network_yaml
+from medusa.settings import kafka_config
 from medusa.stack import launcher, processes
 from medusa.stack.endpoints import Endpoints
 from medusa.stack.layout import StackLayout
@@ -129,7 +130,7 @@ def _false_positives(endpoints: Endpoints, registry: SchemaRegistryClient,
            {"plausible": node, "per_sensor": node}, report=lambda _: None)
     try:
         wait_placed(catalog, f"alpha/{name}", node, None)
-        steady = SteadyInput({"bootstrap.servers": endpoints.bootstrap("alpha")}, registry,
+        steady = SteadyInput(kafka_config(endpoints.bootstrap("alpha")), registry,
                              f"{name}.sensors.readings", 50, LOAD_S)
         steady.start()
         hogs = 2 * (os.cpu_count() or 1)

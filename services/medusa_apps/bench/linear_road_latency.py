@@ -24,7 +24,7 @@ from medusa.envelope import TupleType
 from medusa.linear_road.sources import publish_traffic
 from medusa.linear_road.traffic import PEAK_REPORTS_PER_S_PER_XWAY, TrafficProfile
 from medusa.progress import RateProgress
-from medusa.settings import REPO_ROOT
+from medusa.settings import REPO_ROOT, kafka_config
 from medusa.stack.endpoints import Endpoints
 from medusa_spark.local_run import LocalNetworkRun
 from medusa_spark.network.model import load_network
@@ -88,7 +88,7 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
              xways: int, hold_s: int, checkpoints: Path, drain_s: float = 300.0,
              quiet_s: float = 20.0) -> StepResult:
     prefix = f"bench-lr{xways}-{uuid.uuid4().hex[:6]}."
-    config = {"bootstrap.servers": endpoints.bootstrap("alpha")}
+    config = kafka_config(endpoints.bootstrap("alpha"))
     run = LocalNetworkRun(spark, load_network(NETWORK), endpoints, registry, checkpoints,
                           topic_prefix=prefix)
     profile = TrafficProfile(xways=xways, duration_s=hold_s,

@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml
+from medusa.settings import kafka_config
 from medusa.stack import launcher, processes
 from medusa.stack.endpoints import Endpoints
 from medusa.stack.layout import StackLayout
@@ -102,7 +103,7 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
          catalog: CatalogClient, sensors: int, say: Callable[[str], None]) -> MovePause:
     name = f"bench-move-{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
-    config = {"bootstrap.servers": endpoints.bootstrap("alpha")}
+    config = kafka_config(endpoints.bootstrap("alpha"))
     deploy(_network(name), name, endpoints, registry, spark, catalog,
            {"plausible": NODES[0], "per_sensor": NODES[0]}, report=lambda _: None)
     box = f"{network}/per_sensor"

@@ -21,6 +21,7 @@ from medusa.linear_road.records import STIME_ORIGIN_MS, PositionReport, to_dict
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
 from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
+from medusa.settings import kafka_config, spark_kafka_options
 from medusa.stack.components import java_binary, kafka_libs
 from medusa.stack.layout import StackLayout
 from medusa.topics import ensure_topics
@@ -58,7 +59,7 @@ def medusa_producer(bootstrap: str, registry: SchemaRegistryClient,
                     reports: list[PositionReport]) -> tuple[Throughput, int]:
     """Avro through the registry, envelope headers, BOUNDARY records every second."""
     topic = f"bench.medusa.{uuid.uuid4().hex[:8]}"
-    config = {"bootstrap.servers": bootstrap, "linger.ms": 20}
+    config = kafka_config(bootstrap, linger_ms=20)
     ensure_topics(config, [topic], partitions=4)
     started = time.perf_counter()
     with TupleProducer(config, registry, topic, load_schema("position_report"), "bench",
@@ -75,9 +76,8 @@ def medusa_producer(bootstrap: str, registry: SchemaRegistryClient,
 
 def bare_producer(bootstrap: str, count: int, value_size: int) -> Throughput:
     topic = f"bench.bare.{uuid.uuid4().hex[:8]}"
-    config = {"bootstrap.servers": bootstrap}
-    ensure_topics(config, [topic], partitions=4)
-    producer = Producer({**config, **DELIVERY})
+    ensure_topics(kafka_config(bootstrap), [topic], partitions=4)
+    producer = Producer(kafka_config(bootstrap, DELIVERY))
     payload = b"x" * value_size
     started = time.perf_counter()
     for i in range(count):
@@ -98,8 +98,10 @@ _PERF_LINE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec")
 def kafka_perf_tool(layout: StackLayout, bootstrap: str, count: int,
                     value_size: int) -> Throughput:
     topic = f"bench.perf.{uuid.uuid4().hex[:8]}"
-    ensure_topics({"bootstrap.servers": bootstrap}, [topic], partitions=4)
-    props = [f"bootstrap.servers={bootstrap}", *(f"{k}={v}" for k, v in DELIVERY.items())]
+    ensure_topics(kafka_config(bootstrap), [topic], partitions=4)
+    # The Java client's properties are Spark's Kafka options without their "kafka." prefix.
+    java = {k.removeprefix("kafka."): v for k, v in spark_kafka_options(bootstrap).items()}
+    props = [f"{k}={v}" for k, v in {**java, **DELIVERY}.items()]
     completed = subprocess.run(
         [java_binary(layout), "-Xmx512m", "-cp", f"{kafka_libs(layout)}/*",
          "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from medusa.linear_road.records import POSITION_REPORTS, STIME_ORIGIN_MS, to_dict
 from medusa.producing import TupleProducer
 from medusa.schemas import schema_for_topic
+from medusa.settings import kafka_config, spark_kafka_options
 from medusa.stack.endpoints import Endpoints
 from medusa.topics import ensure_topics
 from medusa_apps.bench.producers import Throughput, position_reports
@@ -26,8 +27,8 @@ from medusa_spark.runner import AVAILABLE_NOW, start_box, wire
 
 
 def fill_topic(bootstrap: str, registry: SchemaRegistryClient, topic: str, count: int) -> None:
-    ensure_topics({"bootstrap.servers": bootstrap}, [topic], partitions=4)
-    with TupleProducer({"bootstrap.servers": bootstrap}, registry, topic,
+    ensure_topics(kafka_config(bootstrap), [topic], partitions=4)
+    with TupleProducer(kafka_config(bootstrap), registry, topic,
                        schema_for_topic(POSITION_REPORTS), "bench", to_dict=to_dict) as producer:
         for report in position_reports(count):
             producer.produce(report, report.tuple_id, STIME_ORIGIN_MS + report.time * 1000,
@@ -38,13 +39,14 @@ def passthrough(spark: SparkSession, bootstrap: str, source: str, count: int,
                 checkpoints: Path) -> Throughput:
     """Records copied as they are: key, value and headers."""
     target = f"bench.passthrough.{uuid.uuid4().hex[:8]}"
-    ensure_topics({"bootstrap.servers": bootstrap}, [target], partitions=4)
-    frame = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    ensure_topics(kafka_config(bootstrap), [target], partitions=4)
+    kafka = spark_kafka_options(bootstrap)
+    frame = (spark.readStream.format("kafka").options(**kafka)
              .option("subscribe", source).option("startingOffsets", "earliest")
              .option("includeHeaders", "true").load()
              .select("key", "value", "headers"))
     started = time.perf_counter()
-    query = (frame.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    query = (frame.writeStream.format("kafka").options(**kafka)
              .option("topic", target).option("checkpointLocation", str(checkpoints / target))
              .trigger(availableNow=True).start())
     query.awaitTermination()
