@@ -1,7 +1,7 @@
 """What the catalog holds: one versioned entry per named entity, of six kinds.
 
 Every name is global: ``participant/entity`` (a participant's own name is just
-``participant``; a box is ``participant/network/box``).
+``participant``; a fragment is ``participant/network/fragment``).
 """
 
 from __future__ import annotations
@@ -25,17 +25,17 @@ class Kind(StrEnum):
     NODES = "nodes"
     STREAMS = "streams"
     NETWORKS = "networks"
-    BOXES = "boxes"
+    FRAGMENTS = "fragments"
     CONTRACTS = "contracts"
 
     @property
     def singular(self) -> str:
-        return "box" if self is Kind.BOXES else self.value[:-1]
+        return self.value[:-1]
 
     @property
     def segments(self) -> int:
         """How many ``/``-separated parts a name of this kind has."""
-        return {Kind.PARTICIPANTS: 1, Kind.BOXES: 3}.get(self, 2)
+        return {Kind.PARTICIPANTS: 1, Kind.FRAGMENTS: 3}.get(self, 2)
 
 
 class Spec(BaseModel):
@@ -81,33 +81,42 @@ class NetworkSpec(Spec):
     definition: str = Field(min_length=1, max_length=1_000_000)
 
 
-BoxPhase = Literal["placed", "running", "moving", "released"]
+FragmentPhase = Literal["placed", "running", "moving", "released", "failed"]
 
 
-class BoxSpec(Spec):
-    """Where one box of a network runs, and how far its start or move has come.
+class FragmentSpec(Spec):
+    """Where one fragment of a network (a group of boxes run as one Spark query) runs, and
+    how far its start or move has come: the unit of placement, moves and takeovers.
 
     ``placed``: not run yet; ``running`` on ``node``; ``moving``: placed on ``node``
     while the old node still runs it (the new node copies the checkpoint ahead);
     ``released``: the old node stopped it at a batch boundary, and its state is at
-    ``checkpoint``, from which the new node resumes it.
+    ``checkpoint``, from which the new node resumes it; ``failed``: its query failed
+    more often than its node restarts it (``error`` says why).
     """
 
     network: str = Field(pattern=NETWORK_NAME)
+    boxes: list[Annotated[str, Field(pattern=rf"^{PART}$")]] = Field(min_length=1,
+                                                                      max_length=10_000)
+    """The network's boxes that run in it."""
     node: NodeName
-    phase: BoxPhase = "placed"
+    phase: FragmentPhase = "placed"
     checkpoint: str | None = Field(None, max_length=2000)
-    """Where the box's state is, once a node has run it."""
+    """Where the fragment's state is, once a node has run it."""
     released_by: NodeName | None = None
     ha: Literal["passive", "active"] = "passive"
-    """``passive``: on a failure the box restarts from its checkpoint on the secondary
+    """``passive``: on a failure the fragment restarts from its checkpoint on the secondary
     (upstream backup); ``active``: a replica runs on ``replica`` and takes over at once."""
     replica: NodeName | None = None
     """For ``ha: active``: the node running the standby replica."""
     replica_ready: bool = False
     """Set by the replica's node once the standby runs."""
     takeover_trace: str | None = Field(None, max_length=200)
-    """W3C traceparent of the failure that moved the box here, continued by the new node."""
+    """W3C traceparent of the failure that moved it here, continued by the new node."""
+    error: str | None = Field(None, max_length=4000)
+    """The last failure of its query, set by the node that runs it; None once it runs."""
+    restarts: int = Field(0, ge=0)
+    """How often its node restarted the query from the checkpoint after a failure."""
 
 
 class ContractSpec(Spec):
@@ -134,7 +143,7 @@ SPECS: dict[Kind, type[Spec]] = {
     Kind.NODES: NodeSpec,
     Kind.STREAMS: StreamSpec,
     Kind.NETWORKS: NetworkSpec,
-    Kind.BOXES: BoxSpec,
+    Kind.FRAGMENTS: FragmentSpec,
     Kind.CONTRACTS: ContractSpec,
 }
 
