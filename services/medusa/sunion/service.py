@@ -13,7 +13,20 @@ as the bucket (also for a remote input, as MirrorMaker 2's exactly-once mode kee
 them on the target). There is no consumer group and no offset commit. A new
 instance uses the same transactional id, which aborts the old one's open
 transaction and fences it; it then reads the last committed positions back from
-``output_topic`` and seeks every input partition to its resume offset.
+``output_topic`` and seeks every input partition to its resume offset. The positions:
+
+    {"released_through": stime, "inputs": {name: {"topic": t, "partitions":
+        {"<p>": {"resume": offset, "boundary": stime, "read": offset}}}}}
+
+``resume`` is the smallest offset still held (else the next to read); re-reading
+from it rebuilds the held buckets, skipping the tuples below ``released_through``.
+``read`` is the next offset to read when the release was taken: a re-read record
+below it that is not held again was handled then (written, or dead-lettered).
+Without positions, ``start_positions`` apply, else the earliest offsets.
+
+A tuple whose stime is below ``released_through`` (its producer broke a BOUNDARY
+promise) is dead-lettered, as are UNDO/REC_DONE records and records without a valid
+envelope or a Confluent wire-format value.
 
 Dead letters go to ``<input topic>.dlq`` on the input's cluster: inside the
 release's transaction when that is the output's cluster (exactly once); otherwise
@@ -30,7 +43,7 @@ import threading
 import time
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
@@ -112,7 +125,6 @@ class _Counters:
     records_out: int = 0
     dead_lettered: int = 0
     transactions: int = 0
-    errors: list[str] = field(default_factory=list)
 
 
 class _PartitionWatcher:
@@ -170,8 +182,9 @@ class _PartitionWatcher:
 class SUnion:
     """The SUnion of one fragment. Use as a context manager; ``run`` until ``stop``.
 
-    Between two calls of the loop no transaction is open: ``run`` returns after its
-    current transaction committed (or was aborted on an error).
+    No transaction stays open between two turns of the loop: ``run`` returns after its
+    current transaction committed, or raises after aborting it. After an error the
+    instance is spent: close it; a new one resumes from the last committed positions.
     """
 
     def __init__(self, config: SUnionConfig, kafka: KafkaClientSettings | None = None) -> None:
@@ -204,6 +217,13 @@ class SUnion:
         """Creates what is missing, fences an older instance, restores the positions."""
         if self._producer is not None:
             return
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> None:
         config = self.config
         output_admin = self._client_config(config.output_bootstrap)
         ensure_topics(output_admin, [config.output_topic], partitions=config.output_partitions)
@@ -268,12 +288,12 @@ class SUnion:
         self.open()
         buckets = self._buckets
         assert buckets is not None
+        specs = {spec.name: spec for spec in self.config.inputs}
         watcher = _PartitionWatcher(
             {c.bootstrap: (self._client_config(c.bootstrap), list(c.inputs))
              for c in self._clusters},
-            {(c.bootstrap, topic, partition) for c in self._clusters
-             for topic, spec in c.inputs.items()
-             for name, partition in buckets.partitions if name == spec.name},
+            {(specs[name].bootstrap, specs[name].topic, partition)
+             for name, partition in buckets.partitions},
             self.config.fragment)
         watcher.start()
         next_state_at = time.monotonic()
@@ -434,11 +454,12 @@ class SUnion:
         for held in release.tuples:
             headers = [*held.headers, (INPUT_HEADER, input_names[held.input])]
             partition = output_partition(held.key, held.tuple_id, partitions) if by_hash else 0
-            try:
-                produce(topic, held.value, held.key, partition, headers=headers)
-            except BufferError:
-                producer.poll(0.1)  # the queue is full: let deliveries drain, then retry
-                produce(topic, held.value, held.key, partition, headers=headers)
+            while True:
+                try:
+                    produce(topic, held.value, held.key, partition, headers=headers)
+                    break
+                except BufferError:
+                    producer.poll(0.1)  # the queue is full: let deliveries drain
         for letter in letters:
             dead_letters.produce(producer, letter)
         source = f"{self.config.fragment}/sunion"
