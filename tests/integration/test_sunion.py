@@ -37,6 +37,7 @@ from medusa.sunion import (
     SUnionInput,
     dump_config,
 )
+from medusa.sunion.service import transactional_id
 from medusa.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
@@ -492,3 +493,42 @@ def test_a_partition_added_to_an_input_is_followed(clusters, topic) -> None:
         finally:
             reader.close()
     assert [r.tuple_id for r in _tuples(records)] == ["p0", "p1"]
+
+
+def test_positions_are_found_behind_a_large_aborted_transaction(clusters, topic) -> None:
+    alpha, _ = clusters
+    topic_a, output = f"{topic}.a", f"{topic}.out"
+    ensure_topics({"bootstrap.servers": alpha}, [topic_a], partitions=1)
+    config = SUnionConfig(fragment="alpha/test/tail", output_topic=output,
+                          output_bootstrap=alpha,
+                          inputs=[SUnionInput(name="a", topic=topic_a, bootstrap=alpha)])
+    producer = Producer({"bootstrap.servers": alpha})
+
+    def send(kind: TupleType, tuple_id: str, stime: int) -> None:
+        value = None if kind is TupleType.BOUNDARY else AVRO_LIKE
+        producer.produce(topic_a, value=value, headers=Envelope(kind, tuple_id, stime).headers())
+        producer.flush(10)
+
+    send(TupleType.STABLE, "t1", BASE_MS)
+    send(TupleType.BOUNDARY, "b1", BASE_MS + 1000)
+    send(TupleType.STABLE, "t2", BASE_MS + 1500)  # held at the end of the first run
+    with running(config) as first:
+        _wait_for(lambda: first.state()["records_out"] == 1, "the first release")
+    # A writer dies in the middle of a transaction larger than the first read-back window.
+    dying = Producer({"bootstrap.servers": alpha, "transactional.id": transactional_id(output)})
+    dying.init_transactions(30)
+    dying.begin_transaction()
+    for index in range(1200):
+        dying.produce(output, value=AVRO_LIKE, partition=0,
+                      headers=Envelope(TupleType.STABLE, f"junk-{index}", BASE_MS).headers())
+    dying.flush(30)
+    send(TupleType.STABLE, "t3", BASE_MS + 2500)
+    send(TupleType.BOUNDARY, "b2", FAR_MS)
+    with running(config) as second:
+        reader = OutputReader(alpha, output)
+        try:
+            records = reader.read_until(_released_past(FAR_MS - 1000), "the final release")
+        finally:
+            reader.close()
+        assert second.state()["records_out"] == 2
+    assert [r.tuple_id for r in _tuples(records)] == ["t1", "t2", "t3"]
