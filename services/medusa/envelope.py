@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from medusa.errors import MedusaError
+
 TYPE_HEADER = "medusa.type"
 ID_HEADER = "medusa.id"
 STIME_HEADER = "medusa.stime"
@@ -29,7 +31,7 @@ class TupleType(StrEnum):
     REC_DONE = "REC_DONE"
 
 
-class EnvelopeError(ValueError):
+class EnvelopeError(MedusaError, ValueError):
     """A record whose envelope headers are missing or malformed."""
 
 

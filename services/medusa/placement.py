@@ -13,8 +13,10 @@ from typing import Any
 
 import yaml
 
+from medusa.errors import MedusaError
 
-class PlacementError(ValueError):
+
+class PlacementError(MedusaError, ValueError):
     """A placement that cannot be followed; the message names the box and the node."""
 
 

@@ -12,12 +12,13 @@ from confluent_kafka.schema_registry import (
 )
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from medusa.errors import MedusaError
 from medusa.schemas import AvroSchema, subject_for
 
 COMPATIBILITY = "BACKWARD"
 
 
-class SchemaRefusedError(RuntimeError):
+class SchemaRefusedError(MedusaError, RuntimeError):
     """The registry refused a schema; ``reason`` is the registry's own message."""
 
     def __init__(self, subject: str, status: int, reason: str) -> None:

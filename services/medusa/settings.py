@@ -15,9 +15,15 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from medusa.errors import MedusaError
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 DEFAULT_PARTICIPANT_NAMES = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
+
+
+class KafkaSettingsError(MedusaError, ValueError):
+    """``MEDUSA_KAFKA_*`` settings that do not describe a usable client."""
 
 
 class KafkaClientSettings(BaseSettings):
@@ -110,8 +116,8 @@ def spark_kafka_options(bootstrap: str) -> dict[str, str]:
     module = JAAS_LOGIN_MODULES.get(mechanism.upper())
     if module is not None:
         if settings.sasl_username is None or settings.sasl_password is None:
-            raise ValueError(f"MEDUSA_KAFKA_SASL_MECHANISM={mechanism} needs "
-                             "MEDUSA_KAFKA_SASL_USERNAME and MEDUSA_KAFKA_SASL_PASSWORD")
+            raise KafkaSettingsError(f"MEDUSA_KAFKA_SASL_MECHANISM={mechanism} needs "
+                                     "MEDUSA_KAFKA_SASL_USERNAME and MEDUSA_KAFKA_SASL_PASSWORD")
         username = _jaas_quoted(settings.sasl_username)
         password = _jaas_quoted(settings.sasl_password.get_secret_value())
         options["kafka.sasl.jaas.config"] = (f"{module} required username={username} "

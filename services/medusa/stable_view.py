@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from medusa.envelope import TupleRecord, TupleType
+from medusa.errors import MedusaError
 
 
-class StreamProtocolError(ValueError):
+class StreamProtocolError(MedusaError, ValueError):
     """A sequence that breaks the DPC output protocol, e.g. an UNDO naming an unknown tuple."""
 
 

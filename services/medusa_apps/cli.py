@@ -9,8 +9,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from medusa.errors import MedusaError
 from medusa.settings import ProducerSettings, StackSettings
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False,
@@ -62,7 +64,7 @@ def _service_logging() -> None:
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {message}")
+    errors.print("[bold red]error:[/]", escape(message))
     return typer.Exit(code)
 
 
@@ -83,9 +85,7 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
        skip_install: Annotated[bool, typer.Option(
            "--skip-install", help="Do not check the installation first.")] = False) -> None:
     """Start the local federation: one Kafka cluster per participant, the registry, Jaeger."""
-    from medusa.stack.components import ComponentMissingError
     from medusa.stack.install import install as run_install
-    from medusa.stack.launcher import PortInUseError, StartupError
     from medusa.stack.launcher import up as start_stack
     from medusa.stack.layout import StackLayout
 
@@ -97,7 +97,7 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
             run_install(settings)
         console.print(f"[bold]Starting the local federation[/] (run folder {layout.run_dir})")
         endpoints = start_stack(layout, report=console.print)
-    except (PortInUseError, StartupError, ComponentMissingError, RuntimeError) as error:
+    except RuntimeError as error:  # the installers' failures, and the stack's own
         raise _fail(str(error)) from None
     table = Table(title="Medusa local federation")
     table.add_column("component")
@@ -212,7 +212,7 @@ def schemas_register(
     participant: ParticipantOpt = None,
 ) -> None:
     """Register the project's schemas under <topic>-value with BACKWARD compatibility."""
-    from medusa.registry import SchemaRefusedError, register
+    from medusa.registry import register
     from medusa.schemas import DEFAULT_TOPICS, schema_for_topic
 
     if file is not None and topic is None:
@@ -224,10 +224,7 @@ def schemas_register(
              [(topic, schema_for_topic(topic))] if topic else
              [(t, schema_for_topic(t)) for t in DEFAULT_TOPICS])
     for name, schema in pairs:
-        try:
-            registration = register(registry, name, schema)
-        except SchemaRefusedError as error:
-            raise _fail(str(error)) from None
+        registration = register(registry, name, schema)
         console.print(f"{registration.subject}: id {registration.schema_id}, "
                       f"version {registration.version}")
 
@@ -552,7 +549,7 @@ def deploy(
         "--check", help="Only validate the network; deploy nothing.")] = False,
 ) -> None:
     """Validate a query network and place its boxes on the federation's nodes."""
-    from medusa.catalog.client import CatalogClient, CatalogError
+    from medusa.catalog.client import CatalogClient
     from medusa.placement import PlacementError, parse_placement
     from medusa.registry import registry_client
     from medusa.stack.endpoints import resolve
@@ -579,8 +576,6 @@ def deploy(
                                     given, console.print)
     except (NetworkError, PlacementError) as error:
         raise _fail(f"{network}: {error}", 2) from None
-    except CatalogError as error:
-        raise _fail(str(error)) from None
     finally:
         spark.stop()
     nodes = sorted(set(placed.values()))
@@ -594,7 +589,7 @@ def undeploy(
                                              "(or a bare name of the first participant).")],
 ) -> None:
     """Stop a network: its nodes stop its boxes, and the catalog forgets it."""
-    from medusa.catalog.client import CatalogClient, CatalogError
+    from medusa.catalog.client import CatalogClient
     from medusa.stack.endpoints import resolve
     from medusa_spark.deploy import undeploy as undeploy_network
 
@@ -602,10 +597,7 @@ def undeploy(
     if "/" not in name:
         name = f"{next(iter(endpoints.kafka))}/{name}"
     with CatalogClient(endpoints.catalog_url) as catalog:
-        try:
-            count = undeploy_network(catalog, name, console.print)
-        except CatalogError as error:
-            raise _fail(str(error)) from None
+        count = undeploy_network(catalog, name, console.print)
     console.print(f"withdrew {name} ({count} boxes)")
 
 
@@ -618,7 +610,7 @@ def move(
                        ] = 300.0,
 ) -> None:
     """Move a running box, with its state, to another node."""
-    from medusa.catalog.client import CatalogClient, CatalogError
+    from medusa.catalog.client import CatalogClient
     from medusa.stack.endpoints import resolve
     from medusa_spark.deploy import move as move_box
 
@@ -627,7 +619,7 @@ def move(
     with CatalogClient(resolve().catalog_url) as catalog:
         try:
             result = move_box(catalog, box, to, timeout, console.print)
-        except (CatalogError, TimeoutError) as error:
+        except TimeoutError as error:
             raise _fail(str(error)) from None
     console.print(f"moved {result.box} from {result.source} to {result.target} "
                   f"in {result.seconds:.1f}s")
@@ -677,7 +669,7 @@ def catalog_show(
     name: Annotated[str | None, typer.Argument(help="One entity, e.g. alpha/node-1.")] = None,
 ) -> None:
     """Print catalog entries as JSON."""
-    from medusa.catalog.client import CatalogClient, CatalogError
+    from medusa.catalog.client import CatalogClient
     from medusa.catalog.model import Kind
     from medusa.stack.endpoints import resolve
 
@@ -687,16 +679,13 @@ def catalog_show(
         raise _fail(f"kind: expected one of {', '.join(k.value for k in Kind)}, got {kind!r}",
                     2) from None
     with CatalogClient(resolve().catalog_url) as catalog:
-        try:
-            if name is None:
-                found: Any = [e.model_dump(mode="json") for e in catalog.list(chosen)]
-            else:
-                entry = catalog.get(chosen, name)
-                if entry is None:
-                    raise _fail(f"no {chosen.singular} {name}")
-                found = entry.model_dump(mode="json")
-        except CatalogError as error:
-            raise _fail(str(error)) from None
+        if name is None:
+            found: Any = [e.model_dump(mode="json") for e in catalog.list(chosen)]
+        else:
+            entry = catalog.get(chosen, name)
+            if entry is None:
+                raise _fail(f"no {chosen.singular} {name}")
+            found = entry.model_dump(mode="json")
     print(json.dumps(found, indent=2))
 
 
@@ -729,8 +718,13 @@ def bench(
 
 
 def main() -> None:
+    """The ``medusa`` command. A MedusaError (a refusal Medusa can name: a bad network, a
+    catalog conflict, a port in use...) ends it with its message, no traceback, and exit 1."""
     try:
         app()
     except KeyboardInterrupt:
         errors.print("interrupted")
         sys.exit(130)
+    except MedusaError as error:
+        errors.print("[bold red]error:[/]", escape(str(error)))
+        sys.exit(1)

@@ -19,6 +19,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from medusa.errors import MedusaError
+
 _PRIMITIVES: dict[str, DataType] = {
     "int": IntegerType(), "long": LongType(), "float": FloatType(), "double": DoubleType(),
     "string": StringType(), "boolean": BooleanType(),
@@ -37,7 +39,7 @@ WIDENS_TO: dict[str, set[str]] = {
 }
 
 
-class UnsupportedAvroTypeError(ValueError):
+class UnsupportedAvroTypeError(MedusaError, ValueError):
     pass
 
 

@@ -5,6 +5,7 @@ from pydantic import SecretStr, ValidationError
 
 from medusa.settings import (
     KafkaClientSettings,
+    KafkaSettingsError,
     StackSettings,
     kafka_client_settings,
     kafka_config,
@@ -111,5 +112,5 @@ def test_spark_kafka_options_with_sasl(kafka_env, mechanism: str, module: str) -
 
 def test_spark_kafka_options_need_a_username_and_password_for_plain(kafka_env) -> None:
     kafka_env.setenv("MEDUSA_KAFKA_SASL_MECHANISM", "PLAIN")
-    with pytest.raises(ValueError, match="MEDUSA_KAFKA_SASL_PASSWORD"):
+    with pytest.raises(KafkaSettingsError, match="MEDUSA_KAFKA_SASL_PASSWORD"):
         spark_kafka_options("h:9092")

@@ -10,9 +10,10 @@ import httpx
 from opentelemetry.propagate import inject
 
 from medusa.catalog.model import Entry, Kind
+from medusa.errors import MedusaError
 
 
-class CatalogError(RuntimeError):
+class CatalogError(MedusaError, RuntimeError):
     """The catalog refused a request (the message is its reason) or could not be reached."""
 
     def __init__(self, message: str, status: int | None = None) -> None:

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from opentelemetry import trace
 
 from medusa.catalog.model import Entry, Kind, key_of
+from medusa.errors import MedusaError
 from medusa.settings import kafka_config
 from medusa.topics import ensure_topics
 
@@ -26,7 +27,7 @@ CATALOG_TOPIC = "medusa.catalog"
 log = logging.getLogger("medusa.catalog")
 
 
-class VersionConflictError(Exception):
+class VersionConflictError(MedusaError):
     """The entity is not at the version the writer read."""
 
     def __init__(self, kind: Kind, name: str, expected: int | None, actual: int | None) -> None:
@@ -42,7 +43,7 @@ class VersionConflictError(Exception):
         super().__init__(message)
 
 
-class CatalogUnavailableError(Exception):
+class CatalogUnavailableError(MedusaError):
     """The catalog cannot write: Kafka is unreachable, or a newer instance fenced this one."""
 
 

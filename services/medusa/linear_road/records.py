@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
+from medusa.errors import MedusaError
+
 POSITION_REPORTS = "linear-road.position-reports"
 ACCOUNT_BALANCE_QUERIES = "linear-road.account-balance-queries"
 DAILY_EXPENDITURE_QUERIES = "linear-road.daily-expenditure-queries"
@@ -119,7 +121,7 @@ def to_csv_line(record: LinearRoadRecord) -> str:
     return ",".join(str(value) for value in record.csv_fields())
 
 
-class CsvLineError(ValueError):
+class CsvLineError(MedusaError, ValueError):
     """A line that is not a valid Linear Road record; the message says why."""
 
 

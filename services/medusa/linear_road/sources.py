@@ -9,6 +9,7 @@ from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from medusa.errors import MedusaError
 from medusa.feeding import FeedSummary, Keyed, feed
 from medusa.linear_road import records as lr
 from medusa.linear_road.records import CsvLineError, LinearRoadRecord, parse_csv_line
@@ -63,7 +64,7 @@ class BadLines:
             self.first.append((line_number, reason))
 
 
-class StrictCsvError(ValueError):
+class StrictCsvError(MedusaError, ValueError):
     def __init__(self, path: Path, line_number: int, reason: str) -> None:
         super().__init__(f"{path}:{line_number}: {reason}")
         self.line_number = line_number

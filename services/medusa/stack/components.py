@@ -17,13 +17,14 @@ from pathlib import Path
 import httpx
 from confluent_kafka.admin import AdminClient
 
+from medusa.errors import MedusaError
 from medusa.settings import REPO_ROOT, kafka_config
 from medusa.stack.layout import ParticipantLayout, StackLayout
 
 INFRA = REPO_ROOT / "infra"
 
 
-class ComponentMissingError(RuntimeError):
+class ComponentMissingError(MedusaError, RuntimeError):
     """A component is not installed; ``medusa install`` (make setup) fetches it."""
 
 

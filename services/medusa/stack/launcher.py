@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from medusa.errors import MedusaError
 from medusa.settings import StackSettings
 from medusa.stack import processes
 from medusa.stack.components import (
@@ -29,7 +30,7 @@ from medusa.stack.processes import RunningProcess
 Report = Callable[[str], None]
 
 
-class PortInUseError(RuntimeError):
+class PortInUseError(MedusaError, RuntimeError):
     def __init__(self, port: int, owner: str) -> None:
         super().__init__(
             f"port {port} ({owner}) is already in use by another program; stop it, or move the "
@@ -37,7 +38,7 @@ class PortInUseError(RuntimeError):
         self.port = port
 
 
-class StartupError(RuntimeError):
+class StartupError(MedusaError, RuntimeError):
     pass
 
 

@@ -17,10 +17,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import NumericType, StructType
 
+from medusa.errors import MedusaError
 from medusa_spark.streams import ID, STABLE, STIME, TENTATIVE, TYPE
 
 
-class BoxError(ValueError):
+class BoxError(MedusaError, ValueError):
     """A box that cannot work as declared; names the box and the offending field."""
 
     def __init__(self, box: str, field: str | None, message: str) -> None:

@@ -8,8 +8,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from medusa.errors import MedusaError
 
-class NetworkError(ValueError):
+
+class NetworkError(MedusaError, ValueError):
     """A query network that cannot run; the message names the box (or stream) and field."""
 
 
