@@ -16,14 +16,21 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from medusa.dead_letters import BOX_HEADER, OFFSET_HEADER, REASON_HEADER, dead_letter_topic
-from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER, Envelope, TupleType
+from medusa.envelope import (
+    ID_HEADER,
+    STIME_HEADER,
+    TYPE_HEADER,
+    Envelope,
+    Headers,
+    TupleType,
+)
 from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
 from medusa.sensors import SensorReading, sensor_readings, to_dict
@@ -83,11 +90,12 @@ class OutputReader:
             for message in self._consumer.consume(500, timeout=0.5):
                 if message.error() is not None:
                     continue
-                headers = {k: v for k, v in message.headers() or [] if v is not None}
+                pairs = cast(list[tuple[str, bytes | None]], message.headers() or [])
+                headers = {k: v for k, v in pairs if v is not None}
                 self.records.append(OutRecord(
-                    message.partition(), message.offset(), headers[TYPE_HEADER].decode(),
-                    headers[ID_HEADER].decode(), int(headers[STIME_HEADER]), headers,
-                    message.value()))
+                    cast(int, message.partition()), cast(int, message.offset()),
+                    headers[TYPE_HEADER].decode(), headers[ID_HEADER].decode(),
+                    int(headers[STIME_HEADER]), headers, cast(bytes | None, message.value())))
         return self.records
 
     def close(self) -> None:
@@ -189,7 +197,7 @@ def clusters(federation) -> tuple[str, str]:
     return federation.bootstrap("alpha"), federation.bootstrap("beta")
 
 
-def _sensor_producer(bootstrap: str, registry, topic: str) -> TupleProducer:  # type: ignore[no-untyped-def]
+def _sensor_producer(bootstrap: str, registry: Any, topic: str) -> TupleProducer:
     return TupleProducer({"bootstrap.servers": bootstrap}, registry, topic,
                          load_schema("sensor_reading"), f"src-{topic}", to_dict=to_dict,
                          boundary_interval_s=0.2)
@@ -370,7 +378,7 @@ def test_unusable_and_late_records_are_dead_lettered_on_their_input_cluster(
 
     def send(producer: Producer, target: str, envelope: Envelope | None,
              value: bytes | None = AVRO_LIKE) -> None:
-        headers = envelope.headers() if envelope is not None else [("other", b"x")]
+        headers: Headers = envelope.headers() if envelope is not None else [("other", b"x")]
         producer.produce(target, value=value, headers=headers)
         producer.flush(10)
 

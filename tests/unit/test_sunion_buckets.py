@@ -156,7 +156,8 @@ def test_the_resume_offset_is_the_smallest_held_offset_else_the_next_to_read() -
 
 
 def test_a_restart_from_the_positions_rebuilds_the_held_buckets_and_skips_the_released() -> None:
-    log = {("a", 0): [], ("b", 0): []}  # what each partition holds, like a Kafka log
+    log: dict[tuple[str, int], list[tuple[str, int]]] = {("a", 0): [], ("b", 0): []}
+    # ^ what each partition holds, like a Kafka log: (kind, stime) by offset
 
     def append(name: str, kind: str, stime: int) -> None:
         log[(name, 0)].append((kind, stime))
