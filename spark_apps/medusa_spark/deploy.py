@@ -1,8 +1,9 @@
-"""Deploying a network through the catalog, withdrawing it, and moving one of its boxes.
+"""Deploying a network through the catalog, withdrawing it, and moving one of its fragments.
 
-Deploying validates the network (with Spark's analyzer), creates its topics and
-registers its schemas once, then writes the network, its streams and one entry
-per box with the node that runs it. The nodes do the rest.
+Deploying validates the network (with Spark's analyzer), groups its boxes into
+fragments (see ``network.fragments``), creates its topics and registers its
+schemas once, then writes the network, its streams and one entry per fragment
+with the node that runs it. The nodes do the rest.
 """
 
 from __future__ import annotations
@@ -19,18 +20,19 @@ from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.placement import NodeSlot, PlacementError, place
 from medusa.stack.endpoints import Endpoints
+from medusa_spark.network.fragments import Fragment, default_fragment, fragments_of
 from medusa_spark.network.model import parse_network
-from medusa_spark.network.validate import validate
-from medusa_spark.runner import wire
+from medusa_spark.network.validate import Plan, validate
+from medusa_spark.wiring import network_topics
 
 Report = Callable[[str], None]
 
 
 def running_nodes(catalog: CatalogClient) -> list[NodeSlot]:
-    boxes_per_node: dict[str, int] = {}
-    for box in catalog.list(Kind.BOXES):
-        boxes_per_node[box.spec["node"]] = boxes_per_node.get(box.spec["node"], 0) + 1
-    return [NodeSlot(e.name, float(e.spec.get("capacity", 1.0)), boxes_per_node.get(e.name, 0))
+    per_node: dict[str, int] = {}
+    for fragment in catalog.list(Kind.FRAGMENTS):
+        per_node[fragment.spec["node"]] = per_node.get(fragment.spec["node"], 0) + 1
+    return [NodeSlot(e.name, float(e.spec.get("capacity", 1.0)), per_node.get(e.name, 0))
             for e in catalog.list(Kind.NODES) if e.spec.get("status") == "up"]
 
 
@@ -48,55 +50,111 @@ def _set_to(wanted: dict[str, Any]) -> Callable[[dict[str, Any] | None], dict[st
     return change
 
 
-def _high_availability(ha: str, replica: str | None
-                       ) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
+def _redeployed(boxes: list[str], ha: str, replica: str | None
+                ) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
     def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
-        if spec is None or (spec.get("ha", "passive"), spec.get("replica")) == (ha, replica):
+        if spec is None:
             return None
-        return {**spec, "ha": ha, "replica": replica, "replica_ready": False}
+        wanted = {**spec, "boxes": boxes, "ha": ha, "replica": replica}
+        if (spec.get("ha", "passive"), spec.get("replica")) != (ha, replica):
+            wanted["replica_ready"] = False
+        if spec.get("phase") == "failed":  # a redeploy gives a failed fragment a new start
+            wanted.update(phase="placed", error=None, restarts=0)
+        return None if wanted == spec else wanted
     return change
 
 
 def retarget(spec: dict[str, Any], node: str) -> dict[str, Any] | None:
-    """The box's spec once placed on ``node``; None when it is there already."""
+    """The fragment's spec once placed on ``node``; None when it is there already."""
     if spec["node"] == node:
         return None
     if spec.get("phase") == "moving":
-        raise CatalogError(f"the box is being moved to {spec['node']} already; "
+        raise CatalogError(f"the fragment is being moved to {spec['node']} already; "
                            "wait until it runs there")
-    # A running box is handed over by its node first; one never run starts afresh.
+    # A running fragment is handed over by its node first; one never run starts afresh.
     phase = {"running": "moving", "released": "released"}.get(spec.get("phase", ""), "placed")
-    return {**spec, "node": node, "phase": phase}
+    return {**spec, "node": node, "phase": phase, "error": None, "restarts": 0}
+
+
+def _grouping(plan: Plan, existing: dict[str, Entry], given: dict[str, str]
+              ) -> tuple[dict[str, Fragment], dict[str, str]]:
+    """The network's fragments, and the node the placement file gives each (if any).
+
+    A box keeps the fragment it had unless it names another or the file places it
+    elsewhere; a new box joins the default fragment of its node or participant.
+    """
+    network = plan.network
+    had = {box: short for short, entry in existing.items() for box in entry.spec["boxes"]}
+    member: dict[str, str] = {}
+    for box in plan.order:
+        spec = network.boxes[box]
+        if spec.fragment:
+            member[box] = spec.fragment
+        elif box in given:
+            member[box] = default_fragment(spec.participant or network.participant, given[box])
+        elif box in had:
+            member[box] = had[box]
+        else:
+            member[box] = default_fragment(spec.participant or network.participant, None)
+    fragments = fragments_of(plan, member)
+    nodes: dict[str, str] = {}
+    for name, fragment in fragments.items():
+        named = {given[b] for b in fragment.boxes if b in given}
+        if name in given:
+            named.add(given[name])
+        if len(named) > 1:
+            raise PlacementError(f"fragment {name!r}: its boxes are placed on different "
+                                 f"nodes ({', '.join(sorted(named))}); a fragment runs on one")
+        if named:
+            nodes[name] = named.pop()
+    return fragments, nodes
+
+
+def _participant(plan: Plan, fragment: Fragment) -> str:
+    """Where a fragment belongs: the participant of its outputs."""
+    network = plan.network
+    for box in fragment.outputs or fragment.boxes:
+        declared = plan.output_stream[box]
+        if declared is not None:
+            return network.streams[declared].participant
+        return network.boxes[box].participant or network.participant
+    return network.participant
 
 
 def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistryClient,
            spark: SparkSession, catalog: CatalogClient, given: dict[str, str] | None = None,
            report: Report = print) -> dict[str, str]:
-    """Deploys (or redeploys) a network; returns where each box runs."""
+    """Deploys (or redeploys) a network; returns where each fragment runs.
+
+    ``given`` maps boxes (or fragments) to nodes, as a placement file does.
+    """
     network = parse_network(text, origin)
     plan = validate(network, spark)
-    prefix = network.participant
-    network_name = f"{prefix}/{network.name}"
-    box_participants = {box: spec.participant or network.participant
-                        for box, spec in network.boxes.items()}
+    network_name = f"{network.participant}/{network.name}"
     existing = {e.name.rsplit("/", 1)[1]: e for e in
-                catalog.list(Kind.BOXES, network=network_name)}
-    given = given or {}
-    for box in given:
-        if box not in box_participants:
-            raise PlacementError(f"box {box!r}: the network has no such box "
-                                 f"(its boxes: {', '.join(box_participants)})")
+                catalog.list(Kind.FRAGMENTS, network=network_name)}
+    given = dict(given or {})
+    fragments, named_nodes = _grouping(plan, existing, given)
+    for name in given:
+        if name not in network.boxes and name not in fragments:
+            raise PlacementError(
+                f"box {name!r}: the network has no such box or fragment (its boxes: "
+                f"{', '.join(network.boxes)}; its fragments: {', '.join(fragments)})")
     nodes = running_nodes(catalog)
-    unplaced = {b: p for b, p in box_participants.items() if b not in existing}
-    placement = place(unplaced, nodes, {b: n for b, n in given.items() if b in unplaced})
     running = {node.name for node in nodes}
-    for box, node in given.items():
-        if box in existing:  # placed before: a new node here is a move
-            if node not in running:
-                raise PlacementError(f"box {box!r}: node {node!r} is not a running node in "
-                                     "the catalog")
-            placement[box] = node
-    wire(plan, endpoints, registry)
+    for name, node in named_nodes.items():
+        if node not in running:
+            raise PlacementError(f"fragment {name!r}: node {node!r} is not a running node in "
+                                 f"the catalog (running: {', '.join(sorted(running)) or 'none'})")
+    unplaced = {name: _participant(plan, fragment) for name, fragment in fragments.items()
+                if name not in existing}
+    placement = place(unplaced, nodes, {n: node for n, node in named_nodes.items()
+                                        if n in unplaced})
+    for name, node in named_nodes.items():
+        if name in existing:  # placed before: a new node here is a move
+            placement[name] = node
+    network_topics(plan, fragments, endpoints, registry)
+
     def definition(spec: dict[str, Any] | None) -> dict[str, Any] | None:
         return None if spec and spec["definition"] == text else {"definition": text}
     catalog.update(Kind.NETWORKS, network_name, definition)
@@ -105,59 +163,70 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
                        "schema_subject": f"{network.topic_prefix}{spec.topic}-value",
                        "network": network_name}
         catalog.update(Kind.STREAMS, f"{spec.participant}/{stream}", _set_to(stream_spec))
-    secondaries = {e.name: e.spec.get("secondary") for e in catalog.list(Kind.NODES)}
-    for box, node in placement.items():
-        name = f"{network_name}/{box}"
-        ha = network.boxes[box].ha
-        replica = secondaries.get(node) if ha == "active" else None
-        if replica is not None and replica not in running:
-            replica = None
-        if box in existing:
-            catalog.update(Kind.BOXES, name, _placed_on(node))
-            catalog.update(Kind.BOXES, name, _high_availability(ha, replica))
+    nodes_by_name = {e.name: e for e in catalog.list(Kind.NODES)}
+    where: dict[str, str] = {}
+    for name, fragment in fragments.items():
+        global_name = f"{network_name}/{name}"
+        node = placement.get(name) or existing[name].spec["node"]
+        replica = None
+        if fragment.ha == "active":
+            entry = nodes_by_name.get(node)
+            secondary = entry.spec.get("secondary") if entry is not None else None
+            # A replica reads its primary's SUnion topic: on the same cluster only.
+            if secondary in running and secondary.split("/")[0] == node.split("/")[0]:
+                replica = secondary
+        boxes = list(fragment.boxes)
+        if name in existing:
+            if name in placement and placement[name] != existing[name].spec["node"]:
+                catalog.update(Kind.FRAGMENTS, global_name, _placed_on(node))
+            catalog.update(Kind.FRAGMENTS, global_name,
+                           _redeployed(boxes, fragment.ha, replica))
         else:
-            catalog.put(Kind.BOXES, name, {"network": network_name, "node": node, "ha": ha,
-                                           "replica": replica})
+            catalog.put(Kind.FRAGMENTS, global_name,
+                        {"network": network_name, "boxes": boxes, "node": node,
+                         "ha": fragment.ha, "replica": replica})
         standby = f" (replica on {replica})" if replica else ""
-        if ha == "active" and replica is None:
-            standby = " (ha: active, but its node has no live secondary for a replica)"
-        report(f"  {name:<40} -> {node}{standby}")
-    for box, entry in existing.items():
-        if box not in box_participants:  # gone from the definition
-            catalog.delete(Kind.BOXES, entry.name)
-            report(f"  {entry.name:<40} withdrawn")
-    return {box: placement.get(box) or existing[box].spec["node"] for box in box_participants}
+        if fragment.ha == "active" and replica is None:
+            standby = " (ha: active, but its node has no live secondary on its cluster)"
+        report(f"  {global_name} [{', '.join(boxes)}] -> {node}{standby}")
+        where[name] = node
+    for name, entry in existing.items():
+        if name not in fragments:  # gone from the definition
+            catalog.delete(Kind.FRAGMENTS, entry.name)
+            report(f"  {entry.name} withdrawn")
+    return where
 
 
 def undeploy(catalog: CatalogClient, network_name: str, report: Report = print) -> int:
-    """Withdraws a network's boxes (their nodes stop them), then the network."""
-    boxes = catalog.list(Kind.BOXES, network=network_name)
-    for box in boxes:
-        catalog.delete(Kind.BOXES, box.name)
-        report(f"  {box.name} withdrawn")
-    if catalog.delete(Kind.NETWORKS, network_name) is None and not boxes:
+    """Withdraws a network's fragments (their nodes stop them), then the network."""
+    fragments = catalog.list(Kind.FRAGMENTS, network=network_name)
+    for fragment in fragments:
+        catalog.delete(Kind.FRAGMENTS, fragment.name)
+        report(f"  {fragment.name} withdrawn")
+    if catalog.delete(Kind.NETWORKS, network_name) is None and not fragments:
         raise CatalogError(f"no network {network_name} in the catalog")
-    return len(boxes)
+    return len(fragments)
 
 
-def resolve_box(catalog: CatalogClient, name: str) -> Entry:
-    """``participant/network/box``, or ``participant/box`` when only one network has it."""
+def resolve_fragment(catalog: CatalogClient, name: str) -> Entry:
+    """The fragment named ``participant/network/fragment``, or the one holding a box named
+    ``participant/network/box`` or ``participant/box`` (when only one network has it)."""
     parts = name.split("/")
+    if len(parts) not in (2, 3):
+        raise CatalogError(f"expected participant/box, participant/network/box or "
+                           f"participant/network/fragment, got {name!r}")
     if len(parts) == 3:
-        entry = catalog.get(Kind.BOXES, name)
-        if entry is None:
-            raise CatalogError(f"no box {name} in the catalog")
-        return entry
-    if len(parts) != 2:
-        raise CatalogError(f"box: expected participant/box or participant/network/box, "
-                           f"got {name!r}")
-    participant, box = parts
-    found = [e for e in catalog.list(Kind.BOXES, participant=participant)
-             if e.name.rsplit("/", 1)[1] == box]
+        entry = catalog.get(Kind.FRAGMENTS, name)
+        if entry is not None:
+            return entry
+    participant, box = parts[0], parts[-1]
+    network = f"{parts[0]}/{parts[1]}" if len(parts) == 3 else None
+    found = [e for e in catalog.list(Kind.FRAGMENTS, participant=participant)
+             if box in e.spec["boxes"] and (network is None or e.spec["network"] == network)]
     if not found:
-        raise CatalogError(f"no box {box!r} in participant {participant}")
+        raise CatalogError(f"no fragment or box {name} in the catalog")
     if len(found) > 1:
-        raise CatalogError(f"box {name} is ambiguous: {', '.join(e.name for e in found)}")
+        raise CatalogError(f"box {name} is ambiguous: it is in {', '.join(e.name for e in found)}")
     return found[0]
 
 
@@ -176,7 +245,7 @@ def wait_for_node(catalog: CatalogClient, node: str, timeout_s: float = 180.0,
 
 @dataclass(frozen=True)
 class MoveResult:
-    box: str
+    fragment: str
     source: str
     target: str
     seconds: float
@@ -185,23 +254,24 @@ class MoveResult:
 
 def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.0,
          report: Report = print) -> MoveResult:
-    """Moves a box, with its state, to ``target``, and waits until it runs there."""
-    entry = resolve_box(catalog, name)
+    """Moves a fragment (named, or by one of its boxes), with its state, to ``target``, and
+    waits until it runs there."""
+    entry = resolve_fragment(catalog, name)
     node = catalog.get(Kind.NODES, target)
     if node is None or node.spec.get("status") != "up":
         raise CatalogError(f"--to: {target} is not a running node in the catalog")
     source = entry.spec["node"]
     if source == target:
-        raise CatalogError(f"box {entry.name} runs on {target} already")
+        raise CatalogError(f"fragment {entry.name} runs on {target} already")
     started = time.monotonic()
-    catalog.update(Kind.BOXES, entry.name, _placed_on(target))
+    catalog.update(Kind.FRAGMENTS, entry.name, _placed_on(target))
     report(f"  {entry.name}: handing over from {source} to {target}")
     deadline = started + timeout_s
     last_phase = ""
     while time.monotonic() < deadline:
-        current = catalog.get(Kind.BOXES, entry.name)
+        current = catalog.get(Kind.FRAGMENTS, entry.name)
         if current is None:
-            raise CatalogError(f"box {entry.name} was withdrawn during the move")
+            raise CatalogError(f"fragment {entry.name} was withdrawn during the move")
         phase = current.spec.get("phase", "")
         if phase != last_phase:
             report(f"  {entry.name}: {phase} on {current.spec['node']}")
@@ -209,5 +279,5 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
         if current.spec["node"] == target and phase == "running":
             return MoveResult(entry.name, source, target, time.monotonic() - started)
         time.sleep(0.2)
-    raise TimeoutError(f"box {entry.name} did not run on {target} within {timeout_s:.0f}s "
+    raise TimeoutError(f"fragment {entry.name} did not run on {target} within {timeout_s:.0f}s "
                        f"(phase {last_phase}); see the nodes' logs")

@@ -124,6 +124,12 @@ class FragmentWriter:
         """The id of the last batch written in full."""
         self.batches = 0
         self.results_written = 0
+        self.error: Exception | None = None
+        """What made the last batch fail in this writer (a fenced output, say)."""
+
+    @property
+    def halted(self) -> bool:
+        return self._halted
 
     @property
     def standby(self) -> bool:
@@ -153,7 +159,11 @@ class FragmentWriter:
                 raise FragmentHaltedError(
                     f"fragment {self.wiring.global_name} is handing over; batch {batch_id} "
                     "is left to its next runner")
-            self._write_batch(batch, batch_id)
+            try:
+                self._write_batch(batch, batch_id)
+            except Exception as error:
+                self.error = error
+                raise
             self.last_written = batch_id
             self.batches += 1
         if self.on_batch is not None:

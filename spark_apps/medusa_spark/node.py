@@ -1,40 +1,49 @@
-"""A Medusa node: one long-lived SparkSession hosting the boxes the catalog places on it.
+"""A Medusa node: one long-lived SparkSession hosting the fragments the catalog places on it.
 
 The node registers itself in the catalog and then follows it: every second it
-reads the boxes placed on it and starts the ones it does not run, and stops the
-ones placed elsewhere. A box placed elsewhere is handed over: the node stops it
-at a batch boundary and marks it ``released`` with the location of its
-checkpoint; the new node copies that checkpoint (most of it while the box still
-ran) and resumes the box from it. Every few seconds the node publishes each
-box's progress (rates, batch duration, consumer lag) as a NodeLoadReport to
-``medusa.node-load`` of its participant.
+reads the fragments placed on it and starts the ones it does not run, and hands
+over the ones placed elsewhere. Each hosted fragment is two things: its SUnion,
+a process of its own that merges the fragment's inputs bucket by bucket into one
+topic on this node's cluster, and its Spark query, which reads that topic and
+writes the fragment's outputs through one SOutput transaction per micro-batch.
+
+A fragment placed elsewhere is handed over: the node stops its query at a batch
+boundary and marks it ``released`` with the location of its checkpoint; the new
+node copies that checkpoint (most of it while the fragment still ran) and
+resumes from it. A query that fails is restarted from its checkpoint, with
+backoff, up to ``max_restarts`` times; its error goes to the catalog, where
+``medusa status`` shows it, and past the limit the fragment is marked
+``failed`` until it is redeployed, moved or taken over.
 
 For high availability the node sends a heartbeat to ``medusa.heartbeats`` every
 ``heartbeat_interval_s``, from a thread of its own. When the failure detector
-declares it failed, the detector places its boxes on other nodes; should this
-node come back (it was only paused, or cut off), it finds its incarnation marked
-``failed``, stops every box without writing (their outputs are fenced anyway,
-see ``soutput``) and rejoins with a new incarnation and no boxes. A node also
-runs the standby replicas of ``ha: active`` boxes whose replica it is, and
-promotes one when the box is placed on it.
+declares it failed, the detector places its fragments on other nodes; should
+this node come back, it finds its incarnation marked ``failed``, stops every
+fragment without writing (their outputs are fenced anyway, see ``soutput``) and
+rejoins with a new incarnation and none. A node also runs the standby replicas
+of ``ha: active`` fragments whose replica it is (reading the primary's SUnion
+topic, writing nothing), and promotes one when the fragment is placed on it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from opentelemetry import trace
 from pyspark.sql import SparkSession
 
-from medusa.catalog.client import CatalogClient, CatalogError
+from medusa.catalog.client import CatalogError
 from medusa.catalog.model import Entry, Kind
+from medusa.errors import MedusaError
 from medusa.producing import TupleProducer
 from medusa.schemas import (
     HEARTBEAT_TOPIC,
@@ -42,34 +51,52 @@ from medusa.schemas import (
     NODE_LOAD_TOPIC,
     schema_for_topic,
 )
+from medusa.settings import StackSettings, kafka_config
 from medusa.stack.endpoints import Endpoints
+from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa.topics import ensure_topics
 from medusa.tracing import context_of
 from medusa_spark.checkpoints import batch_offsets, last_committed_batch, sync_checkpoint
+from medusa_spark.fragment import FragmentWiring
+from medusa_spark.fragment_run import FragmentRun, checkpoint_location, start_fragment
+from medusa_spark.network.fragments import Fragment, fragments_of
 from medusa_spark.network.model import NetworkError, parse_network
 from medusa_spark.network.validate import Plan, validate
-from medusa_spark.runner import BoxRun, BoxWiring, run_box, wire
+from medusa_spark.sunion_process import SUnionProcess
 from medusa_spark.warmup import warm_up
+from medusa_spark.wiring import NetworkTopics, fragment_wiring, network_topics
 
 REPLICA_SUFFIX = ".replica"
 
 log = logging.getLogger("medusa.node")
 
+CatalogClient = Any  # medusa.catalog.client.CatalogClient, or an in-memory one in tests
+
 
 @dataclass
-class HostedBox:
+class HostedFragment:
     name: str
-    """Global name: participant/network/box."""
+    """Global name: participant/network/fragment."""
     network_version: int
-    run: BoxRun
+    run: FragmentRun
     started_at: float
+    sunion: SUnionProcess | None = None
+    """None on a standby replica: it reads the primary's SUnion topic."""
+    restarts: int = 0
+    restart_at: float | None = None
+    """When the failed query is started again (monotonic clock)."""
+    failed: bool = False
+    """Restarted too often: it waits for a redeploy, a move or a takeover."""
+    rates: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
 class NetworkPlan:
     version: int
     plan: Plan
-    wiring: dict[str, BoxWiring]
+    topics: NetworkTopics
+    fragments: dict[str, Fragment]
+    wiring: dict[str, FragmentWiring] = field(default_factory=dict)
 
 
 class Node:
@@ -77,7 +104,8 @@ class Node:
                  registry: SchemaRegistryClient, spark: SparkSession, checkpoint_root: str,
                  catalog: CatalogClient, secondary: str | None = None,
                  poll_interval_s: float = 1.0, metrics_interval_s: float = 5.0,
-                 heartbeat_interval_s: float = 0.5) -> None:
+                 heartbeat_interval_s: float = 0.5, max_restarts: int = 5,
+                 work_dir: Path | None = None) -> None:
         self.name = name
         self.participant = participant
         self.endpoints = endpoints
@@ -89,8 +117,10 @@ class Node:
         self.poll_interval_s = poll_interval_s
         self.metrics_interval_s = metrics_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
+        self.max_restarts = max_restarts
+        self.work_dir = work_dir or StackSettings().run_dir / "nodes" / participant / name
         self.tracer = trace.get_tracer("medusa")
-        self.hosted: dict[str, HostedBox] = {}
+        self.hosted: dict[str, HostedFragment] = {}
         self.errors: dict[str, str] = {}
         self.incarnation = uuid.uuid4().hex
         self._plans: dict[str, NetworkPlan] = {}
@@ -105,12 +135,6 @@ class Node:
     @property
     def bootstrap(self) -> str:
         return self.endpoints.bootstrap(self.participant)
-
-    def checkpoint_of(self, box: str, network: NetworkPlan) -> str:
-        # A copy of a network on other topics is another query: it gets its own checkpoint.
-        participant, network_name, box_name = box.split("/")
-        prefix = network.plan.network.topic_prefix
-        return f"{self.checkpoint_root}/{participant}/{network_name}/{prefix}{box_name}"
 
     def register(self) -> Entry | None:
         """Adds this node to the catalog, or marks it up again with a new incarnation."""
@@ -129,9 +153,9 @@ class Node:
                 own.spec.get("incarnation") == self.incarnation:
             self._rejoin()
             return
-        boxes = self.catalog.list(Kind.BOXES)
-        placed = {e.name: e for e in boxes if e.spec["node"] == self.global_name}
-        replicas = {e.name: e for e in boxes if e.spec.get("replica") == self.global_name
+        entries = self.catalog.list(Kind.FRAGMENTS)
+        placed = {e.name: e for e in entries if e.spec["node"] == self.global_name}
+        replicas = {e.name: e for e in entries if e.spec.get("replica") == self.global_name
                     and e.spec.get("ha") == "active" and e.name not in placed}
         for name in [n for n in self.hosted if n not in placed and n not in replicas]:
             if self.hosted[name].run.standby:
@@ -139,22 +163,15 @@ class Node:
             else:
                 self._hand_over(name)
         wanted = {**replicas, **placed}
-        # Each network is read once a pass; one that cannot be read fails its boxes alone.
+        # Each network is read once a pass; one that cannot be read fails its fragments alone.
         networks: dict[str, NetworkPlan | Exception] = {}
         for network_name in {entry.spec["network"] for entry in wanted.values()}:
             try:
-                networks[network_name] = self._network(network_name)
-            except (NetworkError, CatalogError, RuntimeError) as error:
+                members = [e for e in entries if e.spec["network"] == network_name]
+                networks[network_name] = self._network(network_name, members)
+            except (MedusaError, CatalogError, RuntimeError, ValueError) as error:
                 networks[network_name] = error
-
-        def upstream_first(item: tuple[str, Entry]) -> tuple[str, int]:
-            name, entry = item
-            network = networks[entry.spec["network"]]
-            order = network.plan.order if isinstance(network, NetworkPlan) else []
-            box = name.rsplit("/", 1)[1]
-            return (entry.spec["network"], order.index(box) if box in order else len(order))
-
-        for name, entry in sorted(wanted.items(), key=upstream_first):
+        for name, entry in sorted(wanted.items()):
             try:
                 network = networks[entry.spec["network"]]
                 if isinstance(network, Exception):
@@ -163,36 +180,42 @@ class Node:
                     self._follow(name, entry, network)
                 else:
                     self._follow_replica(name, entry, network)
-                self.errors.pop(name, None)
-            except (NetworkError, CatalogError, RuntimeError) as error:
+            except (MedusaError, CatalogError, RuntimeError, ValueError) as error:
                 if self.errors.get(name) != str(error):
-                    log.error("%s: box %s: %s", self.global_name, name, error)
+                    log.error("%s: fragment %s: %s", self.global_name, name, error)
                 self.errors[name] = str(error)
+
+    def _wiring(self, network: NetworkPlan, name: str, entry: Entry,
+                bootstrap: str | None = None) -> FragmentWiring:
+        short = name.rsplit("/", 1)[1]
+        fragment = network.fragments.get(short)
+        if fragment is None:
+            raise NetworkError(f"network {entry.spec['network']} has no fragment {short!r}")
+        return fragment_wiring(network.topics, entry.spec["network"], fragment,
+                               bootstrap or self.bootstrap)
 
     def _follow(self, name: str, entry: Entry, network: NetworkPlan) -> None:
         hosted = self.hosted.get(name)
         if hosted is not None and hosted.run.standby:
             if entry.spec.get("phase") != "moving":
-                self._promote(name, entry, hosted)
+                self._promote(name, entry, hosted, network)
                 return
             # Moved here while its primary runs: the move restores it from that checkpoint.
             self._abandon(name, "moved here; resuming from the primary's checkpoint instead")
             hosted = None
         if hosted is not None:
-            if hosted.run.fenced():
-                self._abandon(name, "another node writes its output")
-                return
-            failure = hosted.run.failure()
-            if failure is not None:
-                self.errors[name] = failure
             if hosted.network_version != network.version:  # redeployed: run the new definition
                 self._hand_over(name, keep_placement=True)
                 hosted = None
             else:
+                self._watch(hosted, entry, network)
                 return
+        if entry.spec.get("phase") == "failed":
+            return  # restarted too often; waits for a redeploy, a move or a takeover
         phase = entry.spec.get("phase", "placed")
+        wiring = self._wiring(network, name, entry)
+        mine = checkpoint_location(self.checkpoint_root, wiring)
         source = entry.spec.get("checkpoint")
-        mine = self.checkpoint_of(name, network)
         if phase == "moving":
             # The old node still runs it: copy the bulk of its state ahead of the hand-over.
             if source and name not in self._precopied:
@@ -203,16 +226,13 @@ class Node:
             return
         failover = context_of(entry.spec.get("takeover_trace")) if phase == "released" else None
         takeover = (self.tracer.start_span(f"takeover {name}", context=failover, attributes={
-            "medusa.box": name, "medusa.node": self.global_name, "medusa.ha": "passive",
+            "medusa.fragment": name, "medusa.node": self.global_name, "medusa.ha": "passive",
             "medusa.failed_node": entry.spec.get("released_by") or ""})
             if failover is not None else None)
         if source and source != mine:
             stats = sync_checkpoint(source, mine)
             log.info("%s: %s: copied %d more files (%d bytes) of its checkpoint",
                      self.global_name, name, stats.files, stats.bytes)
-        box = name.rsplit("/", 1)[1]
-        if box not in network.wiring:
-            raise NetworkError(f"network {entry.spec['network']} has no box {box!r}")
         if takeover is not None:
             restored = last_committed_batch(mine)
             takeover.set_attributes({
@@ -220,60 +240,125 @@ class Node:
                 "medusa.checkpoint.offsets_replayed_from":
                     (batch_offsets(mine, restored) if restored is not None else None) or
                     "the earliest offsets"})
-        run = run_box(self.spark, network.plan, network.wiring[box], mine)
+        sunion = self._start_sunion(name, wiring)
+        run = start_fragment(self.spark, network.plan, wiring, mine)
         if takeover is not None:
             self._trace_first_output(run, takeover)
         with self._lock:
-            self.hosted[name] = HostedBox(name, network.version, run, time.time())
+            self.hosted[name] = HostedFragment(name, network.version, run, time.time(), sunion)
         self._precopied.discard(name)
-        log.info("%s: running %s%s", self.global_name, name,
-                 f" (taken over from {entry.spec.get('released_by')})" if takeover else "")
+        log.info("%s: running %s (%s)%s", self.global_name, name,
+                 ", ".join(wiring.fragment.boxes),
+                 f", taken over from {entry.spec.get('released_by')}" if takeover else "")
         self._mark_running(name, mine)
+
+    def _start_sunion(self, name: str, wiring: FragmentWiring) -> SUnionProcess:
+        config = SUnionConfig(
+            fragment=name,
+            inputs=[SUnionInput(name=n, topic=s.topic, bootstrap=s.bootstrap)
+                    for n, s in sorted(wiring.inputs.items())],
+            output_topic=wiring.source.topic, output_bootstrap=wiring.source.bootstrap,
+            bucket_ms=wiring.bucket_ms)
+        folder = self.work_dir / "sunion" / f"{wiring.topic_prefix}{name}".replace("/", "_")
+        return SUnionProcess(config, folder).start()
+
+    def _watch(self, hosted: HostedFragment, entry: Entry, network: NetworkPlan) -> None:
+        """Keeps a hosted fragment going: its SUnion alive, its failed query restarted."""
+        if hosted.failed:
+            return
+        if hosted.sunion is not None:
+            hosted.sunion.keep_alive()
+        if hosted.run.fenced():
+            self._abandon(hosted.name, "another node writes its outputs")
+            return
+        failure = hosted.run.failure()
+        if failure is None:
+            return
+        now = time.monotonic()
+        if hosted.restart_at is None:
+            hosted.restarts += 1
+            if hosted.restarts > self.max_restarts:
+                hosted.failed = True
+                log.error("%s: %s failed %d times; giving up until it is redeployed or "
+                          "moved: %s", self.global_name, hosted.name, hosted.restarts, failure)
+                if hosted.sunion is not None:
+                    hosted.sunion.stop()
+                self._record_failure(hosted.name, failure, hosted.restarts, "failed")
+                return
+            delay = min(60.0, 2.0 ** (hosted.restarts - 1))
+            hosted.restart_at = now + delay
+            log.warning("%s: %s failed (restart %d of %d in %.0fs): %s", self.global_name,
+                        hosted.name, hosted.restarts, self.max_restarts, delay, failure)
+            self._record_failure(hosted.name, failure, hosted.restarts, None)
+            return
+        if now < hosted.restart_at:
+            return
+        hosted.restart_at = None
+        hosted.run.writer.close()
+        wiring = hosted.run.wiring
+        hosted.run = start_fragment(self.spark, network.plan, wiring, hosted.run.checkpoint)
+        log.info("%s: restarted %s from its checkpoint", self.global_name, hosted.name)
+
+    def _record_failure(self, name: str, error: str, restarts: int, phase: str | None) -> None:
+        def failed(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("node") != self.global_name:
+                return None
+            return {**spec, "error": error[:4000], "restarts": restarts,
+                    **({"phase": phase} if phase else {})}
+        self.catalog.update(Kind.FRAGMENTS, name, failed)
 
     def _mark_running(self, name: str, checkpoint: str) -> None:
         def running(spec: dict[str, Any] | None) -> dict[str, Any] | None:
             if spec is None or spec.get("node") != self.global_name:
                 return None  # moved on meanwhile; the next pass hands it over
             return {**spec, "phase": "running", "checkpoint": checkpoint, "released_by": None,
-                    "takeover_trace": None}
-        self.catalog.update(Kind.BOXES, name, running)
+                    "takeover_trace": None, "error": None, "restarts": 0}
+        self.catalog.update(Kind.FRAGMENTS, name, running)
 
     def _follow_replica(self, name: str, entry: Entry, network: NetworkPlan) -> None:
-        """Runs the standby replica of an ``ha: active`` box: it computes, writes nothing."""
+        """Runs the standby replica of an ``ha: active`` fragment: it computes, writes nothing.
+
+        It reads the primary's SUnion topic, on the primary's cluster, so both see the
+        same buckets; promoted, it starts a SUnion of its own that resumes that topic.
+        """
         hosted = self.hosted.get(name)
         if hosted is not None:
             if hosted.network_version != network.version:
                 self._abandon(name, "redeployed")
             else:
                 return
-        box = name.rsplit("/", 1)[1]
-        if box not in network.wiring:
-            raise NetworkError(f"network {entry.spec['network']} has no box {box!r}")
-        mine = self.checkpoint_of(name, network) + REPLICA_SUFFIX
+        primary = str(entry.spec["node"]).split("/")[0]
+        wiring = self._wiring(network, name, entry, self.endpoints.bootstrap(primary))
+        mine = checkpoint_location(self.checkpoint_root, wiring) + REPLICA_SUFFIX
         source = entry.spec.get("checkpoint")
         if source and last_committed_batch(mine) is None:
             # Starts where the primary is, instead of replaying the inputs from the start.
             sync_checkpoint(source, mine)
-        run = run_box(self.spark, network.plan, network.wiring[box], mine, standby=True)
+        run = start_fragment(self.spark, network.plan, wiring, mine, standby=True)
         with self._lock:
-            self.hosted[name] = HostedBox(name, network.version, run, time.time())
+            self.hosted[name] = HostedFragment(name, network.version, run, time.time())
         log.info("%s: running the standby replica of %s", self.global_name, name)
 
         def ready(spec: dict[str, Any] | None) -> dict[str, Any] | None:
             if spec is None or spec.get("replica") != self.global_name:
                 return None
             return {**spec, "replica_ready": True}
-        self.catalog.update(Kind.BOXES, name, ready)
+        self.catalog.update(Kind.FRAGMENTS, name, ready)
 
-    def _promote(self, name: str, entry: Entry, hosted: HostedBox) -> None:
+    def _promote(self, name: str, entry: Entry, hosted: HostedFragment,
+                 network: NetworkPlan) -> None:
         failover = context_of(entry.spec.get("takeover_trace"))
         takeover = self.tracer.start_span(f"takeover {name}", context=failover, attributes={
-            "medusa.box": name, "medusa.node": self.global_name, "medusa.ha": "active",
+            "medusa.fragment": name, "medusa.node": self.global_name, "medusa.ha": "active",
             "medusa.failed_node": entry.spec.get("released_by") or ""})
         restored = last_committed_batch(hosted.run.checkpoint)
         takeover.set_attribute("medusa.checkpoint.batch_restored",
                                -1 if restored is None else restored)
-        hosted.run.writer.output.trace_context = trace.set_span_in_context(takeover)
+        for output in hosted.run.writer.outputs:
+            if hasattr(output, "trace_context"):
+                output.trace_context = trace.set_span_in_context(takeover)
+        # The inputs go on where the failed primary's SUnion stopped, into the same topic.
+        hosted.sunion = self._start_sunion(name, hosted.run.wiring)
         caught_up = hosted.run.promote()
         takeover.set_attribute("medusa.replica.results_caught_up", caught_up)
         self._trace_first_output(hosted.run, takeover)
@@ -281,32 +366,42 @@ class Node:
                  self.global_name, name, caught_up)
         self._mark_running(name, hosted.run.checkpoint)
 
-    def _trace_first_output(self, run: BoxRun, takeover: Any) -> None:
-        """Ends the takeover span with a child at the box's first result after recovery."""
+    def _trace_first_output(self, run: FragmentRun, takeover: Any) -> None:
+        """Ends the takeover span with a child at the fragment's first result after recovery."""
         started = time.time_ns()
         context = trace.set_span_in_context(takeover)
-        run.writer.output.trace_context = context
+        ended = threading.Event()
 
         def first(count: int) -> None:
+            if ended.is_set():
+                return
+            ended.set()
             self.tracer.start_span("first output", context=context, start_time=started,
                                    attributes={"medusa.results": count}).end()
             takeover.end()
-        stats = run.writer.output.stats
-        if stats.first_write_at is not None and not run.standby:
-            first(0)
-        else:
-            stats.first_write_listeners.append(first)
+        for output in run.writer.outputs:
+            if hasattr(output, "trace_context"):
+                output.trace_context = context
+            stats = getattr(output, "stats", None)
+            if stats is None:
+                continue
+            if stats.first_write_at is not None and not run.standby:
+                first(0)
+            else:
+                stats.first_write_listeners.append(first)
 
     def _abandon(self, name: str, why: str) -> None:
         with self._lock:
             hosted = self.hosted.pop(name)
         hosted.run.abandon()
+        if hosted.sunion is not None:
+            hosted.sunion.stop()
         log.info("%s: stopped %s: %s", self.global_name, name, why)
 
     def _rejoin(self) -> None:
         """Declared failed while alive: stop everything, write nothing, rejoin as a new node."""
-        log.warning("%s: the failure detector declared incarnation %s failed and its boxes "
-                    "run elsewhere; stopping them and rejoining", self.global_name,
+        log.warning("%s: the failure detector declared incarnation %s failed and its "
+                    "fragments run elsewhere; stopping them and rejoining", self.global_name,
                     self.incarnation)
         for name in list(self.hosted):
             self._abandon(name, "this node was declared failed")
@@ -314,25 +409,37 @@ class Node:
         self.incarnation = uuid.uuid4().hex
         self.register()
 
-    def _network(self, network_name: str) -> NetworkPlan:
+    def _network(self, network_name: str, members: list[Entry]) -> NetworkPlan:
         entry = self.catalog.get(Kind.NETWORKS, network_name)
         if entry is None:
             raise NetworkError(f"network {network_name} is not in the catalog")
+        member = {box: e.name.rsplit("/", 1)[1] for e in members for box in e.spec["boxes"]}
         cached = self._plans.get(network_name)
-        if cached is not None and cached.version == entry.version:
+        if cached is not None and cached.version == entry.version and \
+                {b: f for f in cached.fragments.values() for b in f.boxes} == member:
             return cached
         spec = parse_network(entry.spec["definition"], origin=f"network {network_name}")
         plan = validate(spec, self.spark)
-        # Topics and schemas exist since the deploy; wiring here only looks them up.
-        wiring = wire(plan, self.endpoints, self.registry, announce=False)
-        self._plans[network_name] = NetworkPlan(entry.version, plan, wiring)
+        missing = [box for box in plan.order if box not in member]
+        if missing:
+            raise NetworkError(f"network {network_name}: box {missing[0]!r} is in no fragment "
+                               "of the catalog; redeploy the network")
+        fragments = fragments_of(plan, member)
+        # Topics and schemas exist since the deploy; this only looks them up.
+        topics = network_topics(plan, fragments, self.endpoints, self.registry, announce=False)
+        self._plans[network_name] = NetworkPlan(entry.version, plan, topics, fragments)
         return self._plans[network_name]
 
     def _hand_over(self, name: str, keep_placement: bool = False) -> None:
         with self._lock:
             hosted = self.hosted.pop(name)
         started = time.monotonic()
-        hosted.run.hand_over()
+        if hosted.run.query.isActive:
+            hosted.run.hand_over()
+        else:
+            hosted.run.writer.close()
+        if hosted.sunion is not None:
+            hosted.sunion.stop()
         log.info("%s: stopped %s at a batch boundary in %.1fs", self.global_name, name,
                  time.monotonic() - started)
         if keep_placement:
@@ -344,31 +451,58 @@ class Node:
                 return None  # withdrawn, placed back here, or taken over by another node
             return {**spec, "phase": "released", "checkpoint": hosted.run.checkpoint,
                     "released_by": self.global_name}
-        self.catalog.update(Kind.BOXES, name, released)
+        self.catalog.update(Kind.FRAGMENTS, name, released)
 
     # -- load reports ---------------------------------------------------------------------
 
-    def box_loads(self) -> list[dict[str, Any]]:
-        loads = []
+    def fragment_loads(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Per hosted fragment and per box: rates, batch time, lag, errors, SUnion state."""
+        fragments, boxes = [], []
         with self._lock:
             items = list(self.hosted.values())
         for hosted in items:
-            query = hosted.run.query
-            progress: dict[str, Any] = query.lastProgress or {}
+            run = hosted.run
+            progress: dict[str, Any] = run.query.lastProgress or {}
             lag = 0
             for source in progress.get("sources", []):
                 metrics = source.get("metrics") or {}
-                lag += int(float(metrics.get("maxOffsetsBehindLatest", 0) or 0))
-            loads.append({
-                "box": hosted.name,
+                lag = max(lag, int(float(metrics.get("maxOffsetsBehindLatest", 0) or 0)))
+            failure = run.failure()
+            state = ("failed" if hosted.failed else "restarting" if failure else
+                     "standby" if run.standby else "running")
+            operators = [{"operator": op.get("operatorName"),
+                          "rows_total": op.get("numRowsTotal"),
+                          "rows_updated": op.get("numRowsUpdated"),
+                          "rows_dropped_late": op.get("numRowsDroppedByWatermark"),
+                          "update_ms": op.get("allUpdatesTimeMs"),
+                          "removal_ms": op.get("allRemovalsTimeMs"),
+                          "commit_ms": op.get("commitTimeMs")}
+                         for op in progress.get("stateOperators", [])]
+            sunion = hosted.sunion.state() if hosted.sunion is not None else {}
+            fragments.append({
+                "fragment": hosted.name, "state": state,
                 "input_rate": float(progress.get("inputRowsPerSecond") or 0.0),
                 "processing_rate": float(progress.get("processedRowsPerSecond") or 0.0),
                 "batch_duration_ms": int(progress.get("batchDuration") or 0),
-                "lag": lag,
-                "active": query.isActive,
-                "error": hosted.run.failure(),
+                "lag": lag, "restarts": hosted.restarts,
+                "error": failure or self.errors.get(hosted.name),
+                "operators": json.dumps({"operators": operators,
+                                         "duration_ms": progress.get("durationMs", {})}),
+                "sunion": json.dumps(sunion),
             })
-        return loads
+            duration_s = max(0.001, (progress.get("batchDuration") or 0) / 1000.0)
+            rows = run.box_rows()
+            network = hosted.name.rsplit("/", 1)[0]
+            for box in run.wiring.fragment.boxes:
+                out = rows.get(box)
+                boxes.append({
+                    "box": f"{network}/{box}",
+                    "input_rate": float(progress.get("inputRowsPerSecond") or 0.0),
+                    "processing_rate": (out / duration_s) if out is not None else 0.0,
+                    "batch_duration_ms": int(progress.get("batchDuration") or 0),
+                    "lag": lag,
+                })
+        return fragments, boxes
 
     def _keep_running(self, what: str, body: Callable[[], None], retry_s: float) -> None:
         """Runs ``body`` until ``stop``; a failure (Kafka or the registry away) is logged and
@@ -381,21 +515,19 @@ class Node:
                 self._stop.wait(retry_s)
 
     def _report(self) -> None:
-        ensure_topics({"bootstrap.servers": self.bootstrap}, [NODE_LOAD_TOPIC], partitions=1)
-        with TupleProducer({"bootstrap.servers": self.bootstrap}, self.registry, NODE_LOAD_TOPIC,
+        ensure_topics(kafka_config(self.bootstrap), [NODE_LOAD_TOPIC], partitions=1)
+        with TupleProducer(kafka_config(self.bootstrap), self.registry, NODE_LOAD_TOPIC,
                            schema_for_topic(NODE_LOAD_TOPIC), self.global_name,
                            boundary_interval_s=self.metrics_interval_s) as producer:
             while not self._stop.wait(self.metrics_interval_s):
-                loads = self.box_loads()
-                busy_ms = sum(load["batch_duration_ms"] for load in loads)
+                fragments, boxes = self.fragment_loads()
+                busy_ms = sum(f["batch_duration_ms"] for f in fragments)
                 now = int(time.time() * 1000)
                 report = {
                     "node": self.global_name, "participant": self.participant,
                     "reported_at": now,
                     "utilisation": min(1.0, busy_ms / (self.metrics_interval_s * 1000)),
-                    "boxes": [{k: load[k] for k in ("box", "input_rate", "processing_rate",
-                                                    "batch_duration_ms", "lag")}
-                              for load in loads],
+                    "boxes": boxes, "fragments": fragments,
                 }
                 producer.produce(report, f"{self.global_name}/load/{now}", now,
                                  key=self.global_name)
@@ -403,8 +535,8 @@ class Node:
     # -- heartbeats -----------------------------------------------------------------------
 
     def _beat(self) -> None:
-        """Beats until ``stop``, on a thread of its own so slow boxes do not delay it."""
-        config = {"bootstrap.servers": self.bootstrap, "linger.ms": 0}
+        """Beats until ``stop``, on a thread of its own so slow fragments do not delay it."""
+        config = kafka_config(self.bootstrap, **{"linger.ms": 0})
         with TupleProducer(config, self.registry, HEARTBEAT_TOPIC,
                            schema_for_topic(HEARTBEAT_TOPIC), self.global_name,
                            boundary_interval_s=60.0) as producer:
@@ -424,7 +556,7 @@ class Node:
 
     def run(self) -> None:
         """Register, then follow the catalog until ``stop``."""
-        ensure_topics({"bootstrap.servers": self.bootstrap}, [HEARTBEAT_TOPIC], partitions=1,
+        ensure_topics(kafka_config(self.bootstrap), [HEARTBEAT_TOPIC], partitions=1,
                       config=HEARTBEAT_TOPIC_CONFIG)
         # Beating before joining: the detector starts the clock at the registration.
         threading.Thread(target=self._keep_running, name="heartbeats", daemon=True,
@@ -442,10 +574,14 @@ class Node:
                 self._stop.wait(self.poll_interval_s)
         finally:
             for name in list(self.hosted):
+                hosted = self.hosted.pop(name)
                 try:  # at a batch boundary, so a restart resumes without a duplicate
-                    self.hosted.pop(name).run.hand_over(timeout_s=30)
+                    if hosted.run.query.isActive:
+                        hosted.run.hand_over(timeout_s=30)
                 except Exception as error:
                     log.warning("%s: stopping %s: %s", self.global_name, name, error)
+                if hosted.sunion is not None:
+                    hosted.sunion.stop()
             try:
                 self.catalog.update(Kind.NODES, self.global_name,
                                     lambda spec: {**spec, "status": "down"} if spec else None)

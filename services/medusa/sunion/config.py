@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -34,6 +35,10 @@ class SUnionConfig(BaseModel):
     start_positions: dict[str, dict[int, int]] | None = None
     """Input name -> partition -> offset to start from when the output topic holds no
     SUnion state yet (a fragment moved to another cluster); None: earliest."""
+    resume_from: dict[str, Any] | None = None
+    """A positions record (``POSITIONS_HEADER``'s JSON) to resume from instead of what the
+    output topic holds: set when a fragment moves to a node of another cluster, from the
+    record its last committed batch read on the old cluster."""
     state_file: str | None = None
     """Where ``SUnion.state()`` is written as JSON about every second (atomically)."""
 

@@ -241,7 +241,8 @@ class SUnion:
         self._producer = producer
         self._output_partition_count = self._partition_count(
             config.output_bootstrap, config.output_topic)
-        self._restored = self._read_last_positions()
+        # A fragment moved from another cluster brings the positions its last batch read.
+        self._restored = config.resume_from or self._read_last_positions()
         released = self._restored.get("released_through") if self._restored else None
         self._buckets = Buckets(config.bucket_ms, {i.name: i.topic for i in config.inputs},
                                 released_through=released, max_delay_ms=config.max_delay_ms)
