@@ -10,6 +10,7 @@ the next node resumes from it in place.
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,3 +84,56 @@ def batch_offsets(location: str, batch: int) -> str | None:
         return None
     lines = path.read_text().splitlines()
     return "\n".join(lines[2:])  # after the version and the batch metadata
+
+
+def rebase_source(location: str, topic: str, offsets: dict[int, int]) -> int | None:
+    """Makes a local checkpoint resume reading ``topic`` at ``offsets`` (partition -> offset).
+
+    For a fragment moved to a node of another cluster: its SUnion's topic there has the
+    same name but other offsets. The last committed batch's source offsets are rewritten,
+    and a batch planned after it (never committed) is dropped, so Spark plans the next
+    batch from the new topic's offsets. Returns the batch rebased, or None without one.
+    """
+    batch = last_committed_batch(location)
+    if batch is None:
+        return None
+    root = _path(location)
+    for folder in ("offsets", "commits"):
+        for path in (root / folder).iterdir():
+            if path.name.isdigit() and int(path.name) > batch:
+                path.unlink()
+    path = root / "offsets" / str(batch)
+    lines = path.read_text().splitlines()
+    wanted = json.dumps({topic: {str(p): o for p, o in sorted(offsets.items())}})
+    rebased = [wanted if index >= 2 and _reads(line, topic) else line
+               for index, line in enumerate(lines)]
+    path.write_text("\n".join(rebased))
+    for stale in (root / "offsets").glob(f".{batch}.*"):  # Spark's checksum files
+        stale.unlink()
+    return batch
+
+
+def source_offsets(location: str, batch: int, topic: str) -> dict[int, int] | None:
+    """Where the batch's readers of ``topic`` stood at its end (the smallest per partition:
+    a query may read its source more than once)."""
+    path = _path(location) / "offsets" / str(batch)
+    if not is_local(location) or not path.is_file():
+        return None
+    found: dict[int, int] = {}
+    for line in path.read_text().splitlines()[2:]:
+        if not line.strip() or line.strip() == "-":
+            continue
+        described = json.loads(line)
+        for partition, offset in (described.get(topic) or {}).items():
+            if int(partition) not in found or offset < found[int(partition)]:
+                found[int(partition)] = int(offset)
+    return found or None
+
+
+def _reads(line: str, topic: str) -> bool:
+    """Whether a source line of an offsets file is a reader of ``topic``."""
+    text = line.strip()
+    if not text or text == "-":
+        return False
+    described = json.loads(text)
+    return isinstance(described, dict) and topic in described

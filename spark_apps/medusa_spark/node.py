@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from opentelemetry import trace
 from pyspark.sql import SparkSession
@@ -54,9 +55,16 @@ from medusa.schemas import (
 from medusa.settings import StackSettings, kafka_config
 from medusa.stack.endpoints import Endpoints
 from medusa.sunion.config import SUnionConfig, SUnionInput
+from medusa.sunion.service import positions_before
 from medusa.topics import ensure_topics
 from medusa.tracing import context_of
-from medusa_spark.checkpoints import batch_offsets, last_committed_batch, sync_checkpoint
+from medusa_spark.checkpoints import (
+    batch_offsets,
+    last_committed_batch,
+    rebase_source,
+    source_offsets,
+    sync_checkpoint,
+)
 from medusa_spark.fragment import FragmentWiring
 from medusa_spark.fragment_run import FragmentRun, checkpoint_location, start_fragment
 from medusa_spark.network.fragments import Fragment, fragments_of
@@ -240,7 +248,11 @@ class Node:
                 "medusa.checkpoint.offsets_replayed_from":
                     (batch_offsets(mine, restored) if restored is not None else None) or
                     "the earliest offsets"})
-        sunion = self._start_sunion(name, wiring)
+        resume = None
+        before = str(entry.spec.get("released_by") or "").split("/")[0]
+        if source and before and self.endpoints.bootstrap(before) != self.bootstrap:
+            resume = self._rebase(name, mine, wiring, self.endpoints.bootstrap(before))
+        sunion = self._start_sunion(name, wiring, resume)
         run = start_fragment(self.spark, network.plan, wiring, mine)
         if takeover is not None:
             self._trace_first_output(run, takeover)
@@ -252,13 +264,36 @@ class Node:
                  f", taken over from {entry.spec.get('released_by')}" if takeover else "")
         self._mark_running(name, mine)
 
-    def _start_sunion(self, name: str, wiring: FragmentWiring) -> SUnionProcess:
+    def _rebase(self, name: str, checkpoint: str, wiring: FragmentWiring,
+                old_bootstrap: str) -> dict[str, Any] | None:
+        """Moved here from another cluster: the query goes on at the end of this cluster's
+        SUnion topic, and the SUnion from the inputs' positions of the last batch the
+        query committed there."""
+        batch = last_committed_batch(checkpoint)
+        topic = wiring.source.topic
+        read = source_offsets(checkpoint, batch, topic) if batch is not None else None
+        if batch is None or read is None:
+            return None
+        positions = positions_before(old_bootstrap, topic, read)
+        consumer = Consumer(kafka_config(self.bootstrap, **{"group.id": f"medusa.{name}"}))
+        try:
+            ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in read}
+        finally:
+            consumer.close()
+        rebase_source(checkpoint, topic, ends)
+        log.info("%s: %s comes from another cluster: batch %d rebased to %s, inputs resume "
+                 "from the positions read there", self.global_name, name, batch, ends)
+        return positions
+
+    def _start_sunion(self, name: str, wiring: FragmentWiring,
+                      resume: dict[str, Any] | None = None) -> SUnionProcess:
         config = SUnionConfig(
             fragment=name,
             inputs=[SUnionInput(name=n, topic=s.topic, bootstrap=s.bootstrap)
                     for n, s in sorted(wiring.inputs.items())],
             output_topic=wiring.source.topic, output_bootstrap=wiring.source.bootstrap,
-            bucket_ms=wiring.bucket_ms)
+            bucket_ms=wiring.bucket_ms, resume_from=resume)
         folder = self.work_dir / "sunion" / f"{wiring.topic_prefix}{name}".replace("/", "_")
         return SUnionProcess(config, folder).start()
 

@@ -179,6 +179,19 @@ class _PartitionWatcher:
                             self._new.extend(sorted(found))
 
 
+def positions_before(bootstrap: str, topic: str, offsets: dict[int, int],
+                     kafka: KafkaClientSettings | None = None) -> dict[str, Any] | None:
+    """The positions of the last release a reader of ``topic`` had read whole when it
+    stood at ``offsets`` (partition -> next offset): where a SUnion on another cluster
+    resumes for a fragment whose query stopped there."""
+    config = SUnionConfig(fragment=f"positions of {topic}", output_topic=topic,
+                          output_bootstrap=bootstrap,
+                          inputs=[SUnionInput(name="-", topic=topic, bootstrap=bootstrap)])
+    reader = SUnion(config, kafka)
+    reader._output_partition_count = max(offsets, default=0) + 1
+    return reader._read_last_positions(before=offsets)
+
+
 class SUnion:
     """The SUnion of one fragment. Use as a context manager; ``run`` until ``stop``.
 
@@ -543,8 +556,10 @@ class SUnion:
             return None
         return self.config.start_positions.get(input_name, {}).get(partition)
 
-    def _read_last_positions(self, timeout_s: float = 60.0) -> dict[str, Any] | None:
-        """The positions of the last committed release in ``output_topic``, or None.
+    def _read_last_positions(self, timeout_s: float = 60.0,
+                             before: dict[int, int] | None = None) -> dict[str, Any] | None:
+        """The positions of the last committed release in ``output_topic``, or None;
+        ``before`` limits the search per partition to the offsets below the one given.
 
         Reads back from the end of each partition (committed records only), in widening
         windows, since an aborted transaction may fill the log's tail.
@@ -559,6 +574,10 @@ class SUnion:
             for partition in range(self._output_partition_count):
                 low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
                                                            timeout=10)
+                if before is not None:
+                    if partition not in before:
+                        continue
+                    high = min(high, before[partition])
                 end, window = high, TAIL_WINDOW
                 found = None
                 while found is None and end > low:
