@@ -1,9 +1,9 @@
 """Reading tuples back: envelope plus Avro value; undecodable records go to a dead-letter topic.
 
-A dead-lettered record keeps its key, value and headers unchanged and gains
-``medusa.dlq.*`` headers saying why and where it came from, so nothing is lost.
-Offsets are stored only once a record is handled (decoded, or dead-lettered and
-acknowledged by the broker).
+A dead-lettered record is kept as ``medusa.dead_letters`` says (unchanged, plus
+``medusa.dlq.*`` headers giving the reason, topic, partition and offset), so nothing
+is lost. Offsets are stored only once a record is handled (decoded, or dead-lettered
+and acknowledged by the broker).
 """
 
 from __future__ import annotations
@@ -21,15 +21,12 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+from medusa import dead_letters
+from medusa.dead_letters import DeadLetter, dead_letter_topic
 from medusa.envelope import EnvelopeError, TupleRecord, TupleType, decode_record
 from medusa.registry import SERDE_CONFIG
-from medusa.topics import dead_letter_topic, ensure_topics
+from medusa.topics import ensure_topics
 from medusa.tracing import context_of, header_traceparent, traceparent
-
-DLQ_REASON_HEADER = "medusa.dlq.reason"
-DLQ_TOPIC_HEADER = "medusa.dlq.topic"
-DLQ_PARTITION_HEADER = "medusa.dlq.partition"
-DLQ_OFFSET_HEADER = "medusa.dlq.offset"
 
 _VALUELESS = {TupleType.BOUNDARY, TupleType.UNDO, TupleType.REC_DONE}
 
@@ -140,17 +137,13 @@ class TupleConsumer:
                              message.key(), message.timestamp()[1], parent)
 
     def _dead_letter(self, message: Message, reason: str) -> None:
-        topic = message.topic() or ""
-        headers = [*(message.headers() or []),
-                   (DLQ_REASON_HEADER, reason.encode()),
-                   (DLQ_TOPIC_HEADER, topic.encode()),
-                   (DLQ_PARTITION_HEADER, str(message.partition()).encode()),
-                   (DLQ_OFFSET_HEADER, str(message.offset()).encode())]
-        self._dlq_producer.produce(dead_letter_topic(topic), key=message.key(),
-                                   value=message.value(), headers=headers)
+        headers = message.headers() or []
+        letter = DeadLetter(topic=message.topic() or "", reason=reason, value=message.value(),
+                            key=message.key(),
+                            headers=list(headers.items()) if isinstance(headers, dict) else headers,
+                            partition=message.partition(), offset=message.offset())
         # Only once the dead letter is safely stored may the original's offset move on.
-        if self._dlq_producer.flush(30.0) != 0:
-            raise RuntimeError(f"could not write dead letter for {topic}@{message.offset()}")
+        dead_letters.send(self._dlq_producer, [letter])
         self.dead_lettered += 1
         self._consumer.store_offsets(message)
 

@@ -8,11 +8,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-DEAD_LETTER_SUFFIX = ".dlq"
-
-
-def dead_letter_topic(topic: str) -> str:
-    return f"{topic}{DEAD_LETTER_SUFFIX}"
+# Dead letters belong to medusa.dead_letters; re-exported here for the modules that still
+# import them from medusa.topics.
+from medusa.dead_letters import DEAD_LETTER_SUFFIX as DEAD_LETTER_SUFFIX
+from medusa.dead_letters import dead_letter_topic as dead_letter_topic
 
 
 def ensure_topics(

@@ -11,12 +11,19 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from medusa.consuming import DLQ_OFFSET_HEADER, DLQ_REASON_HEADER, DLQ_TOPIC_HEADER, TupleConsumer
+from medusa.consuming import TupleConsumer
+from medusa.dead_letters import (
+    OFFSET_HEADER,
+    PARTITION_HEADER,
+    REASON_HEADER,
+    TOPIC_HEADER,
+    dead_letter_topic,
+)
 from medusa.envelope import Envelope, TupleType, decode_record
 from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
 from medusa.sensors import SensorReading, sensor_readings, to_dict
-from medusa.topics import dead_letter_topic, ensure_topics
+from medusa.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -119,10 +126,11 @@ def test_undecodable_records_go_to_the_dead_letter_topic_with_their_reason(
     letters = _read_all(kafka_config, dead_letter_topic(topic), expected=2)
     assert [m.value() for m in letters] == [b"not avro at all", b"\x00\x00\x00\x00\x01xyz"]
     first, second = (dict(m.headers()) for m in letters)
-    assert first[DLQ_TOPIC_HEADER] == topic.encode()
-    assert first[DLQ_OFFSET_HEADER] == b"1"
-    assert b"magic byte" in first[DLQ_REASON_HEADER].lower() or first[DLQ_REASON_HEADER]
-    assert b"lacks envelope header" in second[DLQ_REASON_HEADER]
+    assert first[TOPIC_HEADER] == topic.encode()
+    assert first[PARTITION_HEADER] == b"0"
+    assert first[OFFSET_HEADER] == b"1"
+    assert b"magic byte" in first[REASON_HEADER].lower() or first[REASON_HEADER]
+    assert b"lacks envelope header" in second[REASON_HEADER]
     assert first["medusa.id"] == b"bad-1", "original headers are kept"
 
 
