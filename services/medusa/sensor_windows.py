@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,14 +30,17 @@ STIME_ORIGIN_MS = 1_800_000_000_000
 WINDOW_MS = 10_000
 
 
-def network_yaml(name: str, topic_prefix: str, ha: str | None = None, **overrides: Any) -> str:
+def network_yaml(name: str, topic_prefix: str, ha: str | None = None,
+                 fragments: dict[str, str] | None = None, **overrides: Any) -> str:
     """The example network under another name, on topics of its own (every box with
-    ``ha`` when given)."""
+    ``ha`` when given; ``fragments`` names the fragment of some boxes)."""
     raw = yaml.safe_load(NETWORK.read_text())
     raw.update(name=name, topic_prefix=topic_prefix, **overrides)
-    if ha is not None:
-        for box in raw["boxes"].values():
+    for box_name, box in raw["boxes"].items():
+        if ha is not None:
             box["ha"] = ha
+        if fragments and box_name in fragments:
+            box["fragment"] = fragments[box_name]
     return yaml.safe_dump(raw, sort_keys=False)
 
 
@@ -56,7 +60,9 @@ def reference(readings: list[SensorReading]) -> dict[str, dict[str, Any]]:
 
 @dataclass
 class SteadyInput:
-    """Publishes ``seconds`` rounds of readings, one round per ``1 / speedup`` seconds."""
+    """Publishes ``seconds`` rounds of readings, one round per ``1 / speedup`` seconds, and
+    then more while ``keep_going()`` says so (at most ``max_seconds`` in all): a scenario
+    keeps its input flowing until what it checks has been observed."""
 
     kafka_config: dict[str, Any]
     registry: SchemaRegistryClient
@@ -66,13 +72,20 @@ class SteadyInput:
     speedup: float = 1.0
     trace_every: int = 0
     """Trace one reading in this many from the producer through the boxes to the sink."""
+    keep_going: Callable[[], bool] | None = None
+    max_seconds: int = 600
     sent: list[SensorReading] = field(default_factory=list)
     finished: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
     def readings(self) -> list[SensorReading]:
+        """The first ``seconds`` rounds; ``sent`` has all that went out."""
         return list(sensor_readings(self.sensors, STIME_ORIGIN_MS, 1000,
                                     self.sensors * self.seconds))
+
+    def expected(self) -> dict[str, dict[str, Any]]:
+        """The reference results of what was sent (once ``finished``)."""
+        return reference(self.sent)
 
     def run(self) -> None:
         try:
@@ -90,13 +103,17 @@ class SteadyInput:
     def _publish(self) -> None:
         ensure_topics(self.kafka_config, [self.topic], partitions=2)
         rounds: dict[int, list[SensorReading]] = defaultdict(list)
-        for reading in self.readings():
+        for reading in sensor_readings(self.sensors, STIME_ORIGIN_MS, 1000,
+                                       self.sensors * max(self.seconds, self.max_seconds)):
             rounds[reading.measured_at].append(reading)
         started = time.monotonic()
+        last = STIME_ORIGIN_MS
         with TupleProducer(self.kafka_config, self.registry, self.topic,
                            schema_for_topic(SENSOR_READINGS), f"steady/{self.topic}",
                            to_dict, trace_every=self.trace_every) as producer:
             for index, (stime, batch) in enumerate(sorted(rounds.items())):
+                if index >= self.seconds and (self.keep_going is None or not self.keep_going()):
+                    break
                 delay = started + index / self.speedup - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
@@ -104,8 +121,9 @@ class SteadyInput:
                     producer.produce(reading, reading.tuple_id, stime, key=reading.sensor_id)
                     self.sent.append(reading)
                 producer.emit_boundaries(stime)
-            # End of input: a boundary past the last window and the lateness closes them all.
-            producer.emit_boundaries(STIME_ORIGIN_MS + (self.seconds + 60) * 1000)
+                last = stime
+            # End of input: a boundary past the last window closes them all.
+            producer.emit_boundaries(last + 60_000)
             if producer.flush(30):
                 raise RuntimeError(f"{self.topic}: readings left undelivered")
 

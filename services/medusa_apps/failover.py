@@ -1,12 +1,15 @@
 """A node killed mid-stream, and what the sink saw: the failover scenario of the HA tests
 and benchmark.
 
-The sensor-windows network runs on one node under steady input, with every box
-``ha: passive`` (restored from its checkpoint on the secondary) or ``ha: active``
-(a replica on the secondary takes over). Some seconds after results flow, the
-node is killed; the scenario then waits for every expected result and reports
-detection time, time to the first result after the kill, the output gap, and the
-results lost, duplicated or wrong, by tuple id against the reference.
+The sensor-windows network runs on one node under steady input, as two fragments
+(the check, whose output is the continuous stream watched, and the windows), both
+``ha: passive`` (restored from their checkpoints on the secondary) or ``ha: active``
+(replicas on the secondary take over). Some seconds after results flow, the node
+is killed; the input keeps flowing until results written after the kill have
+been seen on both outputs, whatever the machine's speed; the scenario then waits
+for every expected result and reports detection time, time to the first result
+after the kill, the output gap, and the results lost, duplicated or wrong, by
+tuple id against the reference.
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ from pyspark.sql import SparkSession
 
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Kind
-from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput, network_yaml, reference
+from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput, network_yaml
 from medusa.settings import kafka_config
 from medusa.stack.endpoints import Endpoints
 from medusa_spark.deploy import deploy, undeploy
 
 BOXES = ("plausible", "per_sensor")
+FRAGMENTS = {"plausible": "check", "per_sensor": "windows"}
+AFTER_RECOVERY_S = 12.0
+"""Input sent once recovery has been seen: the windows then open close after it too."""
 
 
 @dataclass
@@ -94,11 +100,11 @@ class FailoverOutcome:
 
 def wait_placed(catalog: CatalogClient, network: str, node: str, replica: str | None,
                 timeout_s: float = 240.0) -> None:
-    """Until every box runs on ``node`` (and, for ``ha: active``, its replica runs)."""
+    """Until every fragment runs on ``node`` (and, for ``ha: active``, its replica runs)."""
     deadline = time.monotonic() + timeout_s
     specs: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        specs = {e.name: e.spec for e in catalog.list(Kind.BOXES, network=network)}
+        specs = {e.name: e.spec for e in catalog.list(Kind.FRAGMENTS, network=network)}
         if specs and all(s["node"] == node and s.get("phase") == "running" and
                          (replica is None or s.get("replica_ready")) for s in specs.values()):
             return
@@ -147,16 +153,28 @@ def run_failover(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Sp
     alpha = kafka_config(endpoints.bootstrap("alpha"))
     beta = kafka_config(endpoints.bootstrap("beta"))
     topics = {box: f"{prefix}medusa.{name}.{box}" for box in BOXES}
-    deploy(network_yaml(name, prefix, ha=mode), name, endpoints, registry, spark, catalog,
-           dict.fromkeys(BOXES, primary), report=lambda _: None)
+    deploy(network_yaml(name, prefix, ha=mode, fragments=FRAGMENTS), name, endpoints,
+           registry, spark, catalog, dict.fromkeys(BOXES, primary), report=lambda _: None)
     try:
         wait_placed(catalog, network, primary, secondary if mode == "active" else None)
         say(f"  {mode}: running on {primary}" +
             (f", replicas on {secondary}" if mode == "active" else ""))
         watch = OutputWatch(beta, registry, list(topics.values())).start()
+        killed: list[int] = []
+        recovered: list[float] = []
+
+        def keep_going() -> bool:
+            """Until both outputs have shown results written after the kill, and a while."""
+            if not killed:
+                return True
+            if not recovered:
+                if all(any(a.appended_ms > killed[0] for a in watch.arrived(topic))
+                       for topic in topics.values()):
+                    recovered.append(time.monotonic())
+                return True
+            return time.monotonic() - recovered[0] < AFTER_RECOVERY_S
         steady = SteadyInput(alpha, registry, f"{prefix}sensors.readings", sensors, seconds,
-                             trace_every=trace_every)
-        expected = reference(steady.readings())
+                             trace_every=trace_every, keep_going=keep_going)
         steady.start()
         deadline = time.monotonic() + 180
         while not watch.ids(topics["per_sensor"]) and time.monotonic() < deadline:
@@ -165,17 +183,20 @@ def run_failover(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Sp
         failures = _FailureWatch(endpoints.catalog_url, primary).start()
         kill_ms = int(time.time() * 1000)
         fail()
+        killed.append(kill_ms)
         say(f"  {mode}: {primary} brought down")
-        if not steady.finished.wait(seconds + 180):
+        if not steady.finished.wait(steady.max_seconds + 60):
             raise TimeoutError("the input did not finish")
         if steady.error is not None:
             raise steady.error
+        expected = steady.expected()
         watch.wait_for(topics["per_sensor"], set(expected), timeout_s=300)
         watch.wait_for(topics["plausible"], {r.tuple_id for r in steady.sent}, timeout_s=60)
         watch.stop()
         failures.stop()
-        placement = {e.name.rsplit("/", 1)[1]: e.spec["node"]
-                     for e in catalog.list(Kind.BOXES, network=network)}
+        placement = {box: e.spec["node"]
+                     for e in catalog.list(Kind.FRAGMENTS, network=network)
+                     for box in e.spec["boxes"]}
         passed = {box: watch.arrived(topic) for box, topic in topics.items()}
         outcome = FailoverOutcome(mode, primary, secondary, kill_ms, failures.declared_ms,
                                   placement, passed, [r.tuple_id for r in steady.sent],

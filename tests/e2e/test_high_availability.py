@@ -1,6 +1,6 @@
-"""A node killed -9 mid-stream: its boxes continue on its secondary, from the checkpoint
-(ha: passive) or from a running replica (ha: active), and the sink sees every result
-once; a node paused past its detection and resumed is fenced. Checked by tuple id
+"""A node killed -9 mid-stream: its fragments continue on its secondary, from the
+checkpoint (ha: passive) or from a running replica (ha: active), and the sink sees every
+result once; a node paused past its detection and resumed is fenced. Checked by tuple id
 against the reference."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _failover(federation, nodes, spark, registry_module, mode: str, primary: str
     with CatalogClient(federation.catalog_url) as catalog:
         outcome = run_failover(federation, registry_module, spark, catalog, mode, primary,
                                secondary, nodes[primary].kill, trace_every=TRACE_EVERY)
-    _restart(nodes[primary])  # rejoins as a new incarnation, with no boxes
+    _restart(nodes[primary])  # rejoins as a new incarnation, with no fragments
     return outcome
 
 
@@ -89,8 +89,8 @@ def test_the_failure_is_one_trace_in_jaeger(federation, passive) -> None:
         assert failure.parent(failure.one(stage)) == root, stage
     declaration = failure.one("declaration")
     placements = failure.named("placement")
-    assert {s.attributes["medusa.box"].rsplit("/", 1)[1] for s in placements} == {
-        "plausible", "per_sensor"}
+    assert {s.attributes["medusa.fragment"].rsplit("/", 1)[1] for s in placements} == {
+        "check", "windows"}
     assert all(failure.parent(s) == declaration for s in placements)
     takeovers = failure.named("takeover")
     assert len(takeovers) == 2
@@ -137,9 +137,10 @@ def test_a_node_declared_dead_that_comes_back_is_fenced(
             paused.signal(signal.SIGSTOP)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
-                boxes = [e for e in catalog.list(Kind.BOXES) if e.name.startswith("alpha/ha-pas")
-                         and e.spec["node"] == A2 and e.spec.get("phase") == "running"]
-                if len(boxes) == 2:
+                moved = [e for e in catalog.list(Kind.FRAGMENTS)
+                         if e.name.startswith("alpha/ha-pas") and e.spec["node"] == A2
+                         and e.spec.get("phase") == "running"]
+                if len(moved) == 2:
                     break
                 time.sleep(0.5)
             paused.signal(signal.SIGCONT)  # back, with its queries mid-batch
@@ -148,6 +149,6 @@ def test_a_node_declared_dead_that_comes_back_is_fenced(
                                A2, pause_until_replaced)
         rejoined = catalog.get(Kind.NODES, A1)
     _assert_exactly_once(outcome)
-    # It stopped its boxes without taking them back, and rejoined as a new incarnation.
+    # It stopped its fragments without taking them back, and rejoined as a new incarnation.
     assert rejoined.spec["status"] == "up"
     assert rejoined.spec["incarnation"] != incarnation

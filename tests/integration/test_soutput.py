@@ -1,5 +1,6 @@
-"""SOutput against the real Kafka: one transaction per batch, duplicates dropped by tuple id
-across writers, the previous writer fenced, and a standby that writes only what is missing."""
+"""SOutput against the real Kafka: one transaction per batch over all of a fragment's
+output topics, duplicates dropped by tuple id across writers, the previous writer fenced,
+and a standby that writes only what is missing."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from medusa_spark.soutput import OutputFencedError, OutRecord, SOutput, transact
 pytestmark = pytest.mark.integration
 
 
-def _records(ids: range) -> list[OutRecord]:
-    return [OutRecord(f"t{i}", f"v{i}".encode(), [(TYPE_HEADER, b"STABLE"),
-                                                   (ID_HEADER, f"t{i}".encode())],
+def _records(topic: str, ids: range) -> list[OutRecord]:
+    return [OutRecord(topic, f"t{i}", f"v{i}".encode(), [(TYPE_HEADER, b"STABLE"),
+                                                          (ID_HEADER, f"t{i}".encode())],
                       key=f"k{i % 3}".encode()) for i in ids]
 
 
@@ -47,14 +48,14 @@ def output_topic(kafka_config, topic) -> str:
 def test_a_takeover_fences_the_old_writer_and_drops_what_it_wrote(kafka_config,
                                                                   output_topic) -> None:
     bootstrap = kafka_config["bootstrap.servers"]
-    first = SOutput(output_topic, bootstrap)
-    assert first.write(_records(range(0, 10))) == 10
+    first = SOutput(output_topic, [output_topic], bootstrap)
+    assert first.write(_records(output_topic, range(0, 10))) == 10
     # The next writer replays the last batch (its checkpoint lacked the commit) and more.
-    second = SOutput(output_topic, bootstrap)
-    assert second.write(_records(range(5, 15))) == 5
+    second = SOutput(output_topic, [output_topic], bootstrap)
+    assert second.write(_records(output_topic, range(5, 15))) == 5
     assert second.stats.duplicates_dropped == 5 and second.stats.recovered_ids == 10
     with pytest.raises(OutputFencedError):
-        first.write(_records(range(15, 20)))
+        first.write(_records(output_topic, range(15, 20)))
     assert sorted(_committed_ids(bootstrap, output_topic)) == sorted(f"t{i}" for i in range(15))
 
 
@@ -64,24 +65,38 @@ def test_an_open_transaction_of_a_dead_writer_is_aborted(kafka_config, output_to
                      "transactional.id": transactional_id(output_topic)})
     dead.init_transactions(30)
     dead.begin_transaction()
-    for record in _records(range(0, 5)):  # half a batch, then the node dies
+    for record in _records(output_topic, range(0, 5)):  # half a batch, then the node dies
         dead.produce(output_topic, value=record.value, key=record.key, headers=record.headers)
     dead.flush(10)
-    successor = SOutput(output_topic, bootstrap)
-    assert successor.write(_records(range(0, 8))) == 8
+    successor = SOutput(output_topic, [output_topic], bootstrap)
+    assert successor.write(_records(output_topic, range(0, 8))) == 8
     assert sorted(_committed_ids(bootstrap, output_topic)) == sorted(f"t{i}" for i in range(8))
 
 
 def test_a_promoted_standby_writes_only_what_the_primary_had_not(kafka_config,
                                                                  output_topic) -> None:
     bootstrap = kafka_config["bootstrap.servers"]
-    primary = SOutput(output_topic, bootstrap)
-    standby = SOutput(output_topic, bootstrap, standby=True)
-    primary.write(_records(range(0, 10)))
-    assert standby.write(_records(range(0, 12))) == 0  # kept, not written
+    primary = SOutput(output_topic, [output_topic], bootstrap)
+    standby = SOutput(output_topic, [output_topic], bootstrap, standby=True)
+    primary.write(_records(output_topic, range(0, 10)))
+    assert standby.write(_records(output_topic, range(0, 12))) == 0  # kept, not written
     assert standby.promote() == 2
-    assert standby.write(_records(range(12, 14))) == 2
+    assert standby.write(_records(output_topic, range(12, 14))) == 2
     with pytest.raises(OutputFencedError):
-        primary.write(_records(range(10, 12)))
+        primary.write(_records(output_topic, range(10, 12)))
     ids = _committed_ids(bootstrap, output_topic)
     assert sorted(ids) == sorted(f"t{i}" for i in range(14)) and len(ids) == len(set(ids))
+
+
+def test_one_transaction_spans_the_fragments_output_topics(kafka_config, topic) -> None:
+    bootstrap = kafka_config["bootstrap.servers"]
+    first_topic, second_topic = f"{topic}.a", f"{topic}.b"
+    ensure_topics(kafka_config, [first_topic, second_topic], partitions=2)
+    writer = SOutput(topic, [first_topic, second_topic], bootstrap)
+    # The same id on two outputs is two results, not a duplicate.
+    both = _records(first_topic, range(0, 6)) + _records(second_topic, range(0, 4))
+    assert writer.write(both) == 10
+    successor = SOutput(topic, [first_topic, second_topic], bootstrap)
+    assert successor.write(_records(second_topic, range(0, 6))) == 2
+    assert sorted(_committed_ids(bootstrap, first_topic)) == sorted(f"t{i}" for i in range(6))
+    assert sorted(_committed_ids(bootstrap, second_topic)) == sorted(f"t{i}" for i in range(6))
