@@ -21,15 +21,15 @@ import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import SparkSession
 
-from medusa.catalog.client import CatalogClient
-from medusa.catalog.model import Kind
+from medusa.catalog.client import CatalogClient, CatalogError
+from medusa.catalog.model import Entry
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml
 from medusa.settings import kafka_config
 from medusa.stack import launcher, processes
 from medusa.stack.endpoints import Endpoints
 from medusa.stack.layout import StackLayout
 from medusa_spark.checkpoints import checkpoint_size
-from medusa_spark.deploy import deploy, move, undeploy, wait_for_node
+from medusa_spark.deploy import deploy, move, resolve_fragment, undeploy, wait_for_node
 
 SLIDE_S = 2
 WINDOW_S = 30
@@ -78,6 +78,13 @@ def _start_nodes(layout: StackLayout, catalog: CatalogClient) -> list[processes.
     return started
 
 
+def _fragment_of(catalog: CatalogClient, box: str) -> Entry | None:
+    try:
+        return resolve_fragment(catalog, box)
+    except CatalogError:
+        return None
+
+
 def _gaps(times_ms: list[int], within_ms: int = 500) -> list[float]:
     """Gaps between bursts of results: the writes of one batch, closer than ``within_ms``."""
     return [(b - a) / 1000 for a, b in itertools.pairwise(sorted(times_ms)) if b - a > within_ms]
@@ -108,7 +115,8 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
            {"plausible": NODES[0], "per_sensor": NODES[0]}, report=lambda _: None)
     box = f"{network}/per_sensor"
     try:
-        while (entry := catalog.get(Kind.BOXES, box)) is None or entry.spec["phase"] != "running":
+        while (entry := _fragment_of(catalog, box)) is None or \
+                entry.spec["phase"] != "running":
             time.sleep(0.5)
         output = f"{name}.medusa.{name}.per_sensor"
         watch = OutputWatch(config, registry, [output]).start()

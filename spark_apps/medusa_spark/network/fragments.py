@@ -25,7 +25,8 @@ class Fragment:
     inputs: tuple[str, ...]
     """The streams and the boxes of other fragments it reads, each once, sorted."""
     outputs: tuple[str, ...]
-    """Its boxes whose output leaves it: a declared stream, or read by another fragment."""
+    """Its boxes whose output leaves it: a declared stream, read by another fragment, or
+    read by nobody (a result of the network, on the box's own topic)."""
     ha: str
     """``active`` when any of its boxes asks for an active replica, else ``passive``."""
 
@@ -121,6 +122,7 @@ def fragments_of(plan: Plan, member: dict[str, str]) -> dict[str, Fragment]:
         inputs = sorted({src for b in boxes for src in plan.inputs[b].values()
                          if src not in boxes})
         outputs = tuple(b for b in boxes if plan.output_stream[b] is not None
+                        or not readers.get(b)
                         or any(member[r] != name for r in readers.get(b, ())))
         _check_connected(name, boxes, plan)
         ha = "active" if any(network.boxes[b].ha == "active" for b in boxes) else "passive"
