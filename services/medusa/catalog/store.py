@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from opentelemetry import trace
+from pydantic import ValidationError
 
 from medusa.catalog.model import Entry, Kind, key_of
 from medusa.errors import MedusaError
@@ -102,8 +103,13 @@ class CatalogStore:
         self.revision += 1
         if value is None:
             self._entries.pop(key, None)
-        else:
+            return
+        try:
             self._entries[key] = Entry.model_validate_json(value)
+        except ValidationError as error:
+            # Written by an older version (per-box placement, say): it cannot be served,
+            # and a redeploy writes what replaces it.
+            log.warning("catalog entry %s skipped: %s", key, error.errors()[0]["msg"])
 
     def close(self) -> None:
         if self._producer is not None:
