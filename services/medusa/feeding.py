@@ -98,11 +98,15 @@ def feed(
     topic_prefix: str = "",
     stime_origin_ms: int = 0,
     trace_every: int = 0,
+    step_s: float | None = 1.0,
 ) -> FeedSummary:
     """Publish each second's records at its event time; one producer per topic.
 
     Records name their stream's default topic; ``topic_prefix`` puts a run's topics apart.
-    A record of second ``t`` gets the stime ``stime_origin_ms + t * 1000``.
+    A record of second ``t`` gets the stime ``stime_origin_ms + t * 1000``. When the
+    seconds are at least ``step_s`` apart, nothing below ``t + step_s`` comes after second
+    ``t``: its end is a BOUNDARY at once, so a SUnion releases the second without waiting
+    for the next one.
     """
     topics = list(topics)
     ensure_topics(kafka_config, [topic_prefix + t for t in topics], partitions=partitions)
@@ -128,6 +132,9 @@ def feed(
             for record in records:
                 producers[record.topic].produce(record.value, record.tuple_id, stime,
                                                 key=record.key)
+            if step_s is not None:
+                for producer in producers.values():
+                    producer.emit_boundaries(pacer.stime(t + step_s))
             progress.update(stats.sent, stats.failed, completed=t if total_seconds else None)
     finally:
         for producer in producers.values():

@@ -359,7 +359,8 @@ def produce_sensors(
                        boundary_interval_s=settings.boundary_interval_s, progress=progress,
                        total_seconds=last_second, partitions=partitions,
                        flush_timeout_s=settings.flush_timeout_s, topic_prefix=topic_prefix,
-                       stime_origin_ms=start_ms, trace_every=settings.trace_every)
+                       stime_origin_ms=start_ms, trace_every=settings.trace_every,
+                       step_s=interval_ms / 1000)
     _print_summary("sensors", summary.as_dict(), as_json)
     if summary.failed:
         raise typer.Exit(1)
