@@ -95,8 +95,16 @@ def test_two_writers_of_one_version_cannot_both_win(catalog) -> None:
     (Kind.NETWORKS, "alpha/counts", {"definition": NETWORK.replace("filter", "filtre")
                                      .replace("predicate", "oops")}, None),
     (Kind.NETWORKS, "alpha/other", {"definition": NETWORK}, "names network alpha/counts"),
-    (Kind.BOXES, "alpha/counts/hot", {"network": "alpha/counts", "node": "alpha/node-1"},
+    (Kind.FRAGMENTS, "alpha/counts/f0", {"network": "alpha/counts", "boxes": ["hot"],
+                                         "node": "alpha/node-1"},
      "no network 'alpha/counts'"),
+    (Kind.FRAGMENTS, "alpha/counts/f0", {"network": "alpha/counts", "boxes": [],
+                                         "node": "alpha/node-1"}, "spec.boxes"),
+    (Kind.FRAGMENTS, "alpha/counts/f0", {"network": "alpha/counts", "boxes": ["hot"],
+                                         "node": "alpha/node-1", "phase": "lost"},
+     "spec.phase"),
+    (Kind.FRAGMENTS, "alpha/counts/f0", {"network": "beta/counts", "boxes": ["hot"],
+                                         "node": "alpha/node-1"}, "not beta/counts"),
     (Kind.CONTRACTS, "alpha/c1", {"parties": ["beta", "gamma"], "price": 1},
      "must be one of its parties"),
     (Kind.CONTRACTS, "alpha/c1", {"parties": ["alpha", "beta"], "price": 1, "delta": 2},
@@ -116,18 +124,30 @@ def test_a_network_with_a_bad_box_is_refused_naming_the_box(catalog) -> None:
         catalog.put(Kind.NETWORKS, "alpha/counts", {"definition": broken})
 
 
-def test_boxes_are_placed_on_registered_nodes_of_known_networks(catalog) -> None:
+def test_fragments_are_placed_on_registered_nodes_of_known_networks(catalog) -> None:
     catalog.put(Kind.NETWORKS, "alpha/counts", {"definition": NETWORK})
     with pytest.raises(CatalogError, match="no node 'beta/ghost'"):
-        catalog.put(Kind.BOXES, "alpha/counts/hot",
-                    {"network": "alpha/counts", "node": "beta/ghost"})
-    with pytest.raises(CatalogError, match="has no box 'cold'"):
-        catalog.put(Kind.BOXES, "alpha/counts/cold",
-                    {"network": "alpha/counts", "node": "beta/ghost"})
+        catalog.put(Kind.FRAGMENTS, "alpha/counts/f0",
+                    {"network": "alpha/counts", "boxes": ["hot"], "node": "beta/ghost"})
+    with pytest.raises(CatalogError, match="has no box 'cold'") as refused:
+        catalog.put(Kind.FRAGMENTS, "alpha/counts/f0",
+                    {"network": "alpha/counts", "boxes": ["hot", "cold"], "node": "beta/ghost"})
+    assert refused.value.status == 422
     catalog.put(Kind.NODES, "beta/worker", {})
-    placed = catalog.put(Kind.BOXES, "alpha/counts/hot",
-                         {"network": "alpha/counts", "node": "beta/worker"})
-    assert [e.name for e in catalog.list(Kind.BOXES, node="beta/worker")] == [placed.name]
+    with pytest.raises(CatalogError, match="replica on its own node"):
+        catalog.put(Kind.FRAGMENTS, "alpha/counts/f0",
+                    {"network": "alpha/counts", "boxes": ["hot"], "node": "beta/worker",
+                     "ha": "active", "replica": "beta/worker"})
+    placed = catalog.put(Kind.FRAGMENTS, "alpha/counts/f0",
+                         {"network": "alpha/counts", "boxes": ["hot"], "node": "beta/worker"})
+    assert placed.spec["phase"] == "placed" and placed.spec["restarts"] == 0
+    assert [e.name for e in catalog.list(Kind.FRAGMENTS, node="beta/worker")] == [placed.name]
+    assert [e.name for e in catalog.list(Kind.FRAGMENTS, network="alpha/counts")] == [placed.name]
+    failed = catalog.put(Kind.FRAGMENTS, "alpha/counts/f0",
+                         {**placed.spec, "phase": "failed", "error": "boom", "restarts": 3},
+                         placed.version)
+    assert catalog.get(Kind.FRAGMENTS, "alpha/counts/f0") == failed
+    assert catalog.delete(Kind.FRAGMENTS, "alpha/counts/f0").name == "alpha/counts/f0"
 
 
 def test_nothing_acknowledged_is_lost_when_the_service_is_killed_under_writes(

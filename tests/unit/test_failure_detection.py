@@ -1,4 +1,4 @@
-"""The detector's policies on simulated clocks, and where a failed node's boxes go."""
+"""The detector's policies on simulated clocks, and where a failed node's fragments go."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from medusa.catalog.client import CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.detector.policy import DetectorConfig, Health, PhiAccrualPolicy, TimeoutPolicy, phi
 from medusa.detector.service import FailureDetector
-from medusa.detector.takeover import choose_target, next_replica
+from medusa.detector.takeover import Takeover, choose_target, next_replica, take_over
 from medusa.stack.endpoints import Endpoints
 
 pytestmark = pytest.mark.unit
@@ -74,14 +74,15 @@ def _node(name: str, secondary: str | None = None) -> Entry:
                  spec={"status": "up", "secondary": secondary})
 
 
-def _box(name: str, node: str, ha: str = "passive", replica: str | None = None) -> Entry:
-    return Entry(kind=Kind.BOXES, name=name, version=1, updated_at=0,
-                 spec={"network": "alpha/n", "node": node, "ha": ha, "replica": replica})
+def _fragment(name: str, node: str, ha: str = "passive", replica: str | None = None) -> Entry:
+    return Entry(kind=Kind.FRAGMENTS, name=name, version=1, updated_at=0,
+                 spec={"network": "alpha/n", "boxes": ["b"], "node": node, "ha": ha,
+                       "replica": replica})
 
 
-def test_a_passive_box_goes_to_the_secondary_else_the_least_loaded_node_of_the_participant():
+def test_a_passive_fragment_goes_to_the_secondary_else_the_least_loaded_node_of_the_participant():
     failed = _node("alpha/a1", secondary="beta/b1")
-    box = _box("alpha/n/x", "alpha/a1")
+    box = _fragment("alpha/n/x", "alpha/a1")
     live = {n: _node(n) for n in ("beta/b1", "alpha/a2", "alpha/a3")}
     assert choose_target(failed, box, live, {}) == ("beta/b1", "passive")
     del live["beta/b1"]
@@ -90,9 +91,9 @@ def test_a_passive_box_goes_to_the_secondary_else_the_least_loaded_node_of_the_p
     assert choose_target(failed, box, {"beta/b2": _node("beta/b2")}, {}) == (None, "passive")
 
 
-def test_an_active_box_goes_to_its_replica_which_gets_a_replica_of_its_own():
+def test_an_active_fragment_goes_to_its_replica_which_gets_a_replica_of_its_own():
     failed = _node("alpha/a1", secondary="alpha/a2")
-    box = _box("alpha/n/x", "alpha/a1", ha="active", replica="alpha/a2")
+    box = _fragment("alpha/n/x", "alpha/a1", ha="active", replica="alpha/a2")
     live = {"alpha/a2": _node("alpha/a2", secondary="alpha/a3"), "alpha/a3": _node("alpha/a3")}
     assert choose_target(failed, box, live, {}) == ("alpha/a2", "active")
     assert next_replica("alpha/a2", "alpha/a1", live) == "alpha/a3"
@@ -136,11 +137,13 @@ def _federation() -> tuple[FakeCatalog, FailureDetector]:
     for name, secondary in (("alpha/a1", "alpha/a2"), ("alpha/a2", "alpha/a1")):
         catalog.add(Kind.NODES, name, {"status": "up", "incarnation": f"{name}#1",
                                        "secondary": secondary})
-    catalog.add(Kind.BOXES, "alpha/n/x", {"network": "alpha/n", "node": "alpha/a1",
-                                          "phase": "running", "checkpoint": "/c/x"})
-    catalog.add(Kind.BOXES, "alpha/n/y", {"network": "alpha/n", "node": "alpha/a1",
-                                          "phase": "running", "ha": "active",
-                                          "replica": "alpha/a2", "replica_ready": True})
+    catalog.add(Kind.FRAGMENTS, "alpha/n/x", {"network": "alpha/n", "boxes": ["f", "g"],
+                                              "node": "alpha/a1", "phase": "running",
+                                              "checkpoint": "/c/x"})
+    catalog.add(Kind.FRAGMENTS, "alpha/n/y", {"network": "alpha/n", "boxes": ["h"],
+                                              "node": "alpha/a1", "phase": "running",
+                                              "ha": "active", "replica": "alpha/a2",
+                                              "replica_ready": True})
     endpoints = Endpoints(kafka={"alpha": "unused:9092"}, registry_url="", otlp_endpoint="",
                           jaeger_query_url="")
     detector = FailureDetector(endpoints, catalog, DetectorConfig())  # type: ignore[arg-type]
@@ -157,7 +160,7 @@ def _run(detector: FailureDetector, start: float, end: float, beating: set[str],
         now += 0.5
 
 
-def test_the_detector_declares_a_silent_node_failed_and_places_its_boxes() -> None:
+def test_the_detector_declares_a_silent_node_failed_and_places_its_fragments() -> None:
     catalog, detector = _federation()
     detector.refresh(0.0)
     _run(detector, 0.0, 10.0, {"alpha/a1", "alpha/a2"})
@@ -165,10 +168,11 @@ def test_the_detector_declares_a_silent_node_failed_and_places_its_boxes() -> No
     _run(detector, 10.0, 20.0, {"alpha/a2"})
     assert [e.kind for e in detector.state.events] == ["suspected", "failed"]
     assert catalog.get(Kind.NODES, "alpha/a1").spec["status"] == "failed"
-    x, y = catalog.get(Kind.BOXES, "alpha/n/x").spec, catalog.get(Kind.BOXES, "alpha/n/y").spec
+    x = catalog.get(Kind.FRAGMENTS, "alpha/n/x").spec
+    y = catalog.get(Kind.FRAGMENTS, "alpha/n/y").spec
     assert (x["node"], x["phase"], x["checkpoint"], x["released_by"]) == (
         "alpha/a2", "released", "/c/x", "alpha/a1")
-    # The active box goes to its replica; its next replica would be a2's secondary (a1, dead).
+    # The active fragment goes to its replica; its next replica would be a2's secondary (a1, dead).
     assert (y["node"], y["replica"], y["replica_ready"]) == ("alpha/a2", None, False)
 
 
@@ -186,7 +190,7 @@ def test_heartbeats_of_the_failed_incarnation_do_not_revive_it_but_a_new_one_doe
          {"alpha/a1": "alpha/a1#2", "alpha/a2": "alpha/a2#1"})
     assert "alpha/a1" not in detector.failed
     assert detector.state.events[-1].kind == "recovered"
-    assert catalog.get(Kind.BOXES, "alpha/n/x").spec["node"] == "alpha/a2"  # not taken back
+    assert catalog.get(Kind.FRAGMENTS, "alpha/n/x").spec["node"] == "alpha/a2"  # not taken back
 
 
 def test_a_declaration_the_catalog_refuses_is_retried() -> None:
@@ -194,8 +198,35 @@ def test_a_declaration_the_catalog_refuses_is_retried() -> None:
     detector.refresh(0.0)
     catalog.unavailable = True
     _run(detector, 0.0, 10.0, {"alpha/a2"})
-    assert not detector.failed and catalog.get(Kind.BOXES, "alpha/n/x").spec["node"] == "alpha/a1"
+    assert not detector.failed
+    assert catalog.get(Kind.FRAGMENTS, "alpha/n/x").spec["node"] == "alpha/a1"
     catalog.unavailable = False
     _run(detector, 10.0, 11.0, {"alpha/a2"})
     assert "alpha/a1" in detector.failed
-    assert catalog.get(Kind.BOXES, "alpha/n/x").spec["node"] == "alpha/a2"
+    assert catalog.get(Kind.FRAGMENTS, "alpha/n/x").spec["node"] == "alpha/a2"
+
+
+def test_a_failed_fragment_is_taken_over_with_its_error_cleared_and_a_lost_replica_replaced():
+    catalog = FakeCatalog()
+    for name, secondary in (("alpha/a1", "alpha/a2"), ("alpha/a2", "alpha/a3"),
+                            ("alpha/a3", "alpha/a1")):
+        catalog.add(Kind.NODES, name, {"status": "up", "secondary": secondary})
+    catalog.add(Kind.FRAGMENTS, "alpha/n/bad", {
+        "network": "alpha/n", "boxes": ["f"], "node": "alpha/a1", "phase": "failed",
+        "error": "StreamingQueryException: boom", "restarts": 5, "checkpoint": "/c/bad"})
+    catalog.add(Kind.FRAGMENTS, "alpha/n/standby", {
+        "network": "alpha/n", "boxes": ["g"], "node": "alpha/a2", "phase": "running",
+        "ha": "active", "replica": "alpha/a1", "replica_ready": True})
+    catalog.add(Kind.FRAGMENTS, "alpha/n/elsewhere", {
+        "network": "alpha/n", "boxes": ["h"], "node": "alpha/a3", "phase": "running"})
+    seen: list[Takeover] = []
+    done = take_over(catalog, catalog.get(Kind.NODES, "alpha/a1"), "00-t-s-01",  # type: ignore[arg-type]
+                     on_fragment=seen.append)
+    assert done == seen == [Takeover("alpha/n/bad", "alpha/a1", "alpha/a2", "passive")]
+    bad = catalog.get(Kind.FRAGMENTS, "alpha/n/bad").spec
+    assert (bad["node"], bad["phase"], bad["error"], bad["restarts"], bad["checkpoint"],
+            bad["takeover_trace"]) == ("alpha/a2", "released", None, 0, "/c/bad", "00-t-s-01")
+    standby = catalog.get(Kind.FRAGMENTS, "alpha/n/standby").spec
+    assert (standby["node"], standby["replica"], standby["replica_ready"]) == (
+        "alpha/a2", "alpha/a3", False)
+    assert catalog.get(Kind.FRAGMENTS, "alpha/n/elsewhere").version == 1

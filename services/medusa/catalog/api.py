@@ -19,9 +19,9 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 from medusa.catalog.model import (
     PART,
     SPECS,
-    BoxSpec,
     ContractSpec,
     Entry,
+    FragmentSpec,
     Kind,
     NetworkSpec,
     NodeSpec,
@@ -95,8 +95,8 @@ class References:
             self.require(Kind.NETWORKS, spec.network, "network")
         if isinstance(spec, NetworkSpec):
             self._check_network(name, spec)
-        if isinstance(spec, BoxSpec):
-            self._check_box(name, spec)
+        if isinstance(spec, FragmentSpec):
+            self._check_fragment(name, spec)
         if isinstance(spec, ContractSpec):
             if participant not in spec.parties:
                 raise HTTPException(422, f"parties: the contract is filed under {participant!r}, "
@@ -117,20 +117,26 @@ class References:
             raise HTTPException(422, f"definition: the YAML names network "
                                      f"{outline.participant}/{outline.name}, not {name}")
 
-    def _check_box(self, name: str, spec: BoxSpec) -> None:
-        participant, network_name, box = name.split("/")
+    def _check_fragment(self, name: str, spec: FragmentSpec) -> None:
+        participant, network_name, _ = name.split("/")
         if spec.network != f"{participant}/{network_name}":
-            raise HTTPException(422, f"network: box {name} belongs to network "
+            raise HTTPException(422, f"network: fragment {name} belongs to network "
                                      f"{participant}/{network_name}, not {spec.network}")
         network = self.require(Kind.NETWORKS, spec.network, "network")
-        if box not in _outline(network.spec["definition"]).boxes:
-            raise HTTPException(422, f"box: network {spec.network} has no box {box!r}")
+        known = _outline(network.spec["definition"]).boxes
+        for box in spec.boxes:
+            if box not in known:
+                raise HTTPException(422, f"boxes: network {spec.network} has no box {box!r}")
+        if len(set(spec.boxes)) != len(spec.boxes):
+            twice = sorted({b for b in spec.boxes if spec.boxes.count(b) > 1})
+            raise HTTPException(422, f"boxes: box {twice[0]!r} is named twice in "
+                                     f"fragment {name}")
         self.require(Kind.NODES, spec.node, "node")
         if spec.replica is not None:
             self.require(Kind.NODES, spec.replica, "replica")
             if spec.replica == spec.node:
-                raise HTTPException(422, f"replica: box {name} cannot have its replica on "
-                                         f"its own node {spec.node}")
+                raise HTTPException(422, f"replica: fragment {name} cannot have its replica "
+                                         f"on its own node {spec.node}")
 
 
 class _Outline(BaseModel):
@@ -162,7 +168,7 @@ def create_app(store: CatalogStore, check_network: NetworkCheck | None = None) -
     """The API over ``store``; ``check_network`` vets network definitions (None: only their
     name and participant are checked)."""
     app = FastAPI(title="Medusa catalog", version="1",
-                  description="Participants, nodes, streams, query networks, box placement "
+                  description="Participants, nodes, streams, query networks, fragment placement "
                               "and contracts of a Medusa federation.")
     references = References(store, check_network)
 
@@ -197,8 +203,8 @@ def _routes(app: FastAPI, store: CatalogStore, references: References, kind: Kin
     spec_type = SPECS[kind]
     body_type = _put_body(spec_type)
     singular = kind.singular
-    segments = ["participant", "name"][:kind.segments] if kind is not Kind.BOXES else [
-        "participant", "network", "box"]
+    segments = ["participant", "name"][:kind.segments] if kind is not Kind.FRAGMENTS else [
+        "participant", "network", "fragment"]
     path = f"/v1/{kind.value}/" + "/".join(f"{{{s}}}" for s in segments)
     tags: list[str | Any] = [kind.value]
 
@@ -210,9 +216,9 @@ def _routes(app: FastAPI, store: CatalogStore, references: References, kind: Kin
     def list_entries(
         participant: Annotated[str | None, Query(pattern=rf"^{PART}$")] = None,
         node: Annotated[str | None, Query(pattern=rf"^{PART}/{PART}$",
-                                          description="Boxes placed on this node")] = None,
+                                          description="Fragments placed on this node")] = None,
         network: Annotated[str | None, Query(pattern=rf"^{PART}/{PART}$",
-                                             description="Boxes of this network")] = None,
+                                             description="Fragments of this network")] = None,
     ) -> list[Entry]:
         entries = store.entries(kind, f"{participant}/" if participant else "")
         if node is not None:
@@ -260,16 +266,17 @@ def _routes(app: FastAPI, store: CatalogStore, references: References, kind: Kin
             return delete_entry(version, participant=participant, name=name)
         handlers = (get2, put2, delete2)
     else:
-        def get3(participant: Segment, network: Segment, box: Segment) -> Entry:
-            return get_entry(participant=participant, network=network, box=box)
+        def get3(participant: Segment, network: Segment, fragment: Segment) -> Entry:
+            return get_entry(participant=participant, network=network, fragment=fragment)
 
-        def put3(participant: Segment, network: Segment, box: Segment,
+        def put3(participant: Segment, network: Segment, fragment: Segment,
                  body: Annotated[body_type, Body()]) -> Entry:  # type: ignore[valid-type]
-            return put_entry(body, participant=participant, network=network, box=box)
+            return put_entry(body, participant=participant, network=network, fragment=fragment)
 
-        def delete3(participant: Segment, network: Segment, box: Segment, version: Annotated[
-                int | None, Query(ge=1, le=2**62)] = None) -> Entry:
-            return delete_entry(version, participant=participant, network=network, box=box)
+        def delete3(participant: Segment, network: Segment, fragment: Segment,
+                    version: Annotated[int | None, Query(ge=1, le=2**62)] = None) -> Entry:
+            return delete_entry(version, participant=participant, network=network,
+                                fragment=fragment)
         handlers = (get3, put3, delete3)
     get_handler, put_handler, delete_handler = handlers
     app.get(path, response_model=Entry, responses=ERRORS, tags=tags,

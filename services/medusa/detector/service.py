@@ -3,7 +3,7 @@
 It watches every node the catalog lists as up (of the participants it is given),
 from the moment it learns of the node: a node that never sends a heartbeat is
 declared failed like one that stops. A node declared failed is marked ``failed``
-in the catalog with the incarnation that failed, and its boxes are placed on
+in the catalog with the incarnation that failed, and its fragments are placed on
 other nodes (see ``takeover``). The node is recovered when it registers again
 with a new incarnation and its heartbeats come; heartbeats of the failed
 incarnation are ignored (that node is fenced, and rejoins as a new one).
@@ -192,7 +192,8 @@ class FailureDetector:
             with trace.use_span(declaration):  # the catalog's writes join this trace
                 entry = self._mark_failed(watched)
                 if entry is not None:
-                    takeovers = take_over(self.catalog, entry, parent, on_box=self._placed)
+                    takeovers = take_over(self.catalog, entry, parent,
+                                          on_fragment=self._placed)
         except CatalogError as error:
             declaration.record_exception(error)
             declaration.end()
@@ -209,11 +210,11 @@ class FailureDetector:
                           f"silent for {declared_at - last:.1f}s", tuple(takeovers)))
         for takeover in takeovers:
             where = takeover.target or "nowhere (no live node)"
-            log.info("  %s -> %s (%s)", takeover.box, where, takeover.mode)
+            log.info("  %s -> %s (%s)", takeover.fragment, where, takeover.mode)
 
     def _placed(self, takeover: Takeover) -> None:
-        self.tracer.start_span(f"placement {takeover.box}", attributes={
-            "medusa.box": takeover.box, "medusa.target": takeover.target or "",
+        self.tracer.start_span(f"placement {takeover.fragment}", attributes={
+            "medusa.fragment": takeover.fragment, "medusa.target": takeover.target or "",
             "medusa.ha": takeover.mode}).end()
 
     def _mark_failed(self, watched: Watched) -> Entry | None:

@@ -1,10 +1,14 @@
-"""What the catalog says once a node is declared failed: who runs each of its boxes now.
+"""What the catalog says once a node is declared failed: who runs each of its fragments now.
 
-A box with ``ha: passive`` goes to the failed node's secondary (or, when that is not
-up, to the least loaded live node of the same participant) in phase ``released``
+A fragment with ``ha: passive`` goes to the failed node's secondary (or, when that is
+not up, to the least loaded live node of the same participant) in phase ``released``
 with its checkpoint where the failed node left it: the new node copies it, restores
-the box and replays its inputs from Kafka. A box with ``ha: active`` goes to the
-node running its replica, which promotes the replica instead of restarting.
+the fragment's query and replays its inputs from Kafka. A fragment with ``ha: active``
+goes to the node running its replica, which promotes the replica instead of
+restarting. A fragment whose replica ran on the failed node gets the next replica.
+
+A fragment in phase ``failed`` (its query kept failing on the failed node) is taken
+over too, with its error cleared and its restarts back to 0: a fresh node may succeed.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from medusa.catalog.model import Entry, Kind
 
 @dataclass(frozen=True)
 class Takeover:
-    box: str
+    fragment: str
+    """The fragment's global name, ``participant/network/fragment``."""
     source: str
     target: str | None
-    """None: no live node could take the box; it waits on the failed node."""
+    """None: no live node could take the fragment; it waits on the failed node."""
     mode: str
     """passive (restore from the checkpoint) or active (promote the replica)."""
 
@@ -31,10 +36,10 @@ def live_nodes(catalog: CatalogClient) -> dict[str, Entry]:
     return {e.name: e for e in catalog.list(Kind.NODES) if e.spec.get("status") == "up"}
 
 
-def choose_target(failed: Entry, box: Entry, live: dict[str, Entry],
-                  boxes_per_node: dict[str, int]) -> tuple[str | None, str]:
-    replica = box.spec.get("replica")
-    if box.spec.get("ha") == "active" and replica in live:
+def choose_target(failed: Entry, fragment: Entry, live: dict[str, Entry],
+                  fragments_per_node: dict[str, int]) -> tuple[str | None, str]:
+    replica = fragment.spec.get("replica")
+    if fragment.spec.get("ha") == "active" and replica in live:
         return replica, "active"
     secondary = failed.spec.get("secondary")
     if secondary in live:
@@ -42,7 +47,7 @@ def choose_target(failed: Entry, box: Entry, live: dict[str, Entry],
     same_participant = [name for name in live if name.split("/")[0] == failed.participant]
     if not same_participant:
         return None, "passive"
-    return min(same_participant, key=lambda n: (boxes_per_node.get(n, 0), n)), "passive"
+    return min(same_participant, key=lambda n: (fragments_per_node.get(n, 0), n)), "passive"
 
 
 def next_replica(target: str, failed: str, live: dict[str, Entry]) -> str | None:
@@ -53,28 +58,29 @@ def next_replica(target: str, failed: str, live: dict[str, Entry]) -> str | None
 
 
 def take_over(catalog: CatalogClient, failed: Entry, trace_parent: str | None,
-              on_box: Callable[[Takeover], None] | None = None) -> list[Takeover]:
-    """Places every box of ``failed`` on a live node; returns what went where."""
+              on_fragment: Callable[[Takeover], None] | None = None) -> list[Takeover]:
+    """Places every fragment of ``failed`` on a live node; returns what went where."""
     live = {name: e for name, e in live_nodes(catalog).items() if name != failed.name}
-    boxes = catalog.list(Kind.BOXES)
-    boxes_per_node: dict[str, int] = {}
-    for box in boxes:
-        boxes_per_node[box.spec["node"]] = boxes_per_node.get(box.spec["node"], 0) + 1
+    fragments = catalog.list(Kind.FRAGMENTS)
+    fragments_per_node: dict[str, int] = {}
+    for fragment in fragments:
+        node = fragment.spec["node"]
+        fragments_per_node[node] = fragments_per_node.get(node, 0) + 1
     done = []
-    for box in boxes:
-        if box.spec["node"] != failed.name:
-            if box.spec.get("replica") == failed.name:  # lost its standby; a new one follows
-                catalog.update(Kind.BOXES, box.name, _replica_lost(failed.name, live))
+    for fragment in fragments:
+        if fragment.spec["node"] != failed.name:
+            if fragment.spec.get("replica") == failed.name:  # lost its standby; a new one follows
+                catalog.update(Kind.FRAGMENTS, fragment.name, _replica_lost(failed.name, live))
             continue
-        target, mode = choose_target(failed, box, live, boxes_per_node)
+        target, mode = choose_target(failed, fragment, live, fragments_per_node)
         if target is not None:
-            catalog.update(Kind.BOXES, box.name,
+            catalog.update(Kind.FRAGMENTS, fragment.name,
                            _moved_to(failed.name, target, mode, trace_parent, live))
-            boxes_per_node[target] = boxes_per_node.get(target, 0) + 1
-        takeover = Takeover(box.name, failed.name, target, mode)
+            fragments_per_node[target] = fragments_per_node.get(target, 0) + 1
+        takeover = Takeover(fragment.name, failed.name, target, mode)
         done.append(takeover)
-        if on_box is not None:
-            on_box(takeover)
+        if on_fragment is not None:
+            on_fragment(takeover)
     return done
 
 
@@ -88,7 +94,8 @@ def _moved_to(failed: str, target: str, mode: str, trace_parent: str | None,
             replica = next_replica(target, failed, live) if mode == "active" or replica in (
                 target, failed) else replica
         return {**spec, "node": target, "phase": "released", "released_by": failed,
-                "replica": replica, "replica_ready": False, "takeover_trace": trace_parent}
+                "replica": replica, "replica_ready": False, "takeover_trace": trace_parent,
+                "error": None, "restarts": 0}
     return change
 
 
