@@ -80,6 +80,9 @@ STATE_EVERY_S = 1.0
 METADATA_EVERY_S = 5.0
 """How often the input topics are listed for partitions added since."""
 TRANSACTION_TIMEOUT_S = 60.0
+REANNOUNCEMENTS = 3
+"""Times the last boundary is written again once input stops: a fragment's writer passes
+a boundary on one or two batches after it read it (see fragment_writer)."""
 TAIL_WINDOW = 500
 """Records read back per output partition at first when looking for the last positions."""
 
@@ -311,6 +314,9 @@ class SUnion:
             self.config.fragment)
         watcher.start()
         next_state_at = time.monotonic()
+        idle_every_s = max(0.2, self.config.bucket_ms / 1000)
+        next_reannounce_at = time.monotonic() + idle_every_s
+        reannounced = 0
         busy = False
         try:
             while not stop.is_set():
@@ -325,7 +331,17 @@ class SUnion:
                 with self._lock:
                     release = buckets.release()
                     if release is not None:
+                        reannounced = 0
+                    elif buckets.released_through is not None and \
+                            reannounced < REANNOUNCEMENTS and \
+                            time.monotonic() >= next_reannounce_at:
+                        # Idle: the same boundary again, a few times. A query reads it as new
+                        # input, so it runs the batches that pass its newest boundaries on.
+                        release = Release(buckets.released_through, [], buckets.positions())
+                        reannounced += 1
+                    if release is not None:
                         self._write(release)
+                        next_reannounce_at = time.monotonic() + idle_every_s
                     for bootstrap, topic, partition in watcher.take_new():
                         self._follow_new_partition(bootstrap, topic, partition)
                 now = time.monotonic()
