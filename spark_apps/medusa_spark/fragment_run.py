@@ -1,0 +1,126 @@
+"""A running fragment: its Spark query, its writer, and how it stops, hands over or is promoted."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from medusa_spark.durations import duration_ms
+from medusa_spark.fragment import FragmentWiring, start_query_frame
+from medusa_spark.fragment_writer import FragmentWriter
+from medusa_spark.network.validate import Plan
+from medusa_spark.soutput import OutputFencedError
+
+AVAILABLE_NOW = "available-now"
+
+
+def checkpoint_location(checkpoint_root: str, wiring: FragmentWiring) -> str:
+    """Per fragment and fingerprint: a changed definition never resumes an old checkpoint."""
+    participant, network = wiring.network.split("/")
+    return (f"{checkpoint_root.rstrip('/')}/{participant}/{network}/"
+            f"{wiring.topic_prefix}{wiring.fragment.name}-{wiring.fingerprint}")
+
+
+@dataclass
+class FragmentRun:
+    wiring: FragmentWiring
+    query: StreamingQuery
+    writer: FragmentWriter
+    checkpoint: str
+
+    @property
+    def name(self) -> str:
+        return self.wiring.global_name
+
+    def failure(self) -> str | None:
+        """Why the query stopped, unless it stopped because it was asked to."""
+        if self.query.isActive or self.writer.halted:
+            return None
+        error = self.query.exception()
+        return None if error is None else _first_lines(str(error))
+
+    def fenced(self) -> bool:
+        """Whether the query stopped because another node took over its outputs."""
+        return isinstance(self.writer.error, OutputFencedError)
+
+    @property
+    def standby(self) -> bool:
+        return self.writer.standby
+
+    def promote(self) -> int:
+        """A standby replica becomes the fragment's writer; returns the results it caught up.
+
+        It does not wait for a batch in progress: that batch's results, written after the
+        promotion, go through the same deduplication.
+        """
+        return self.writer.promote()
+
+    def abandon(self) -> None:
+        """Stops at once, writing nothing more: the fragment belongs to another node now."""
+        self.writer.halt()
+        self.query.stop()
+        self.writer.close()
+
+    def hand_over(self, timeout_s: float = 120.0) -> None:
+        """Stops at a batch boundary, so the checkpoint holds exactly what was written.
+
+        Every batch written is committed to the checkpoint before the query stops; a
+        batch begun after ``halt`` writes nothing and is replayed by the next runner.
+        """
+        last = self.writer.halt()
+        deadline = time.monotonic() + timeout_s
+        while last is not None and self.query.isActive:
+            progress: dict[str, Any] = self.query.lastProgress or {}
+            if int(progress.get("batchId", -1)) >= last:
+                break  # progress is reported after the batch's commit
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fragment {self.name}: batch {last} was not committed "
+                                   f"within {timeout_s:.0f}s")
+            time.sleep(0.05)
+        self.query.stop()
+        self.writer.close()
+
+    def box_rows(self) -> dict[str, int]:
+        """Rows each output box produced in the last batch (Spark's observed metrics)."""
+        progress: dict[str, Any] = self.query.lastProgress or {}
+        observed = progress.get("observedMetrics") or {}
+        rows = {}
+        for name, metrics in observed.items():
+            if name.startswith("box."):
+                rows[name[4:]] = int((metrics or {}).get("rows", 0) or 0)
+        return rows
+
+
+def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, checkpoint: str,
+                   trigger: str | None = None, standby: bool = False,
+                   on_batch: Callable[[str, int], None] | None = None) -> FragmentRun:
+    """Starts a fragment's query, resuming from ``checkpoint`` when it holds one.
+
+    A ``standby`` fragment (an active replica) computes everything and writes nothing
+    until promoted (see ``soutput``).
+    """
+    frame = start_query_frame(spark, plan, wiring)
+    interval = trigger or plan.network.trigger
+    writer = FragmentWriter(plan, wiring, standby=standby, on_batch=on_batch)
+    suffix = "/standby" if standby else ""
+    stream = (frame.writeStream.queryName(f"{wiring.topic_prefix}{wiring.global_name}{suffix}")
+              .outputMode("append")
+              .foreachBatch(writer)
+              .option("checkpointLocation", checkpoint))
+    if interval == AVAILABLE_NOW:  # process what is there, then stop (benchmarks)
+        query = stream.trigger(availableNow=True).start()
+    else:
+        duration_ms(interval)  # fail early on a malformed trigger
+        query = stream.trigger(processingTime=interval).start()
+    return FragmentRun(wiring, query, writer, checkpoint)
+
+
+def _first_lines(text: str, limit: int = 1500) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    short = "\n".join(lines[:6])
+    return short[:limit]

@@ -1,0 +1,82 @@
+"""A fragment's SUnion as a process of its own, started and watched by the node.
+
+The SUnion keeps no state outside Kafka (its positions ride in its topic), so the
+node may stop, kill or restart it at any time; a new one fences the old one and
+resumes where the last committed bucket left off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from medusa.sunion.config import SUnionConfig, dump_config
+
+log = logging.getLogger("medusa.node")
+
+
+class SUnionProcess:
+    def __init__(self, config: SUnionConfig, folder: Path) -> None:
+        self.folder = folder
+        self.config_path = folder / "sunion.json"
+        self.log_path = folder / "sunion.log"
+        self.config = config.model_copy(update={"state_file": str(folder / "state.json")})
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> SUnionProcess:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        dump_config(self.config, self.config_path)
+        with self.log_path.open("ab") as output:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "medusa.sunion", "--config", str(self.config_path)],
+                stdout=output, stderr=subprocess.STDOUT, env=os.environ.copy())
+        self.starts += 1
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def keep_alive(self) -> bool:
+        """Starts it again if it died; says whether it had to."""
+        if self.process is not None and self.process.poll() is not None:
+            log.warning("SUnion of %s exited with %s; starting it again (log: %s)",
+                        self.config.fragment, self.process.returncode, self.log_path)
+            self.start()
+            return True
+        return False
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        self.process = None
+
+    def state(self) -> dict[str, Any]:
+        """The SUnion's last written state ({} before the first)."""
+        path = Path(self.config.state_file or "")
+        try:
+            state: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        state["pid"] = self.pid
+        state["age_s"] = round(time.time() - path.stat().st_mtime, 1)
+        return state
