@@ -1,8 +1,10 @@
-"""What the federation is doing: the catalog's participants, nodes and boxes, with each
-box's rates and lag from the nodes' latest load reports."""
+"""What the federation is doing: the catalog's participants, nodes and fragments, with each
+fragment's rates, lag, errors and SUnion state, and its boxes' rates, from the nodes'
+latest load reports."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -13,7 +15,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from medusa.catalog.client import CatalogClient, CatalogError
-from medusa.catalog.model import Kind
+from medusa.catalog.model import Entry, Kind
 from medusa.registry import SERDE_CONFIG
 from medusa.schemas import NODE_LOAD_TOPIC
 from medusa.settings import kafka_config
@@ -25,15 +27,53 @@ RECENT_REPORTS = 200
 
 @dataclass
 class BoxStatus:
+    """One box of a fragment, with its own rows per second (from the node's load report)."""
+
     name: str
+    """Global name: participant/network/box."""
+    input_rate: float | None = None
+    """Rows in per second."""
+    processing_rate: float | None = None
+    """Rows out per second."""
+
+
+@dataclass
+class SUnionStatus:
+    """The state of a fragment's SUnion, as its node last reported it."""
+
+    held_buckets: int | None = None
+    held_tuples: int | None = None
+    released_through: int | None = None
+    """The stime through which buckets are released (None: none yet)."""
+    lag: int | None = None
+    """Records of its inputs not read yet, summed over their partitions."""
+    dead_lettered: int | None = None
+
+
+@dataclass
+class FragmentStatus:
+    name: str
+    """Global name: participant/network/fragment."""
+    network: str
     node: str
     phase: str
-    input_rate: float | None = None
-    processing_rate: float | None = None
-    lag: int | None = None
+    """The catalog's phase: placed, running, moving, released or failed."""
+    state: str | None = None
+    """What its node last reported: running, standby, restarting or failed (None: no report)."""
     ha: str = "passive"
     replica: str | None = None
-    """ha: active only: where the standby replica runs (None: none yet)."""
+    """ha: active only: the node of the standby replica (None: none)."""
+    replica_ready: bool = False
+    input_rate: float | None = None
+    processing_rate: float | None = None
+    batch_duration_ms: int | None = None
+    lag: int | None = None
+    restarts: int = 0
+    error: str | None = None
+    """The failure of its query, from the catalog and from the node's report (both, when
+    they differ); None when it runs."""
+    sunion: SUnionStatus | None = None
+    boxes: list[BoxStatus] = field(default_factory=list)
 
 
 @dataclass
@@ -41,7 +81,7 @@ class NodeStatus:
     name: str
     status: str
     secondary: str | None
-    boxes: int
+    fragments: int
     utilisation: float | None = None
     report_age_s: float | None = None
 
@@ -50,7 +90,7 @@ class NodeStatus:
 class FederationStatus:
     participants: list[dict[str, Any]] = field(default_factory=list)
     nodes: list[NodeStatus] = field(default_factory=list)
-    boxes: list[BoxStatus] = field(default_factory=list)
+    fragments: list[FragmentStatus] = field(default_factory=list)
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -106,31 +146,96 @@ def _millis(value: Any) -> float:
 
 
 def federation_status(endpoints: Endpoints, registry: SchemaRegistryClient) -> FederationStatus:
-    status = FederationStatus()
     try:
         with CatalogClient(endpoints.catalog_url, timeout_s=5) as catalog:
             participants = catalog.list(Kind.PARTICIPANTS)
             nodes = catalog.list(Kind.NODES)
-            boxes = catalog.list(Kind.BOXES)
+            fragments = catalog.list(Kind.FRAGMENTS)
     except CatalogError as error:
-        status.error = str(error)
-        return status
+        return FederationStatus(error=str(error))
     reports = latest_load_reports(endpoints, registry)
-    loads = {load["box"]: load for report in reports.values() for load in report["boxes"]}
-    now_ms = time.time() * 1000
+    return build_status(participants, nodes, fragments, reports, time.time() * 1000)
+
+
+def build_status(participants: list[Entry], nodes: list[Entry], fragments: list[Entry],
+                 reports: dict[str, dict[str, Any]], now_ms: float) -> FederationStatus:
+    """The status from the catalog's entries and the nodes' latest load reports."""
+    status = FederationStatus()
     status.participants = [{"name": p.name, **p.spec} for p in participants]
     for node in nodes:
         report = reports.get(node.name)
         status.nodes.append(NodeStatus(
             node.name, node.spec.get("status", "?"), node.spec.get("secondary"),
-            sum(b.spec["node"] == node.name for b in boxes),
+            sum(f.spec.get("node") == node.name for f in fragments),
             report["utilisation"] if report else None,
             round((now_ms - _millis(report["reported_at"])) / 1000, 1) if report else None))
-    for box in boxes:
-        load = loads.get(box.name) if box.spec.get("phase") == "running" else None
-        status.boxes.append(BoxStatus(
-            box.name, box.spec["node"], box.spec.get("phase", "?"),
-            load["input_rate"] if load else None, load["processing_rate"] if load else None,
-            load["lag"] if load else None, box.spec.get("ha", "passive"),
-            box.spec.get("replica") if box.spec.get("replica_ready") else None))
+    for fragment in sorted(fragments, key=lambda f: f.name):
+        status.fragments.append(_fragment_status(fragment, reports))
     return status
+
+
+def _fragment_status(entry: Entry, reports: dict[str, dict[str, Any]]) -> FragmentStatus:
+    spec = entry.spec
+    network = spec.get("network") or entry.name.rsplit("/", 1)[0]
+    report, load = _load_of(entry.name, spec.get("node"), spec.get("phase") == "moving",
+                            reports)
+    fragment = FragmentStatus(
+        entry.name, network, spec.get("node", "?"), spec.get("phase", "?"),
+        ha=spec.get("ha", "passive"), replica=spec.get("replica"),
+        replica_ready=bool(spec.get("replica_ready")), restarts=int(spec.get("restarts") or 0))
+    errors = [spec.get("error")]
+    if load is not None:
+        fragment.state = load.get("state")
+        fragment.input_rate = load.get("input_rate")
+        fragment.processing_rate = load.get("processing_rate")
+        fragment.batch_duration_ms = load.get("batch_duration_ms")
+        fragment.lag = load.get("lag")
+        fragment.restarts = max(fragment.restarts, int(load.get("restarts") or 0))
+        errors.append(load.get("error"))
+        fragment.sunion = _sunion_status(load.get("sunion"))
+    distinct = [e for i, e in enumerate(errors) if e and e not in errors[:i]]
+    fragment.error = "\n".join(distinct) if distinct else None
+    box_loads = {b["box"]: b for b in (report or {}).get("boxes", [])}
+    for box in spec.get("boxes", []):
+        name = f"{network}/{box}"
+        box_load = box_loads.get(name) if load is not None else None
+        fragment.boxes.append(BoxStatus(
+            name, box_load.get("input_rate") if box_load else None,
+            box_load.get("processing_rate") if box_load else None))
+    return fragment
+
+
+def _load_of(fragment: str, node: str | None, moving: bool,
+             reports: dict[str, dict[str, Any]]
+             ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The report, and its entry for ``fragment``, that tell how the fragment runs: its
+    node's; during a move, while its node has not started it, the old node's."""
+    own = reports.get(node) if node is not None else None
+    for load in (own or {}).get("fragments") or []:
+        if load.get("fragment") == fragment:
+            return own, load
+    if moving:
+        for name, report in sorted(reports.items()):
+            for load in report.get("fragments") or []:
+                if (name != node and load.get("fragment") == fragment
+                        and load.get("state") != "standby"):
+                    return report, load
+    return None, None
+
+
+def _sunion_status(raw: Any) -> SUnionStatus | None:
+    """The SUnion's state from a load report's JSON (None when it reported none)."""
+    try:
+        state = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return None
+    if not isinstance(state, dict) or not state:
+        return None
+    lags = [partition.get("lag") for spec in (state.get("inputs") or {}).values()
+            if isinstance(spec, dict)
+            for partition in (spec.get("partitions") or {}).values()
+            if isinstance(partition, dict)]
+    known = [lag for lag in lags if isinstance(lag, int)]
+    return SUnionStatus(state.get("held_buckets"), state.get("held_tuples"),
+                        state.get("released_through"), sum(known) if known else None,
+                        state.get("dead_lettered"))

@@ -155,35 +155,117 @@ def status(run_dir: RunDirOpt = None, as_json: Annotated[bool, typer.Option(
 
 
 def _print_federation(federation: Any) -> None:
+    for renderable in federation_tables(federation):
+        console.print(renderable)
+
+
+PHASE_STYLES = {"running": "green", "failed": "bold red", "moving": "yellow",
+                "released": "yellow", "placed": "yellow"}
+ERROR_SHOWN = 300
+"""Characters of a fragment's error shown in the table (``--json`` has all of it)."""
+
+
+def federation_tables(federation: Any) -> list[Any]:
+    """``medusa status``'s tables of a FederationStatus: participants, nodes, fragments
+    (each followed by its boxes), and the fragments' SUnions. Names are never cut."""
+    from rich.text import Text
+
     if federation.error:
-        console.print(f"[yellow]catalog:[/] {federation.error}")
-        return
-    participants = Table(title="participants")
-    for column in ("participant", "Kafka", "registry"):
-        participants.add_column(column)
-    for p in federation.participants:
-        participants.add_row(p["name"], p["kafka_bootstrap"], p.get("registry_url") or "-")
-    nodes = Table(title="nodes")
-    for column in ("node", "status", "secondary", "boxes", "utilisation", "last report"):
-        nodes.add_column(column, justify="right" if column in ("boxes", "utilisation") else
-                         "left")
-    for n in federation.nodes:
-        nodes.add_row(n.name, n.status, n.secondary or "-", str(n.boxes),
-                      "-" if n.utilisation is None else f"{n.utilisation:.0%}",
-                      "-" if n.report_age_s is None else f"{n.report_age_s:.0f}s ago")
-    boxes = Table(title="boxes")
-    for column in ("box", "node", "phase", "ha", "in/s", "processed/s", "lag"):
-        boxes.add_column(column, justify="right" if column in ("in/s", "processed/s", "lag")
-                         else "left")
+        return [Text.assemble(("catalog: ", "yellow"), federation.error)]
+
+    def name_column(table: Table, header: str, names: list[str]) -> None:
+        # Folded over lines when the terminal is narrow, never cut short.
+        table.add_column(header, no_wrap=False, overflow="fold",
+                         min_width=min(32, max([len(header), *map(len, names)])))
 
     def number(value: float | None, pattern: str = "{:,.0f}") -> str:
         return "-" if value is None else pattern.format(value)
-    for b in federation.boxes:
-        ha = b.ha if b.ha == "passive" else f"active, replica on {b.replica or '-'}"
-        boxes.add_row(b.name, b.node, b.phase, ha, number(b.input_rate),
-                      number(b.processing_rate), number(b.lag))
-    for table in (participants, nodes, boxes):
-        console.print(table)
+
+    participants = Table(title="participants")
+    for column in ("participant", "Kafka", "registry"):
+        participants.add_column(column, overflow="fold")
+    for p in federation.participants:
+        participants.add_row(Text(p["name"]), Text(p["kafka_bootstrap"]),
+                             Text(p.get("registry_url") or "-"))
+
+    nodes = Table(title="nodes")
+    name_column(nodes, "node", [n.name for n in federation.nodes])
+    for column in ("status", "secondary", "fragments", "utilisation", "last report"):
+        nodes.add_column(column, justify="right" if column in ("fragments", "utilisation")
+                         else "left", overflow="fold")
+    for n in federation.nodes:
+        nodes.add_row(Text(n.name), Text(n.status, "red" if n.status == "failed" else ""),
+                      Text(n.secondary or "-"), str(n.fragments),
+                      "-" if n.utilisation is None else f"{n.utilisation:.0%}",
+                      "-" if n.report_age_s is None else f"{n.report_age_s:.0f}s ago")
+
+    tables: list[Any] = [participants, nodes]
+    networks: dict[str, list[Any]] = {}
+    for f in federation.fragments:
+        networks.setdefault(f.network, []).append(f)
+    for network, members in networks.items():
+        tables += _network_tables(network, members, name_column, number)
+    return tables
+
+
+def _network_tables(network: str, members: list[Any], name_column: Any, number: Any
+                    ) -> list[Any]:
+    """One network's fragments (each followed by its boxes), their errors in red, and their
+    SUnions. Rows name fragments and boxes within the network, which titles the table, so
+    the names stay short enough to be shown whole."""
+    from rich.text import Text
+
+    def local(name: str) -> str:
+        return name.removeprefix(f"{network}/")
+
+    fragments = Table(title=f"{network}: fragments and their boxes (rows in/out per second)")
+    name_column(fragments, "fragment / box", [local(f.name) for f in members] + [
+        f"  {local(b.name)}" for f in members for b in f.boxes])
+    name_column(fragments, "node", [f.node for f in members])
+    fragments.add_column("phase", overflow="fold")
+    fragments.add_column("HA", overflow="fold")
+    for column in ("in/s", "out/s", "batch ms", "lag", "restarts"):
+        fragments.add_column(column, justify="right", overflow="fold")
+    for f in members:
+        phase = Text(f.phase, PHASE_STYLES.get(f.phase, ""))
+        if f.state is not None and f.state != f.phase:
+            phase.append(f" ({f.state})", "red" if f.state in ("failed", "restarting")
+                         else "")
+        if f.ha == "passive":
+            ha = "passive"
+        elif f.replica is None:
+            ha = "active, no replica"
+        else:
+            ha = f"active, replica on {f.replica}" + ("" if f.replica_ready else " (starting)")
+        fragments.add_row(Text(local(f.name), "bold"), Text(f.node), phase, Text(ha),
+                          number(f.input_rate), number(f.processing_rate),
+                          number(f.batch_duration_ms), number(f.lag), str(f.restarts))
+        for index, box in enumerate(f.boxes):
+            fragments.add_row(Text(f"  {local(box.name)}", "dim"), "", "", "",
+                              number(box.input_rate), number(box.processing_rate), "", "", "",
+                              end_section=index == len(f.boxes) - 1)
+    # Errors go under the table, whole lines in red: a column would squeeze the names.
+    errors = [Text.assemble((f"{f.name}: ", "bold red"), (_shortened(f.error), "red"))
+              for f in members if f.error]
+    sunions = Table(title=f"{network}: SUnion of each fragment")
+    name_column(sunions, "fragment", [local(f.name) for f in members])
+    for column in ("held buckets", "held tuples", "released through", "lag", "dead letters"):
+        sunions.add_column(column, justify="right", overflow="fold")
+    for f in members:
+        s = f.sunion
+        if s is None:
+            sunions.add_row(Text(local(f.name)), "-", "-", "-", "-", "-")
+        else:
+            sunions.add_row(Text(local(f.name)), number(s.held_buckets), number(s.held_tuples),
+                            "-" if s.released_through is None else str(s.released_through),
+                            number(s.lag), number(s.dead_lettered))
+    return [fragments, *errors, sunions]
+
+
+def _shortened(error: str) -> str:
+    """The first lines of an error, up to ERROR_SHOWN characters."""
+    text = error.strip()
+    return text if len(text) <= ERROR_SHOWN else text[:ERROR_SHOWN - 1] + "…"
 
 
 def _clients(participant: str | None) -> tuple[dict[str, Any], Any]:
@@ -544,12 +626,13 @@ def deploy(
                                             help="Query network YAML file.")],
     placement: Annotated[Path | None, typer.Option(
         exists=True, dir_okay=False,
-        help="YAML mapping of box to node (participant/node); boxes it leaves out, "
-             "and all when it is not given, are placed automatically.")] = None,
+        help="YAML mapping of box (or fragment) to node (participant/node); the boxes it "
+             "puts on one node run there as one fragment; fragments it leaves out, and all "
+             "when it is not given, are placed automatically.")] = None,
     check: Annotated[bool, typer.Option(
         "--check", help="Only validate the network; deploy nothing.")] = False,
 ) -> None:
-    """Validate a query network and place its boxes on the federation's nodes."""
+    """Validate a query network and place its fragments on the federation's nodes."""
     from medusa.catalog.client import CatalogClient
     from medusa.placement import PlacementError, parse_placement
     from medusa.registry import registry_client
@@ -580,7 +663,7 @@ def deploy(
     finally:
         spark.stop()
     nodes = sorted(set(placed.values()))
-    console.print(f"deployed {spec.participant}/{spec.name}: {len(placed)} boxes on "
+    console.print(f"deployed {spec.participant}/{spec.name}: {len(placed)} fragment(s) on "
                   f"{len(nodes)} node(s) ({', '.join(nodes)})")
 
 
@@ -589,7 +672,7 @@ def undeploy(
     name: Annotated[str, typer.Argument(help="Network, as participant/network "
                                              "(or a bare name of the first participant).")],
 ) -> None:
-    """Stop a network: its nodes stop its boxes, and the catalog forgets it."""
+    """Stop a network: its nodes stop its fragments, and the catalog forgets it."""
     from medusa.catalog.client import CatalogClient
     from medusa.stack.endpoints import resolve
     from medusa_spark.deploy import undeploy as undeploy_network
@@ -599,18 +682,20 @@ def undeploy(
         name = f"{next(iter(endpoints.kafka))}/{name}"
     with CatalogClient(endpoints.catalog_url) as catalog:
         count = undeploy_network(catalog, name, console.print)
-    console.print(f"withdrew {name} ({count} boxes)")
+    console.print(f"withdrew {name} ({count} fragment(s))")
 
 
 @app.command()
 def move(
     box: Annotated[str, typer.Argument(
-        help="The box, as participant/box (or participant/network/box).")],
+        help="The fragment, as participant/network/fragment, or one of its boxes, as "
+             "participant/box (or participant/network/box).")],
     to: Annotated[str, typer.Option("--to", help="Node to move it to, as participant/node.")],
     timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for the hand-over.")
                        ] = 300.0,
 ) -> None:
-    """Move a running box, with its state, to another node."""
+    """Move a running fragment (named, or by one of its boxes), with its state, to another
+    node."""
     from medusa.catalog.client import CatalogClient
     from medusa.stack.endpoints import resolve
     from medusa_spark.deploy import move as move_box
@@ -622,7 +707,7 @@ def move(
             result = move_box(catalog, box, to, timeout, console.print)
         except TimeoutError as error:
             raise _fail(str(error)) from None
-    console.print(f"moved {result.box} from {result.source} to {result.target} "
+    console.print(f"moved {result.fragment} from {result.source} to {result.target} "
                   f"in {result.seconds:.1f}s")
 
 
