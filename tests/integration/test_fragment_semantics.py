@@ -1,0 +1,190 @@
+"""What a fragment's query computes, batch by batch, on hand-written tuples.
+
+The Spark query of a fragment runs for real on tuples laid out as its SUnion writes them
+(``medusa_spark.testing``); only Kafka is left out. Window edges, windows closed by
+BOUNDARY records alone, empty windows, windows chained in one query, joins with and
+without a match, TENTATIVE propagation, the boundaries a fragment writes, and (on the
+real stack) an undecodable record going to the dead-letter topic.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+import yaml
+from confluent_kafka import Consumer, Producer
+
+from medusa.consuming import TupleConsumer
+from medusa.envelope import Envelope, TupleType
+from medusa.producing import TupleProducer
+from medusa.schemas import load_schema
+from medusa.topics import dead_letter_topic
+from medusa_spark.local_run import LocalNetworkRun
+from medusa_spark.network.model import NetworkSpec, parse_network
+from medusa_spark.testing import Result, Tuple, boundary_at, data, run_network
+
+pytestmark = pytest.mark.integration
+
+SECOND = 1000
+BASE_MS = 86_400_000  # clear of stime 0, which Spark reads as "no watermark"
+
+
+def at(seconds: float) -> int:
+    return BASE_MS + round(seconds * SECOND)
+
+
+def report(seconds: float, vid: int, speed: int = 50, seg: int = 1, input_: str = "reports",
+           kind: str = "STABLE") -> Tuple:
+    return Tuple(input_, at(seconds), {"time": int(seconds), "vid": vid, "speed": speed,
+                                       "xway": 0, "lane": 1, "dir": 0, "seg": seg,
+                                       "pos": seg * 5280}, type=kind)
+
+
+def boundary(seconds: float) -> Tuple:
+    return boundary_at(at(seconds))
+
+
+def network(boxes: dict[str, Any], arrows: list[dict[str, str]],
+            inputs: tuple[str, ...] = ("reports",)) -> NetworkSpec:
+    streams = {name: {"topic": f"in.{name}", "participant": "alpha",
+                      "schema": "position_report"} for name in inputs}
+    return parse_network(yaml.safe_dump({
+        "name": "t", "partitions": 1, "trigger": "200 milliseconds", "streams": streams,
+        "boxes": boxes, "arrows": arrows}, sort_keys=False))
+
+
+START_S = "CAST((unix_millis(window_start) - 86400000) DIV 1000 AS INT)"
+PER_MINUTE = {"type": "aggregate", "params": {
+    "window": {"type": "tumbling", "size": "60 seconds"},
+    "group_by": ["seg"],
+    "aggregates": {"cars": {"count_distinct": "vid"}, "top": {"max": "speed"}},
+    "fields": {"seg": "seg", "cars": "cars", "top": "top", "start_s": START_S}}}
+COUNT_PER_MINUTE = network({"per_minute": PER_MINUTE},
+                           [{"from": "reports", "to": "per_minute"}])
+
+
+def counts(results: list[Result]) -> list[tuple[int, int]]:
+    return sorted((r.value["start_s"], r.value["cars"]) for r in data(results) if r.value)
+
+
+def test_window_edges_and_boundary_driven_closing(spark) -> None:
+    found = run_network(spark, COUNT_PER_MINUTE, [[
+        report(0, 1), report(59.999, 2),  # first window [0, 60)
+        report(60, 3),                    # the second starts at exactly 60 s
+        boundary(130),                    # no data: the boundary alone closes both
+    ]])["per_minute"]
+    assert counts(found) == [(0, 2), (60, 1)]
+    stimes = sorted(r.stime - BASE_MS for r in data(found))
+    assert stimes == [59_999, 119_999], "a result's stime is the last millisecond of its window"
+    assert len({r.id for r in data(found)}) == 2
+
+
+def test_empty_windows_give_nothing_and_open_windows_wait(spark) -> None:
+    found = run_network(spark, COUNT_PER_MINUTE,
+                        [[report(5, 1), report(200, 2), boundary(250)]])["per_minute"]
+    # [0,60) and [180,240) have data; [60,180) are empty; [240,300) is still open at 250 s.
+    assert counts(found) == [(0, 1), (180, 1)]
+
+
+def test_a_window_closes_in_the_batch_that_carries_its_boundary(spark) -> None:
+    """No lateness: the boundary of 60 s closes [0, 60) in its own micro-batch, and the
+    boundary the fragment writes after it says so."""
+    found = run_network(spark, COUNT_PER_MINUTE, [
+        [report(10, 1), report(30, 2)],
+        [boundary(60)],
+        [report(70, 3), boundary(80)],
+    ])["per_minute"]
+    assert counts(found) == [(0, 2)]
+    last_boundary = max(r.stime for r in found if r.type == "BOUNDARY")
+    assert last_boundary >= at(59.999), "the fragment's boundary passes the closed window"
+    assert last_boundary < at(119.999), "and not the open one"
+
+
+def test_a_result_is_tentative_when_an_input_was(spark) -> None:
+    found = run_network(spark, COUNT_PER_MINUTE, [[
+        report(1, 1), report(2, 2, kind="TENTATIVE"), report(70, 3), boundary(200)]]
+    )["per_minute"]
+    kinds = {r.value["start_s"]: r.type for r in data(found) if r.value}
+    assert kinds == {0: "TENTATIVE", 60: "STABLE"}
+
+
+def test_windows_chain_inside_one_query(spark) -> None:
+    """An aggregate of an aggregate's results in the same fragment: its window results are
+    stamped with window_time, so the next window sees them in the same micro-batch."""
+    chained = network({
+        "per_minute": PER_MINUTE,
+        "busiest": {"type": "aggregate", "params": {
+            "window": {"type": "tumbling", "size": "120 seconds"},
+            "group_by": [], "aggregates": {"most": {"max": "cars"}},
+            "fields": {"most": "most", "start_s": START_S}}},
+    }, [{"from": "reports", "to": "per_minute"}, {"from": "per_minute", "to": "busiest"}])
+    found = run_network(spark, chained, [[
+        report(1, 1), report(2, 2), report(3, 3), report(61, 4), report(130, 5),
+        boundary(125)]], outputs=["busiest"])["busiest"]
+    assert [(r.value["start_s"], r.value["most"]) for r in data(found) if r.value] == [(0, 3)]
+
+
+def _join(how: str) -> NetworkSpec:
+    return network({"pair": {"type": "join", "params": {
+        "how": how, "keys": [["vid", "vid"]],
+        "within": {"lower": "-30 seconds", "upper": "0 seconds"},
+        "fields": {"vid": "l.vid", "now": "l.seg", "before": "r.seg"}}}},
+        [{"from": "left", "to": "pair.left"}, {"from": "right", "to": "pair.right"}],
+        inputs=("left", "right"))
+
+
+def test_joins_with_and_without_a_match(spark) -> None:
+    batch = [report(0, 1, seg=1, input_="right"), report(10, 2, seg=4, input_="right"),
+             report(30, 1, seg=2, input_="left"), report(50, 2, seg=5, input_="left"),
+             boundary(200)]
+    inner = data(run_network(spark, _join("inner"), [batch])["pair"])
+    assert [(r.value["vid"], r.value["now"], r.value["before"]) for r in inner if r.value] == [
+        (1, 2, 1)]  # vid 2's right tuple is 40 s before its left one: outside the range
+    outer = data(run_network(spark, _join("left_outer"), [batch])["pair"])
+    assert sorted((r.value["vid"], r.value["before"]) for r in outer if r.value) == [
+        (1, 1), (2, None)]
+    matched = next(r for r in outer if r.value and r.value["vid"] == 1)
+    assert matched.stime == at(30), "a join result carries its left tuple's stime"
+
+
+def test_undecodable_input_goes_to_the_dead_letter_topic(spark, federation, registry,
+                                                         tmp_path) -> None:
+    prefix = f"frag{uuid.uuid4().hex[:8]}."
+    garbage = b"\x00\x00\x00\x7f\x7fgarbage"
+    moving = network({"moving": {"type": "filter", "params": {"predicate": "speed > 0"}}},
+                     [{"from": "reports", "to": "moving"}])
+    config = {"bootstrap.servers": federation.bootstrap()}
+    with LocalNetworkRun(spark, moving, federation, registry, tmp_path / "checkpoints",
+                         topic_prefix=prefix) as run:
+        bad = Producer(config)
+        bad.produce(run.topic("reports"), value=garbage,
+                    headers=Envelope(TupleType.STABLE, "poison", at(0.5)).headers())
+        bad.flush(10)
+        with TupleProducer(config, registry, run.topic("reports"),
+                           load_schema("position_report"), "reports",
+                           boundary_interval_s=3600) as producer:
+            producer.produce(report(1, 1).value, "reports-1", at(1))
+            producer.emit_boundaries(at(100))
+        run.wait_until_quiet(timeout_s=300)
+        out_topic = next(w.outputs["moving"].stream.topic for w in run.wiring.values()
+                         if "moving" in w.outputs)
+        with TupleConsumer(config, registry, [out_topic], f"t-{uuid.uuid4()}") as consumer:
+            found = [c.record for c in consumer.drain() if c.record.type is TupleType.STABLE]
+    assert [r.value["vid"] for r in found] == [1], "processing goes on after a bad record"
+    reader = Consumer({"bootstrap.servers": federation.bootstrap(),
+                       "group.id": f"t-{uuid.uuid4()}", "auto.offset.reset": "earliest"})
+    reader.subscribe([dead_letter_topic(run.topic("reports"))])
+    letters = []
+    for _ in range(30):
+        message = reader.poll(1.0)
+        if message is not None and message.error() is None:
+            letters.append(message)
+            break
+    reader.close()
+    assert letters, "the undecodable record reached the dead-letter topic"
+    headers = dict(letters[0].headers())
+    assert letters[0].value() == garbage
+    assert b"schema id" in headers["medusa.dlq.reason"]
+    assert headers["medusa.id"] == b"poison", "the original headers are kept"
