@@ -32,7 +32,7 @@ def test_a_placement_naming_an_unknown_box_is_refused(env, tmp_path, federation)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "box 'per_sensor_typo': the network has no such box" in result.stderr
     with CatalogClient(federation.catalog_url) as catalog:
-        assert catalog.list(Kind.BOXES, network="alpha/sensor-windows") == []
+        assert catalog.list(Kind.FRAGMENTS, network="alpha/sensor-windows") == []
 
 
 def test_a_malformed_placement_file_says_what_was_expected(env, tmp_path) -> None:
@@ -49,10 +49,10 @@ def test_move_names_what_is_wrong(env) -> None:
     assert "--to: expected participant/node" in result.stderr
     result = _medusa(env, "move", "alpha/no_such_box", "--to", "beta/node-1")
     assert result.returncode == 1
-    assert "no box 'no_such_box' in participant alpha" in result.stderr
+    assert "no fragment or box alpha/no_such_box in the catalog" in result.stderr
 
 
-def test_status_lists_participants_nodes_and_boxes(env, federation) -> None:
+def test_status_lists_participants_nodes_and_fragments(env, federation) -> None:
     import json
 
     with CatalogClient(federation.catalog_url) as catalog:
