@@ -779,9 +779,13 @@ def catalog_show(
 def bench(
     records: Annotated[int, typer.Option(min=1000, help="Records per throughput run.")
                        ] = 200_000,
-    hold: Annotated[int, typer.Option(min=30, help="Seconds each Linear Road step holds "
-                                                   "the peak rate.")] = 120,
+    hold: Annotated[int, typer.Option(min=10, help="Seconds each Linear Road step holds "
+                                                   "the peak rate (the benchmark: 120 or "
+                                                   "more; less for a quick run).")] = 120,
     max_xways: Annotated[int, typer.Option(min=1, help="Largest L to try.")] = 16,
+    only: Annotated[str, typer.Option(
+        help="Run only these parts, comma-separated: producers, spark, sunion, "
+             "linear-road, move, failover (default: all).")] = "",
     linear_road: Annotated[bool, typer.Option(help="Run the Linear Road steps.")] = True,
     out: Annotated[Path, typer.Option(help="Folder for JSON and plots.")] = Path("bench-results"),
     move_sizes: Annotated[str, typer.Option(
@@ -792,14 +796,20 @@ def bench(
                         ] = True,
 ) -> None:
     """Benchmarks against the running federation, side by side in one run."""
-    from medusa_apps.bench.run import run_all
+    from medusa_apps.bench.run import PARTS, run_all
 
     try:
         sizes = [int(size) for size in move_sizes.split(",") if size.strip()]
     except ValueError:
         raise _fail(f"--move-sizes: expected numbers separated by commas, got {move_sizes!r}",
                     2) from None
-    run_all(out, records, hold, max_xways, linear_road, console.print, sizes, failover)
+    parts = [part.strip() for part in only.split(",") if part.strip()]
+    unknown = [part for part in parts if part not in PARTS]
+    if unknown:
+        raise _fail(f"--only: unknown part(s) {', '.join(unknown)}; known: {', '.join(PARTS)}",
+                    2)
+    run_all(out, records, hold, max_xways, linear_road, console.print, sizes, failover,
+            only=parts or None)
     console.print(f"results in {out}/")
 
 

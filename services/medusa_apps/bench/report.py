@@ -96,3 +96,57 @@ def failover_plot(path: Path, title: str,
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+BATCH_PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit",
+                "commitOffsets")
+
+
+def breakdown_plot(path: Path, title: str, breakdowns: dict[str, dict[str, Any]]) -> None:
+    """Per step: the mean batch's phases (the writer's Kafka transactions apart from the
+    rest of ``addBatch``), and each stateful operator's time over the step."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    labels = [label for label, b in breakdowns.items() if b.get("batches")]
+    if not labels:
+        return
+    figure, (phases_axes, operators_axes) = plt.subplots(
+        1, 2, figsize=(12, 1.5 + 0.6 * max(len(labels), 3)))
+    for index, label in enumerate(labels):
+        breakdown = breakdowns[label]
+        batches = breakdown["batches"]
+        per_batch = dict(breakdown.get("phase_ms_per_batch") or {})
+        kafka = breakdown.get("writer_kafka_ms_total", 0.0) / batches
+        segments = []
+        for phase in BATCH_PHASES:
+            value = per_batch.get(phase, 0.0)
+            if phase == "addBatch":
+                segments.append(("addBatch (Spark job, writer's Python)", value - kafka))
+                segments.append(("writer's Kafka transaction", kafka))
+            else:
+                segments.append((phase, value))
+        left = 0.0
+        for number, (name, value) in enumerate(segments):
+            phases_axes.barh(index, value, left=left, color=f"C{number}",
+                             label=name if index == 0 else None)
+            left += value
+    phases_axes.set_yticks(range(len(labels)), labels)
+    phases_axes.set_xlabel("ms per batch (mean)")
+    phases_axes.legend(loc="lower right", fontsize=7)
+    phases_axes.invert_yaxis()
+    width = 0.8 / len(labels)
+    names: list[str] = []
+    for index, label in enumerate(labels):
+        operators = breakdowns[label].get("state_operators") or []
+        names = [f"{n}. {op['operator']}" for n, op in enumerate(operators)] or names
+        totals = [(op["updates_ms"] + op["removals_ms"] + op["commit_ms"]) / 1000
+                  for op in operators]
+        operators_axes.barh([n + index * width for n in range(len(totals))], totals,
+                            height=width, label=label)
+    operators_axes.set_yticks(range(len(names)), names, fontsize=7)
+    operators_axes.set_xlabel("s over the step (updates + removals + commit)")
+    operators_axes.legend(fontsize=7)
+    operators_axes.invert_yaxis()
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -1,10 +1,19 @@
-"""``medusa bench``: every benchmark in one run, with progress, ratios, JSON and plots."""
+"""``medusa bench``: every benchmark in one run, with progress, ratios, JSON and plots.
+
+Parts (``--only`` picks some): ``producers`` (Medusa's producer, a bare
+confluent-kafka producer, Kafka's tool), ``spark`` (Kafka's consumer tool, a
+plain Spark passthrough, the one-filter fragment with and without its SUnion),
+``sunion`` (the SUnion next to a bare transactional consume-produce loop),
+``linear-road`` (the L-rating), ``move`` and ``failover``. The keys of
+``bench.json`` stay the same whichever parts run; a part not run leaves its
+figures null.
+"""
 
 from __future__ import annotations
 
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -14,90 +23,170 @@ from medusa.stack.endpoints import resolve
 from medusa.stack.launcher import recorded_layout
 from medusa.stack.layout import StackLayout
 from medusa_apps.bench import producers
-from medusa_apps.bench.report import bar_plot, failover_plot, latency_plot, pause_plot, write_json
+from medusa_apps.bench.producers import Throughput
+from medusa_apps.bench.report import (
+    bar_plot,
+    breakdown_plot,
+    failover_plot,
+    latency_plot,
+    pause_plot,
+    write_json,
+)
+
+PARTS = ("producers", "spark", "sunion", "linear-road", "move", "failover")
+WARM_UP_RECORDS = 3000
+
+
+def _ratio(numerator: Throughput | None, denominator: Throughput | None) -> float | None:
+    if numerator is None or denominator is None:
+        return None
+    return round(numerator.per_second / denominator.per_second, 3)
 
 
 def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: bool,
             say: Callable[[str], None], move_sizes: list[int] | None = None,
-            failover: bool = True) -> dict[str, Any]:
+            failover: bool = True, only: Collection[str] | None = None) -> dict[str, Any]:
+    from medusa.progress import RateProgress
+    from medusa.sunion import bench as sunion_bench
     from medusa_apps.bench import failover as failover_bench
     from medusa_apps.bench import linear_road_latency, move_pause, spark_paths
     from medusa_spark.session import spark_session
 
+    parts = set(only or PARTS)
+    if not linear_road:
+        parts.discard("linear-road")
+    if not move_sizes:
+        parts.discard("move")
+    if not failover:
+        parts.discard("failover")
     settings = StackSettings()
     layout = recorded_layout(StackLayout.from_settings(settings))
     endpoints = resolve(settings)
-    bootstrap = endpoints.bootstrap()
+    bootstrap = endpoints.bootstrap("alpha")
     registry = registry_client(endpoints.registry_url)
+    say(f"parts: {', '.join(p for p in PARTS if p in parts)}")
 
-    say(f"preparing {records:,} Linear Road position reports")
-    reports = producers.position_reports(records)
-    say("1. producers: Medusa's (Avro, envelope, BOUNDARY), bare confluent-kafka, Kafka's tool")
-    medusa, value_size = producers.medusa_producer(bootstrap, registry, reports)
-    bare = producers.bare_producer(bootstrap, records, value_size)
-    perf = producers.kafka_perf_tool(layout, bootstrap, records, value_size)
+    perf = bare = medusa = None
+    value_size = None
+    if "producers" in parts:
+        say(f"producers: preparing {records:,} Linear Road position reports")
+        reports = producers.position_reports(records)
+        say("producers: Medusa's (Avro, envelope, BOUNDARY), bare confluent-kafka, Kafka's tool")
+        medusa, value_size = producers.medusa_producer(bootstrap, registry, reports)
+        bare = producers.bare_producer(bootstrap, records, value_size)
+        perf = producers.kafka_perf_tool(layout, bootstrap, records, value_size)
 
-    say("2. consumers and Spark over one topic of position reports")
-    source = f"bench.source.{uuid.uuid4().hex[:8]}"
-    spark_paths.fill_topic(bootstrap, registry, source, records)
-    consumer_perf = producers.kafka_consumer_perf_tool(layout, bootstrap, source, records)
-    spark = spark_session("medusa-bench")
-    spark.sparkContext.setLogLevel("ERROR")
+    sunion: dict[str, float] | None = None
+    if "sunion" in parts:
+        say(f"SUnion: {records:,} records through a bare transactional consume-produce loop, "
+            "then through the SUnion")
+        sunion = sunion_bench.measure(bootstrap, records)
+
+    consumer_perf = passthrough = passthrough_again = filtered = direct = None
     steps: list[Any] = []
+    moves: list[Any] = []
+    outcomes: list[Any] = []
+    load = None
+    needs_spark = parts & {"spark", "linear-road", "move", "failover"}
+    spark = spark_session("medusa-bench") if needs_spark else None
     try:
         with tempfile.TemporaryDirectory(prefix="medusa-bench-") as scratch:
             checkpoints = Path(scratch)
-            passthrough = spark_paths.passthrough(spark, bootstrap, source, records, checkpoints)
-            filtered = spark_paths.filter_box(spark, endpoints, registry, source, records,
-                                              checkpoints)
-            if linear_road:
-                say(f"3. Linear Road, {hold_s}s per step, until p99 > "
-                    f"{linear_road_latency.LATENCY_BOUND_S:g}s")
+            if spark is not None:
+                spark.sparkContext.setLogLevel("ERROR")
+            if "spark" in parts and spark is not None:
+                source = f"bench.source.{uuid.uuid4().hex[:8]}"
+                say(f"Spark: filling {source} with {records:,} position reports")
+                spark_paths.fill_topic(bootstrap, registry, source, records)
+                consumer_perf = producers.kafka_consumer_perf_tool(layout, bootstrap, source,
+                                                                   records)
+                say("Spark: warming up (a passthrough and the filter fragment over "
+                    f"{WARM_UP_RECORDS:,} records)")
+                warm = f"bench.warm.{uuid.uuid4().hex[:8]}"
+                spark_paths.fill_topic(bootstrap, registry, warm, WARM_UP_RECORDS)
+                spark_paths.passthrough(spark, bootstrap, warm, WARM_UP_RECORDS, checkpoints)
+                spark_paths.filter_fragment(spark, endpoints, registry, warm, WARM_UP_RECORDS,
+                                            checkpoints)
+                say("Spark: passthrough")
+                passthrough = spark_paths.passthrough(spark, bootstrap, source, records,
+                                                      checkpoints)
+                say("Spark: the filter fragment with its SUnion")
+                with RateProgress("filter fragment", total=float(records)) as progress:
+                    filtered = spark_paths.filter_fragment(
+                        spark, endpoints, registry, source, records, checkpoints,
+                        on_progress=lambda n: progress.update(n, 0, completed=float(n)))
+                say("Spark: the filter fragment without its SUnion")
+                direct = spark_paths.filter_fragment_without_sunion(
+                    spark, endpoints, registry, source, records, checkpoints)
+                say("Spark: passthrough again")
+                passthrough_again = spark_paths.passthrough(spark, bootstrap, source, records,
+                                                            checkpoints)
+            if "linear-road" in parts and spark is not None:
+                say(f"Linear Road: L = 1, 2, ... up to {max_xways}, {hold_s}s per step, until "
+                    f"p99 > {linear_road_latency.LATENCY_BOUND_S:g}s or an output differs "
+                    "from the reference")
                 steps = linear_road_latency.run_steps(spark, endpoints, registry, hold_s,
                                                       max_xways, checkpoints, say)
-        moves: list[Any] = []
-        if move_sizes:
-            say(f"4. moving a windowed aggregate between nodes, state of "
+        if "move" in parts and spark is not None and move_sizes:
+            say(f"moving a windowed aggregate between nodes, state of "
                 f"{', '.join(map(str, move_sizes))} sensors")
             moves = move_pause.measure(endpoints, registry, spark, layout, move_sizes, say)
-        outcomes: list[Any] = []
-        load = None
-        if failover:
-            say("5. failover: a node killed -9 mid-stream (upstream backup, active standby), "
+        if "failover" in parts and spark is not None:
+            say("failover: a node killed -9 mid-stream (upstream backup, active standby), "
                 "then false suspicions under CPU load")
             outcomes, load = failover_bench.measure(endpoints, registry, spark, layout, say)
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
 
-    runs = [perf, bare, medusa, consumer_perf, passthrough, filtered]
+    passthrough_mean = None
+    if passthrough is not None and passthrough_again is not None:
+        passthrough_mean = Throughput("Spark passthrough (mean of two runs)", records,
+                                      (passthrough.seconds + passthrough_again.seconds) / 2)
+    runs = [run for run in (perf, bare, medusa, consumer_perf, passthrough, passthrough_again,
+                            filtered, direct) if run is not None]
     for run in runs:
-        say(f"  {run.name:<40} {run.per_second:>12,.0f} records/s")
-    met = [step.xways for step in steps if step.met]
-    ratios = {
-        "medusa_producer_over_bare_producer": medusa.per_second / bare.per_second,
-        "bare_producer_over_kafka_producer_tool": bare.per_second / perf.per_second,
-        "filter_box_over_spark_passthrough": filtered.per_second / passthrough.per_second,
-        "spark_passthrough_over_kafka_consumer_tool":
-            passthrough.per_second / consumer_perf.per_second,
+        say(f"  {run.name:<52} {run.per_second:>12,.0f} records/s")
+    ratios: dict[str, float | None] = {
+        "medusa_producer_over_bare_producer": _ratio(medusa, bare),
+        "bare_producer_over_kafka_producer_tool": _ratio(bare, perf),
+        "filter_over_passthrough": _ratio(filtered, passthrough_mean),
+        "filter_fragment_without_sunion_over_passthrough": _ratio(direct, passthrough_mean),
+        "filter_box_over_spark_passthrough": _ratio(filtered, passthrough_mean),
+        "spark_passthrough_over_kafka_consumer_tool": _ratio(passthrough_mean, consumer_perf),
+        "sunion_over_bare_loop": round(sunion["ratio"], 3) if sunion else None,
     }
+    rating = linear_road_latency.l_rating(steps) if steps else None
     result = {
-        "records": records, "value_size": value_size,
+        "records": records, "value_size": value_size, "parts": sorted(parts),
         "runs": [run.as_dict() for run in runs],
-        "ratios": {name: round(value, 3) for name, value in ratios.items()},
-        "linear_road": [step.as_dict() for step in steps],
-        "highest_xways_met": max(met) if met else None,
+        "ratios": ratios,
+        "sunion": {k: round(v, 1) for k, v in sunion.items()} if sunion else None,
+        "linear_road": {
+            "l_rating": rating,
+            "latency_bound_s": linear_road_latency.LATENCY_BOUND_S,
+            "hold_s": hold_s,
+            "reports_per_s_per_xway": linear_road_latency.PEAK_REPORTS_PER_S_PER_XWAY,
+            "steps": [step.as_dict() for step in steps],
+        },
+        "highest_xways_met": rating,
         "move_pause": [move.as_dict() for move in moves],
         "failover": [outcome.summary() for outcome in outcomes],
         "false_positives_under_load": load.as_dict() if load else None,
     }
     write_json(out / "bench.json", result)
-    bar_plot(out / "throughput.png", f"Throughput, {records:,} records, one run",
-             [run.name for run in runs], [run.per_second for run in runs], "records per second")
+    if runs:
+        bar_plot(out / "throughput.png", f"Throughput, {records:,} records, one run",
+                 [run.name for run in runs], [run.per_second for run in runs],
+                 "records per second")
     if steps:
         latency_plot(out / "linear_road_latency.png",
                      "Linear Road: toll notification latency over time",
                      {f"L={step.xways}": step.latencies_s for step in steps},
                      linear_road_latency.LATENCY_BOUND_S)
+        breakdown_plot(out / "linear_road_batches.png",
+                       "Linear Road: where the batches' time went (ms per batch)",
+                       {f"L={step.xways}": step.breakdown for step in steps})
     if moves:
         pause_plot(out / "move_pause.png", "Moving a windowed aggregate: output pause",
                    [m.state_bytes / 1e6 for m in moves], [m.pause_s for m in moves],
@@ -110,6 +199,12 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
                         f"duplicated {len(o.duplicated())}", o.written_ms(),
                         o.kill_ms, o.declared_ms) for o in outcomes])
     for name, value in ratios.items():
-        say(f"{name.replace('_', ' ')}: {value:.2f}")
-    say(f"highest L met: {result['highest_xways_met']}")
+        if value is not None:
+            say(f"{name.replace('_', ' ')}: {value:.2f}")
+    for step in steps:
+        say(f"Linear Road L={step.xways}: p50 {step.as_dict()['p50_latency_s']} s, "
+            f"p99 {step.as_dict()['p99_latency_s']} s, "
+            f"{'met' if step.met else 'not met'}")
+    if "linear-road" in parts:
+        say(f"Linear Road L-rating: {rating}")
     return result

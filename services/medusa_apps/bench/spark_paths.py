@@ -1,38 +1,95 @@
-"""Spark throughput: a plain Kafka-to-Kafka passthrough against a single Medusa filter box.
+"""Spark throughput: a plain Kafka-to-Kafka passthrough against a one-filter Medusa fragment.
 
-Both read the same pre-filled topic of position reports to the end (availableNow)
-on the same SparkSession, one after the other, and write to fresh topics.
+All read the same pre-filled topic of position reports (with its producer's
+BOUNDARY records and a last one past its end), one after the other on the same
+SparkSession, and write to fresh topics. Each is timed from its start until its
+output holds every record:
+
+- the passthrough copies key, value and headers, reading to the end once
+  (``availableNow``);
+- the filter fragment runs as it does on a node: its SUnion (a process of its
+  own) orders the topic into 1 s buckets on the fragment's input topic, one
+  transaction per bucket, while the fragment's query reads that topic
+  (``read_committed``), filters (keeping every report), and writes each
+  micro-batch through the FragmentWriter and the SOutput as one transaction;
+- the same fragment without its SUnion reads the pre-filled topic directly
+  (``availableNow``; each record tagged as the fragment's input, as the SUnion
+  would): what the SUnion's ordering costs on top of the query.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
 import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from medusa.linear_road.records import POSITION_REPORTS, STIME_ORIGIN_MS, to_dict
 from medusa.producing import TupleProducer
 from medusa.schemas import schema_for_topic
 from medusa.settings import kafka_config, spark_kafka_options
 from medusa.stack.endpoints import Endpoints
+from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa.topics import ensure_topics
 from medusa_apps.bench.producers import Throughput, position_reports
+from medusa_spark.fragment import FragmentWiring, build_fragment, read_source
+from medusa_spark.fragment_writer import FragmentWriter
+from medusa_spark.network.fragments import group
 from medusa_spark.network.model import parse_network
-from medusa_spark.network.validate import validate
-from medusa_spark.runner import AVAILABLE_NOW, start_box, wire
+from medusa_spark.network.validate import Plan, validate
+from medusa_spark.soutput import OutRecord, SOutput
+from medusa_spark.streams import INPUT_HEADER
+from medusa_spark.sunion_process import SUnionProcess
+from medusa_spark.wiring import fragment_wiring, network_topics
+
+NETWORK_NAME = "bench-filter"
+
+
+class MeteredSink:
+    """An SOutput that counts the data records it writes and the time its writes take."""
+
+    def __init__(self, inner: SOutput) -> None:
+        self.inner = inner
+        self.topics = inner.topics
+        self.standby = inner.standby
+        self.data_records = 0
+        self.write_s = 0.0
+        self.writes = 0
+
+    def write(self, records: Sequence[OutRecord]) -> int:
+        started = time.perf_counter()
+        written = self.inner.write(records)
+        self.write_s += time.perf_counter() - started
+        self.writes += 1
+        self.data_records += sum(1 for record in records if record.value is not None)
+        return written
+
+    def promote(self) -> int:
+        return self.inner.promote()
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def fill_topic(bootstrap: str, registry: SchemaRegistryClient, topic: str, count: int) -> None:
+    """``count`` position reports, then a BOUNDARY past the last one's second on every
+    partition, so a SUnion releases every bucket."""
     ensure_topics(kafka_config(bootstrap), [topic], partitions=4)
+    last = 0
     with TupleProducer(kafka_config(bootstrap), registry, topic,
                        schema_for_topic(POSITION_REPORTS), "bench", to_dict=to_dict) as producer:
         for report in position_reports(count):
             producer.produce(report, report.tuple_id, STIME_ORIGIN_MS + report.time * 1000,
                              key=str(report.vid))
+            last = max(last, report.time)
+        producer.emit_boundaries(STIME_ORIGIN_MS + (last + 2) * 1000)
 
 
 def passthrough(spark: SparkSession, bootstrap: str, source: str, count: int,
@@ -54,22 +111,119 @@ def passthrough(spark: SparkSession, bootstrap: str, source: str, count: int,
                       time.perf_counter() - started)
 
 
-def filter_box(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
-               source: str, count: int, checkpoints: Path) -> Throughput:
-    """The same records through a Medusa filter box that keeps them all."""
+@dataclass
+class FilterFragment:
+    plan: Plan
+    wiring: FragmentWiring
+    sink: MeteredSink
+
+    def writer(self) -> FragmentWriter:
+        return FragmentWriter(self.plan, self.wiring, sinks=[self.sink])
+
+
+def _filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
+                     source: str) -> FilterFragment:
+    """A network of one filter that keeps every report, onto a fresh topic."""
+    run = uuid.uuid4().hex[:8]
     text = yaml.safe_dump({
-        "name": "bench-filter", "partitions": 4,
+        "name": NETWORK_NAME, "participant": "alpha", "partitions": 4,
         "streams": {
             "reports": {"topic": source, "participant": "alpha", "schema": "position_report"},
-            "kept": {"topic": f"bench.kept.{uuid.uuid4().hex[:8]}", "participant": "alpha",
+            "kept": {"topic": f"bench.kept.{run}", "participant": "alpha",
                      "schema": "position_report"}},
         "boxes": {"keep_all": {"type": "filter", "params": {"predicate": "speed >= 0"}}},
         "arrows": [{"from": "reports", "to": "keep_all"}, {"from": "keep_all", "to": "kept"}],
     }, sort_keys=False)
     plan = validate(parse_network(text), spark)
-    box = wire(plan, endpoints, registry)["keep_all"]
+    fragments = group(plan)
+    topics = network_topics(plan, fragments, endpoints, registry)
+    (fragment,) = fragments.values()
+    bootstrap = endpoints.bootstrap("alpha")
+    wiring = fragment_wiring(topics, f"alpha/{NETWORK_NAME}-{run}", fragment, bootstrap)
+    topics_out = [output.stream.topic for output in wiring.outputs.values()]
+    sink = MeteredSink(SOutput(f"bench.{NETWORK_NAME}.{run}", topics_out, bootstrap))
+    return FilterFragment(plan, wiring, sink)
+
+
+def filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
+                    source: str, count: int, checkpoints: Path,
+                    on_progress: Callable[[int], None] | None = None,
+                    timeout_s: float = 900.0) -> Throughput:
+    """The filter fragment with its SUnion in front, both started at once; timed until the
+    fragment's output holds ``count`` records."""
+    fragment = _filter_fragment(spark, endpoints, registry, source)
+    wiring = fragment.wiring
+    config = SUnionConfig(
+        fragment=wiring.global_name,
+        inputs=[SUnionInput(name=name, topic=stream.topic, bootstrap=stream.bootstrap)
+                for name, stream in sorted(wiring.inputs.items())],
+        output_topic=wiring.source.topic, output_bootstrap=wiring.source.bootstrap,
+        bucket_ms=wiring.bucket_ms)
+    writer = fragment.writer()
+    with tempfile.TemporaryDirectory(prefix="medusa-bench-sunion-") as folder:
+        started = time.perf_counter()
+        sunion = SUnionProcess(config, Path(folder)).start()
+        query = (build_fragment(fragment.plan, wiring, read_source(spark, wiring.source))
+                 .writeStream.queryName(f"bench-filter-sunion-{uuid.uuid4().hex[:6]}")
+                 .outputMode("append").foreachBatch(writer)
+                 .option("checkpointLocation", str(checkpoints / wiring.source.topic))
+                 .trigger(processingTime=fragment.plan.network.trigger).start())
+        try:
+            deadline = time.monotonic() + timeout_s
+            while fragment.sink.data_records < count:
+                if not query.isActive:
+                    raise RuntimeError(f"the filter fragment stopped: {query.exception()}")
+                if not sunion.alive():
+                    raise RuntimeError(f"the filter fragment's SUnion exited; see "
+                                       f"{sunion.log_path}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the filter fragment wrote "
+                                       f"{fragment.sink.data_records:,} of {count:,} records "
+                                       f"in {timeout_s:.0f}s")
+                if on_progress is not None:
+                    on_progress(fragment.sink.data_records)
+                time.sleep(0.02)
+            elapsed = time.perf_counter() - started
+        finally:
+            query.stop()
+            writer.close()
+            sunion.stop()
+    return Throughput("Medusa filter fragment (SUnion + query + SOutput)", count, elapsed)
+
+
+def _tagged(raw: DataFrame, input_name: str) -> DataFrame:
+    """The input's records as the SUnion would write them: tagged with the input's name."""
+    tag = F.struct(F.lit(INPUT_HEADER).alias("key"),
+                   F.lit(input_name).cast("binary").alias("value"))
+    return raw.withColumn("headers", F.concat(F.coalesce(F.col("headers"), F.array()),
+                                              F.array(tag)))
+
+
+def filter_fragment_without_sunion(spark: SparkSession, endpoints: Endpoints,
+                                   registry: SchemaRegistryClient, source: str, count: int,
+                                   checkpoints: Path) -> Throughput:
+    """The same fragment reading the pre-filled topic directly, to its end."""
+    fragment = _filter_fragment(spark, endpoints, registry, source)
+    wiring = fragment.wiring
+    (name,) = wiring.inputs
+    stream = wiring.inputs[name]
+    kafka = spark_kafka_options(stream.bootstrap)
+    raw = (spark.readStream.format("kafka").options(**kafka)
+           .option("subscribe", stream.topic).option("startingOffsets", "earliest")
+           .option("includeHeaders", "true").load())
+    writer = fragment.writer()
     started = time.perf_counter()
-    query = start_box(spark, plan, box, str(checkpoints / box.output.topic),
-                      trigger=AVAILABLE_NOW)
-    query.awaitTermination()
-    return Throughput("Medusa filter box", count, time.perf_counter() - started)
+    query = (build_fragment(fragment.plan, wiring, _tagged(raw, name))
+             .writeStream.queryName(f"bench-filter-direct-{uuid.uuid4().hex[:6]}")
+             .outputMode("append").foreachBatch(writer)
+             .option("checkpointLocation", str(checkpoints / f"direct-{stream.topic}"))
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination()
+    finally:
+        writer.close()
+    elapsed = time.perf_counter() - started
+    if fragment.sink.data_records != count:
+        raise RuntimeError(f"the filter fragment without SUnion wrote "
+                           f"{fragment.sink.data_records:,} of {count:,} records")
+    return Throughput("Medusa filter fragment without SUnion", count, elapsed)
