@@ -71,7 +71,7 @@ def test_outputs_are_compared_as_multisets() -> None:
 
 def test_batch_breakdown_sums_phases_and_operators() -> None:
     progresses = [
-        {"batchId": 1, "numInputRows": 10,
+        {"batchId": 1, "numInputRows": 10, "sources": [{}, {}],
          "durationMs": {"addBatch": 300, "queryPlanning": 50, "triggerExecution": 400},
          "stateOperators": [{"operatorName": "stateStoreSave", "allUpdatesTimeMs": 20,
                              "allRemovalsTimeMs": 5, "commitTimeMs": 7, "numRowsTotal": 40,
@@ -84,6 +84,7 @@ def test_batch_breakdown_sums_phases_and_operators() -> None:
     ]
     breakdown = batch_breakdown(progresses, writer_ms=120.0, writer_transactions=2)
     assert breakdown["batches"] == 2 and breakdown["input_rows"] == 10
+    assert breakdown["sources"] == 2
     assert breakdown["phase_ms_total"]["addBatch"] == 400
     assert breakdown["phase_ms_per_batch"]["queryPlanning"] == 40.0
     assert breakdown["add_batch_without_kafka_ms_total"] == 280.0

@@ -158,16 +158,19 @@ def batch_breakdown(progresses: Sequence[dict[str, Any]], writer_ms: float = 0.0
     ``durationMs`` phases summed over the batches (``addBatch`` is the batch's own work,
     the writer's included; ``writer_ms`` is the part spent in the writer's Kafka
     transactions), and each stateful operator's update, removal and commit times.
+    ``input_rows`` is Spark's count, which counts a source record once per scan of it in
+    the plan (``sources``: the sources of the progress report).
     """
     phases: Counter[str] = Counter()
     operators: dict[int, dict[str, Any]] = {}
     triggers: list[float] = []
-    rows = 0
+    rows = scans = 0
     for progress in progresses:
         for phase, ms in (progress.get("durationMs") or {}).items():
             phases[phase] += int(ms or 0)
         triggers.append(float((progress.get("durationMs") or {}).get("triggerExecution", 0)))
         rows += int(progress.get("numInputRows") or 0)
+        scans = max(scans, len(progress.get("sources") or []))
         for index, operator in enumerate(progress.get("stateOperators") or []):
             entry = operators.setdefault(index, {
                 "operator": operator.get("operatorName", f"#{index}"), "updates_ms": 0,
@@ -184,7 +187,7 @@ def batch_breakdown(progresses: Sequence[dict[str, Any]], writer_ms: float = 0.0
     batches = len(progresses)
     add_batch = phases.get("addBatch", 0)
     return {
-        "batches": batches, "input_rows": rows,
+        "batches": batches, "input_rows": rows, "sources": scans,
         "phase_ms_total": dict(phases),
         "phase_ms_per_batch": {k: round(v / batches, 1) for k, v in phases.items()}
         if batches else {},
@@ -249,6 +252,55 @@ def _collect(config: dict[str, Any], registry_url: str, topic: str, path: str,
                 flushed = time.monotonic()
 
 
+class Publisher:
+    """Linear Road traffic published by a process of its own (``publish_traffic``, ending
+    with a BOUNDARY past the input so every window closes)."""
+
+    def __init__(self, profile: TrafficProfile, config: dict[str, Any], registry_url: str,
+                 prefix: str, speedup: float = 1.0) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.speedup = speedup
+        self._sent, self._started = context.Value("q", 0), context.Value("d", 0.0)
+        self._summaries = context.Queue()
+        self.process = context.Process(
+            target=_publish, name="traffic", daemon=True,
+            args=(profile, config, registry_url, prefix, speedup, self._sent, self._started,
+                  self._summaries))
+
+    def start(self) -> Publisher:
+        self.process.start()
+        return self
+
+    @property
+    def sent(self) -> int:
+        return int(self._sent.value)
+
+    @property
+    def started(self) -> float:
+        """Epoch seconds when second 0 went out (a few ms early until the end); 0 before."""
+        return float(self._started.value)
+
+    def due(self, second: float, started: float | None = None) -> float:
+        """When second ``second`` of the traffic was due to be sent (epoch seconds)."""
+        base = self.started if started is None else started
+        return base + (second / self.speedup if self.speedup > 0 else 0.0)
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def summary(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """The feed's summary, once it is done (``FeedSummary.as_dict``)."""
+        if self.process.exitcode not in (0, None):
+            raise RuntimeError(f"the traffic publisher exited with {self.process.exitcode}")
+        summary: dict[str, Any] = self._summaries.get(timeout=timeout_s)
+        return summary
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(10)
+
+
 class _Lines:
     """Reads the collector's file as it grows."""
 
@@ -311,12 +363,10 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
     config = kafka_config(endpoints.bootstrap("alpha"))
     profile = profile_for(xways, hold_s)
     result = StepResult(xways, hold_s)
-    drain_s = drain_s if drain_s is not None else max(60.0, hold_s / 2)
+    drain_s = drain_s if drain_s is not None else max(120.0, 2.0 * hold_s)
     context = multiprocessing.get_context("spawn")
-    sent, started = context.Value("q", 0), context.Value("d", 0.0)
     received = context.Value("q", 0)
     stop = context.Event()
-    summaries = context.Queue()
     progresses: dict[tuple[str, int], dict[str, Any]] = {}
     write_ms = [0.0]
     transactions = [0]
@@ -328,15 +378,12 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
             target=_collect, name="toll-collector", daemon=True,
             args=(config, endpoints.registry_url, run.topic(TOLLS), str(lines.path), stop,
                   received))
-        publisher = context.Process(
-            target=_publish, name="traffic", daemon=True,
-            args=(profile, config, endpoints.registry_url, prefix, 1.0, sent, started,
-                  summaries))
+        publisher = Publisher(profile, config, endpoints.registry_url, prefix)
 
         def latencies() -> list[float]:
             lines.read()
-            base = started.value
-            return [arrived / 1000.0 - (base + value["time"]) for arrived, value in lines.rows]
+            return [arrived / 1000.0 - publisher.due(value["time"])
+                    for arrived, value in lines.rows]
 
         def observe() -> None:
             for fragment in run.runs:
@@ -356,18 +403,15 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
             last_observed = 0.0
             try:
                 with LatencyProgress(f"L={xways}", total_s=float(hold_s)) as live:
-                    while publisher.is_alive():
+                    while publisher.alive():
                         time.sleep(1.0)
                         if time.monotonic() - last_observed > 5.0:
                             observe()
                             last_observed = time.monotonic()
-                        elapsed = time.time() - started.value if started.value else 0.0
-                        live.update(sent.value, received.value, latencies(),
+                        elapsed = time.time() - publisher.started if publisher.started else 0.0
+                        live.update(publisher.sent, received.value, latencies(),
                                     completed=min(elapsed, float(hold_s)))
-                    if publisher.exitcode != 0:
-                        raise RuntimeError(f"the traffic publisher exited with "
-                                           f"{publisher.exitcode}")
-                    summary = summaries.get(timeout=30)
+                    summary = publisher.summary()
                     # The results of the last seconds are still on their way: wait until
                     # they stop coming, so that a slow run is measured, not cut off.
                     deadline = time.monotonic() + drain_s
@@ -375,7 +419,7 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
                     while True:
                         time.sleep(1.0)
                         observe()
-                        live.update(sent.value, received.value, latencies())
+                        live.update(publisher.sent, received.value, latencies())
                         if received.value != seen or any(_busy(f.query) for f in run.runs):
                             seen, last_change = received.value, time.monotonic()
                         elif time.monotonic() - last_change > quiet_s:
@@ -389,8 +433,7 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
             finally:
                 stop.set()
                 collector.join(30)
-                if publisher.is_alive():
-                    publisher.terminate()
+                publisher.stop()
             got = {}
             if check_reference and result.error is None:
                 for name in OUTPUTS:
@@ -404,6 +447,10 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
                               for arrived, value in lines.rows]
     result.breakdown = batch_breakdown(
         [progresses[key] for key in sorted(progresses)], write_ms[0], transactions[0])
+    if result.sent:
+        # Above 1 when the plan reads its source more than once per batch.
+        result.breakdown["input_rows_per_report_sent"] = round(
+            result.breakdown["input_rows"] / result.sent, 2)
     if check_reference and result.error is None:
         say(f"  checking L={xways} against the reference")
         expected = compute(r for _, rs in TrafficSimulation(profile).run() for r in rs)

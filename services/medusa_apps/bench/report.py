@@ -110,7 +110,7 @@ def breakdown_plot(path: Path, title: str, breakdowns: dict[str, dict[str, Any]]
     if not labels:
         return
     figure, (phases_axes, operators_axes) = plt.subplots(
-        1, 2, figsize=(12, 1.5 + 0.6 * max(len(labels), 3)))
+        1, 2, figsize=(12, 2.5 + 0.6 * max(len(labels), 3)))
     for index, label in enumerate(labels):
         breakdown = breakdowns[label]
         batches = breakdown["batches"]
@@ -131,7 +131,7 @@ def breakdown_plot(path: Path, title: str, breakdowns: dict[str, dict[str, Any]]
             left += value
     phases_axes.set_yticks(range(len(labels)), labels)
     phases_axes.set_xlabel("ms per batch (mean)")
-    phases_axes.legend(loc="lower right", fontsize=7)
+    phases_axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=7)
     phases_axes.invert_yaxis()
     width = 0.8 / len(labels)
     names: list[str] = []
