@@ -11,7 +11,7 @@ import re
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Producer
@@ -34,14 +34,19 @@ class Throughput:
     name: str
     records: int
     seconds: float
+    details: dict[str, Any] = field(default_factory=dict, compare=False)
+    """Where the time went, when the run knows (e.g. a fragment's Kafka transactions)."""
 
     @property
     def per_second(self) -> float:
         return self.records / self.seconds
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "records": self.records, "seconds": round(self.seconds, 3),
-                "records_per_s": round(self.per_second, 1)}
+        result = {"name": self.name, "records": self.records,
+                  "seconds": round(self.seconds, 3), "records_per_s": round(self.per_second, 1)}
+        if self.details:
+            result["details"] = self.details
+        return result
 
 
 def position_reports(count: int) -> list[PositionReport]:

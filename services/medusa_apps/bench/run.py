@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import tempfile
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from rich.markup import escape
 
 from medusa.registry import registry_client
 from medusa.settings import StackSettings
@@ -43,6 +47,16 @@ def _ratio(numerator: Throughput | None, denominator: Throughput | None) -> floa
     return round(numerator.per_second / denominator.per_second, 3)
 
 
+@contextmanager
+def _part(name: str, errors: dict[str, str], say: Callable[[str], None]) -> Iterator[None]:
+    """Runs one part; its failure is recorded and said, and the run goes on."""
+    try:
+        yield
+    except Exception as error:
+        errors[name] = f"{type(error).__name__}: {error}"
+        say(f"[red]{name} failed:[/] {escape(errors[name])}")
+
+
 def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: bool,
             say: Callable[[str], None], move_sizes: list[int] | None = None,
             failover: bool = True, only: Collection[str] | None = None) -> dict[str, Any]:
@@ -66,21 +80,26 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     registry = registry_client(endpoints.registry_url)
     say(f"parts: {', '.join(p for p in PARTS if p in parts)}")
 
+    errors: dict[str, str] = {}
+    """A part that fails leaves its error here; the parts after it still run."""
     perf = bare = medusa = None
     value_size = None
     if "producers" in parts:
-        say(f"producers: preparing {records:,} Linear Road position reports")
-        reports = producers.position_reports(records)
-        say("producers: Medusa's (Avro, envelope, BOUNDARY), bare confluent-kafka, Kafka's tool")
-        medusa, value_size = producers.medusa_producer(bootstrap, registry, reports)
-        bare = producers.bare_producer(bootstrap, records, value_size)
-        perf = producers.kafka_perf_tool(layout, bootstrap, records, value_size)
+        with _part("producers", errors, say):
+            say(f"producers: preparing {records:,} Linear Road position reports")
+            reports = producers.position_reports(records)
+            say("producers: Medusa's (Avro, envelope, BOUNDARY), bare confluent-kafka, "
+                "Kafka's tool")
+            medusa, value_size = producers.medusa_producer(bootstrap, registry, reports)
+            bare = producers.bare_producer(bootstrap, records, value_size)
+            perf = producers.kafka_perf_tool(layout, bootstrap, records, value_size)
 
     sunion: dict[str, float] | None = None
     if "sunion" in parts:
         say(f"SUnion: {records:,} records through a bare transactional consume-produce loop, "
             "then through the SUnion")
-        sunion = sunion_bench.measure(bootstrap, records)
+        with _part("sunion", errors, say):
+            sunion = sunion_bench.measure(bootstrap, records)
 
     consumer_perf = passthrough = passthrough_again = filtered = direct = None
     steps: list[Any] = []
@@ -95,46 +114,52 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
             if spark is not None:
                 spark.sparkContext.setLogLevel("ERROR")
             if "spark" in parts and spark is not None:
-                source = f"bench.source.{uuid.uuid4().hex[:8]}"
-                say(f"Spark: filling {source} with {records:,} position reports")
-                spark_paths.fill_topic(bootstrap, registry, source, records)
-                consumer_perf = producers.kafka_consumer_perf_tool(layout, bootstrap, source,
-                                                                   records)
-                say("Spark: warming up (a passthrough and the filter fragment over "
-                    f"{WARM_UP_RECORDS:,} records)")
-                warm = f"bench.warm.{uuid.uuid4().hex[:8]}"
-                spark_paths.fill_topic(bootstrap, registry, warm, WARM_UP_RECORDS)
-                spark_paths.passthrough(spark, bootstrap, warm, WARM_UP_RECORDS, checkpoints)
-                spark_paths.filter_fragment(spark, endpoints, registry, warm, WARM_UP_RECORDS,
-                                            checkpoints)
-                say("Spark: passthrough")
-                passthrough = spark_paths.passthrough(spark, bootstrap, source, records,
-                                                      checkpoints)
-                say("Spark: the filter fragment with its SUnion")
-                with RateProgress("filter fragment", total=float(records)) as progress:
-                    filtered = spark_paths.filter_fragment(
-                        spark, endpoints, registry, source, records, checkpoints,
-                        on_progress=lambda n: progress.update(n, 0, completed=float(n)))
-                say("Spark: the filter fragment without its SUnion")
-                direct = spark_paths.filter_fragment_without_sunion(
-                    spark, endpoints, registry, source, records, checkpoints)
-                say("Spark: passthrough again")
-                passthrough_again = spark_paths.passthrough(spark, bootstrap, source, records,
-                                                            checkpoints)
+                with _part("spark", errors, say):
+                    source = f"bench.source.{uuid.uuid4().hex[:8]}"
+                    say(f"Spark: filling {source} with {records:,} position reports")
+                    spark_paths.fill_topic(bootstrap, registry, source, records)
+                    consumer_perf = producers.kafka_consumer_perf_tool(layout, bootstrap, source,
+                                                                       records)
+                    say("Spark: warming up (a passthrough and the filter fragment over "
+                        f"{WARM_UP_RECORDS:,} records)")
+                    warm = f"bench.warm.{uuid.uuid4().hex[:8]}"
+                    spark_paths.fill_topic(bootstrap, registry, warm, WARM_UP_RECORDS)
+                    spark_paths.passthrough(spark, bootstrap, warm, WARM_UP_RECORDS, checkpoints)
+                    spark_paths.filter_fragment(spark, endpoints, registry, warm, WARM_UP_RECORDS,
+                                                checkpoints)
+                    say("Spark: passthrough")
+                    passthrough = spark_paths.passthrough(spark, bootstrap, source, records,
+                                                          checkpoints)
+                    say("Spark: the filter fragment with its SUnion")
+                    with RateProgress("filter fragment", total=float(records)) as progress:
+                        filtered = spark_paths.filter_fragment(
+                            spark, endpoints, registry, source, records, checkpoints,
+                            on_progress=lambda n: progress.update(n, 0, completed=float(n)))
+                    say("Spark: the filter fragment without its SUnion")
+                    direct = spark_paths.filter_fragment_without_sunion(
+                        spark, endpoints, registry, source, records, checkpoints)
+                    say("Spark: passthrough again")
+                    passthrough_again = replace(
+                        spark_paths.passthrough(spark, bootstrap, source, records, checkpoints),
+                        name="Spark passthrough, again (after the fragments)")
             if "linear-road" in parts and spark is not None:
                 say(f"Linear Road: L = 1, 2, ... up to {max_xways}, {hold_s}s per step, until "
                     f"p99 > {linear_road_latency.LATENCY_BOUND_S:g}s or an output differs "
                     "from the reference")
-                steps = linear_road_latency.run_steps(spark, endpoints, registry, hold_s,
-                                                      max_xways, checkpoints, say)
+                with _part("linear-road", errors, say):
+                    steps = linear_road_latency.run_steps(spark, endpoints, registry, hold_s,
+                                                          max_xways, checkpoints, say)
         if "move" in parts and spark is not None and move_sizes:
             say(f"moving a windowed aggregate between nodes, state of "
                 f"{', '.join(map(str, move_sizes))} sensors")
-            moves = move_pause.measure(endpoints, registry, spark, layout, move_sizes, say)
+            with _part("move", errors, say):
+                moves = move_pause.measure(endpoints, registry, spark, layout, move_sizes, say)
         if "failover" in parts and spark is not None:
             say("failover: a node killed -9 mid-stream (upstream backup, active standby), "
                 "then false suspicions under CPU load")
-            outcomes, load = failover_bench.measure(endpoints, registry, spark, layout, say)
+            with _part("failover", errors, say):
+                outcomes, load = failover_bench.measure(endpoints, registry, spark, layout,
+                                                        say)
     finally:
         if spark is not None:
             spark.stop()
@@ -173,6 +198,7 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         "move_pause": [move.as_dict() for move in moves],
         "failover": [outcome.summary() for outcome in outcomes],
         "false_positives_under_load": load.as_dict() if load else None,
+        "errors": errors,
     }
     write_json(out / "bench.json", result)
     if runs:

@@ -19,17 +19,20 @@ output holds every record:
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 from medusa.linear_road.records import POSITION_REPORTS, STIME_ORIGIN_MS, to_dict
 from medusa.producing import TupleProducer
@@ -71,6 +74,10 @@ class MeteredSink:
         self.data_records += sum(1 for record in records if record.value is not None)
         return written
 
+    def details(self) -> dict[str, Any]:
+        """The batches written and the seconds their Kafka transactions took."""
+        return {"batches_written": self.writes, "kafka_transactions_s": round(self.write_s, 3)}
+
     def promote(self) -> int:
         return self.inner.promote()
 
@@ -107,8 +114,8 @@ def passthrough(spark: SparkSession, bootstrap: str, source: str, count: int,
              .option("topic", target).option("checkpointLocation", str(checkpoints / target))
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    return Throughput("Spark passthrough (Kafka to Kafka)", count,
-                      time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    return Throughput("Spark passthrough (Kafka to Kafka)", count, elapsed, _phases(query))
 
 
 @dataclass
@@ -184,11 +191,24 @@ def filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaR
                     on_progress(fragment.sink.data_records)
                 time.sleep(0.02)
             elapsed = time.perf_counter() - started
+            if on_progress is not None:
+                on_progress(fragment.sink.data_records)
         finally:
+            phases = _phases(query)
             query.stop()
             writer.close()
             sunion.stop()
-    return Throughput("Medusa filter fragment (SUnion + query + SOutput)", count, elapsed)
+    return Throughput("Medusa filter fragment (SUnion + query + SOutput)", count, elapsed,
+                      {**fragment.sink.details(), **phases})
+
+
+def _phases(query: StreamingQuery) -> dict[str, float]:
+    """Seconds per phase of the query's batches (Spark's ``durationMs``), summed."""
+    total: dict[str, float] = {}
+    for progress in query.recentProgress:
+        for phase, ms in (json.loads(progress.json).get("durationMs") or {}).items():
+            total[phase] = total.get(phase, 0.0) + (ms or 0) / 1000
+    return {f"{phase}_s": round(seconds, 3) for phase, seconds in sorted(total.items())}
 
 
 def _tagged(raw: DataFrame, input_name: str) -> DataFrame:
@@ -226,4 +246,5 @@ def filter_fragment_without_sunion(spark: SparkSession, endpoints: Endpoints,
     if fragment.sink.data_records != count:
         raise RuntimeError(f"the filter fragment without SUnion wrote "
                            f"{fragment.sink.data_records:,} of {count:,} records")
-    return Throughput("Medusa filter fragment without SUnion", count, elapsed)
+    return Throughput("Medusa filter fragment without SUnion", count, elapsed,
+                      {**fragment.sink.details(), **_phases(query)})
