@@ -91,20 +91,18 @@ def _deploy(endpoints: Endpoints, prefix: str, console: Console) -> str:
     return network.name
 
 
-def _wait_for_boxes(consumer: TupleConsumer, network: str, since_ms: int, boxes: int,
-                    console: Console, timeout_s: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    with console.status("waiting for the node to start the boxes"):
-        while time.monotonic() < deadline:
-            consumed = consumer.poll(1.0)
-            if consumed is None or consumed.record.type is not TupleType.STABLE:
-                continue
-            report = consumed.record.value
-            mine = [b for b in report["boxes"] if f"/{network}/" in b["box"]]
-            if consumed.record.stime >= since_ms and len(mine) >= boxes:
-                return
-    raise TimeoutError(f"the node did not start {network} within {timeout_s:.0f}s; "
-                       "see .run/logs/node-alpha-1.log")
+def _wait_for_fragments(endpoints: Endpoints, network: str, console: Console,
+                        timeout_s: float = 300.0) -> None:
+    """Until the catalog shows every fragment of the network running on the node."""
+    from medusa.catalog.client import CatalogClient
+    from medusa_apps.failover import wait_placed
+
+    with CatalogClient(endpoints.catalog_url) as catalog, \
+            console.status("waiting for the node to start the network's fragments"):
+        try:
+            wait_placed(catalog, f"alpha/{network}", f"alpha/{NODE}", None, timeout_s)
+        except TimeoutError as error:
+            raise TimeoutError(f"{error}; see .run/logs/node-alpha-1.log") from None
 
 
 def _latency_view(watch: OutputWatch) -> Table:
@@ -208,13 +206,9 @@ def run_demo(duration_s: int, speedup: float, xways: int, console: Console) -> b
                             "--participant", "alpha"], report=console.print)
     prefix = f"demo-{time.strftime('%Y%m%d-%H%M%S')}."
     console.print("[bold]3. The Linear Road network[/]")
-    deployed_at = int(time.time() * 1000)
     network = _deploy(endpoints, prefix, console)
-    registry = registry_client(endpoints.registry_url)
     config = kafka_config(endpoints.bootstrap("alpha"))
-    with TupleConsumer(config, registry, [NODE_LOAD_TOPIC], f"demo-{uuid.uuid4()}",
-                       from_beginning=False) as loads:
-        _wait_for_boxes(loads, network, deployed_at, boxes=13, console=console)
+    _wait_for_fragments(endpoints, network, console)
 
     # The benchmark's rate from the start (the cars take 30 s to enter).
     profile = TrafficProfile(xways=xways, duration_s=duration_s,
