@@ -69,7 +69,8 @@ def find_traces(query_url: str, service: str, operation: str | None = None,
 def wait_for_trace(query_url: str, service: str, operation: str | None, has: list[str],
                    timeout_s: float = 60.0) -> Trace:
     """The newest trace with a span ``operation`` of ``service`` that has spans named
-    with each prefix in ``has`` (spans of other processes arrive later)."""
+    with each prefix in ``has``, as many as it is listed (spans of other processes
+    arrive later)."""
     deadline = time.monotonic() + timeout_s
     latest: list[Trace] = []
     while time.monotonic() < deadline:
@@ -78,7 +79,7 @@ def wait_for_trace(query_url: str, service: str, operation: str | None, has: lis
         except httpx.HTTPError:
             latest = []
         for found in sorted(latest, key=lambda t: -max(s.start_us for s in t.spans)):
-            if all(found.named(prefix) for prefix in has):
+            if all(len(found.named(prefix)) >= has.count(prefix) for prefix in set(has)):
                 return found
         time.sleep(1)
     names = [sorted(s.name for s in t.spans) for t in latest]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -117,7 +119,37 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     else:
         duration_ms(interval)  # fail early on a malformed trigger
         query = stream.trigger(processingTime=interval).start()
+        threading.Thread(target=_write_boundaries_when_idle,
+                         args=(query, writer, max(duration_ms(interval), 200) / 1000),
+                         name=f"idle-boundaries {wiring.global_name}", daemon=True).start()
     return FragmentRun(wiring, query, writer, checkpoint)
+
+
+def _write_boundaries_when_idle(query: StreamingQuery, writer: FragmentWriter,
+                                interval_s: float) -> None:
+    """While the query runs: once it waits for data with nothing left to read, its writer
+    promises what the last batches passed (no batch would come to carry it)."""
+    while query.isActive:
+        time.sleep(interval_s)
+        try:
+            status = query.status
+            if status.get("isTriggerActive") or status.get("isDataAvailable"):
+                continue
+            progress: dict[str, Any] = query.lastProgress or {}
+            writer.write_idle_boundaries(_watermark_ms(progress))
+        except Exception:  # the query stopped meanwhile: its runner reports why
+            if not query.isActive:
+                return
+            time.sleep(interval_s)
+
+
+def _watermark_ms(progress: dict[str, Any]) -> int | None:
+    """The watermark a batch ran with, from its progress (None before the first)."""
+    text = (progress.get("eventTime") or {}).get("watermark")
+    if not text:
+        return None
+    millis = int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+    return millis if millis > 0 else None
 
 
 def _first_lines(text: str, limit: int = 1500) -> str:

@@ -17,6 +17,12 @@ source BOUNDARY seen up to batch M:
   the reach of its joins (a join may match an old tuple with a new one).
 Spark runs a batch without data as soon as the watermark moves, so the promise
 trails the input by one trigger, not by one bucket.
+
+When the input stops, no further batch comes to carry the last promise (a stateless
+query never runs a batch without data). So once the query is idle, with every
+reader at the end of its source, ``write_idle_boundaries`` promises the newest
+source BOUNDARY itself (stateless outputs), or the watermark the last batch ran
+with (outputs behind a window or a join: Spark had closed every window it passes).
 """
 
 from __future__ import annotations
@@ -254,6 +260,36 @@ class FragmentWriter:
                 records.append(OutRecord(output.stream.topic, envelope.tuple_id, None,
                                          envelope.headers(), partition=partition))
         return records
+
+    def write_idle_boundaries(self, watermark_ms: int | None) -> int:
+        """Promises what an idle query has passed (see the module's doc); call it only when
+        no batch runs and every reader of the source is at its end. ``watermark_ms`` is
+        the watermark the last batch ran with. Returns the boundaries written."""
+        with self.lock:
+            newest = self._newest_boundary
+            if self._halted or self.standby or newest is None:
+                return 0
+            records = []
+            for box, output in self.wiring.outputs.items():
+                lag = self._lag_ms[box]
+                if lag is None:
+                    promise = newest
+                elif watermark_ms is None:
+                    continue
+                else:
+                    promise = min(newest, watermark_ms + duration_ms(SOURCE_DELAY)) - lag
+                if promise <= self._emitted.get(box, -1):
+                    continue
+                self._emitted[box] = promise
+                for partition in range(output.partitions):
+                    envelope = boundary(f"{self.wiring.global_name}/{box}", partition, promise)
+                    records.append(OutRecord(output.stream.topic, envelope.tuple_id, None,
+                                             envelope.headers(), partition=partition))
+            for sink in self.outputs:
+                mine = [r for r in records if self._output_of_topic[r.topic] is sink]
+                if mine:
+                    sink.write(mine)
+            return len(records)
 
     def _dead_letters(self, table: pa.Table, rows: list[int]) -> None:
         raw = table.column(RAW).to_pylist()

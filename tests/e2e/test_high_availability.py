@@ -82,7 +82,8 @@ def test_upstream_backup_restores_on_the_secondary_exactly_once(passive) -> None
 def test_the_failure_is_one_trace_in_jaeger(federation, passive) -> None:
     failure = wait_for_trace(
         federation.jaeger_query_url, "medusa-detector", f"node failure {A1}",
-        has=["heartbeats missed", "suspicion", "declaration", "takeover", "first output"])
+        has=["heartbeats missed", "suspicion", "declaration", "placement", "placement",
+             "takeover", "takeover", "first output", "first output"])  # two fragments
     root = failure.one("node failure")
     assert root.parent_id is None and root.service == "medusa-detector"
     for stage in ("heartbeats missed", "suspicion", "declaration"):
