@@ -64,6 +64,8 @@ class OutputWatch:
     """Seconds from a report's due sending to its toll notification's arrival."""
     sent: int = 0
     publishing: bool = True
+    loads_seen: bool = False
+    """Whether the node's load reports come (they tell whether its boxes are busy)."""
 
 
 def _deploy(endpoints: Endpoints, prefix: str, console: Console) -> str:
@@ -139,10 +141,12 @@ def _view(watch: OutputWatch, expected: dict[str, int]) -> Group:
 
 
 def _watch(endpoints: Endpoints, prefix: str, expected: dict[str, int], console: Console,
-           publisher: Publisher, quiet_s: float = 30.0, timeout_s: float = 900.0
-           ) -> OutputWatch:
-    """Outputs as they arrive, while the traffic is published and until the boxes are idle
-    for ``quiet_s`` after it (at most ``timeout_s`` after its end)."""
+           publisher: Publisher, quiet_s: float = 30.0, idle_s: float = 180.0,
+           timeout_s: float = 900.0) -> OutputWatch:
+    """Outputs as they arrive, while the traffic is published and after it: until every
+    output has as many records as the reference, or no output came for ``quiet_s`` while
+    the node's load reports say its boxes are idle (``idle_s`` without those reports), or
+    ``timeout_s`` after the traffic's end."""
     registry = registry_client(endpoints.registry_url)
     config = kafka_config(endpoints.bootstrap("alpha"))
     topics = {prefix + topic: name for name, topic in OUTPUTS.items()}
@@ -160,7 +164,11 @@ def _watch(endpoints: Endpoints, prefix: str, expected: dict[str, int], console:
                 watch.publishing = False
                 deadline = time.monotonic() + timeout_s
                 last_change = time.monotonic()
-            if not watch.publishing and (time.monotonic() - last_change >= quiet_s
+            quiet = time.monotonic() - last_change
+            complete = all(watch.counts[name] >= expected[name] for name in OUTPUTS)
+            if not watch.publishing and ((complete and quiet >= 5.0)
+                                         or (watch.loads_seen and quiet >= quiet_s)
+                                         or quiet >= idle_s
                                          or (deadline and time.monotonic() > deadline)):
                 break
             consumed = consumer.poll(0.5)
@@ -170,6 +178,7 @@ def _watch(endpoints: Endpoints, prefix: str, expected: dict[str, int], console:
                 if consumed.topic == NODE_LOAD_TOPIC:
                     if consumed.record.stime < since_ms:
                         continue
+                    watch.loads_seen = True
                     for box in value["boxes"]:
                         watch.box_rates[box["box"]] = box["processing_rate"]
                     # Boxes still reading or holding windows open count as activity.
@@ -220,7 +229,7 @@ def run_demo(duration_s: int, speedup: float, xways: int, console: Console) -> b
     console.print(f"[bold]4. Traffic and outputs as they arrive[/]: {duration_s} simulated "
                   f"seconds on {xways} expressway(s), "
                   f"{xways * PEAK_REPORTS_PER_S_PER_XWAY:,} position reports/s, "
-                  f"{speedup:g}x real time; then until the boxes are idle for 30 s")
+                  f"{speedup:g}x real time; then until the outputs are complete or idle")
     publisher = Publisher(profile, config, endpoints.registry_url, prefix, speedup).start()
     try:
         watch = _watch(endpoints, prefix, expected, console, publisher)

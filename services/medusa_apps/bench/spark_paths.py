@@ -34,6 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from medusa.envelope import TYPE_HEADER
 from medusa.linear_road.records import POSITION_REPORTS, STIME_ORIGIN_MS, to_dict
 from medusa.producing import TupleProducer
 from medusa.schemas import schema_for_topic
@@ -48,8 +49,9 @@ from medusa_spark.network.fragments import group
 from medusa_spark.network.model import parse_network
 from medusa_spark.network.validate import Plan, validate
 from medusa_spark.soutput import OutRecord, SOutput
-from medusa_spark.streams import INPUT_HEADER
+from medusa_spark.streams import BOUNDARY, INPUT_HEADER
 from medusa_spark.sunion_process import SUnionProcess
+from medusa_spark.wire import header
 from medusa_spark.wiring import fragment_wiring, network_topics
 
 NETWORK_NAME = "bench-filter"
@@ -212,11 +214,13 @@ def _phases(query: StreamingQuery) -> dict[str, float]:
 
 
 def _tagged(raw: DataFrame, input_name: str) -> DataFrame:
-    """The input's records as the SUnion would write them: tagged with the input's name."""
+    """The input's records as the SUnion would write them: tuples tagged with the input's
+    name; BOUNDARY records untagged (the query's own, not a tuple of an input)."""
     tag = F.struct(F.lit(INPUT_HEADER).alias("key"),
                    F.lit(input_name).cast("binary").alias("value"))
-    return raw.withColumn("headers", F.concat(F.coalesce(F.col("headers"), F.array()),
-                                              F.array(tag)))
+    headers = F.coalesce(F.col("headers"), F.array())
+    return raw.withColumn("headers", F.when(header(TYPE_HEADER) == BOUNDARY, headers)
+                          .otherwise(F.concat(headers, F.array(tag))))
 
 
 def filter_fragment_without_sunion(spark: SparkSession, endpoints: Endpoints,
