@@ -1,0 +1,74 @@
+"""Grouping a network's boxes into fragments, and the fingerprint that keeps a changed
+fragment from resuming an old checkpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from medusa_spark.network.fragments import group
+from medusa_spark.network.model import NetworkError, parse_network
+from medusa_spark.network.validate import check_structure
+
+pytestmark = pytest.mark.unit
+
+
+def _network(fragments: dict[str, str] | None = None, **overrides: Any) -> Any:
+    boxes: dict[str, Any] = {
+        "moving": {"type": "filter", "params": {"predicate": "speed > 0"}},
+        "per_minute": {"type": "aggregate", "params": {
+            "window": {"type": "tumbling", "size": "60 seconds"}, "group_by": ["seg"],
+            "aggregates": {"cars": {"count": "vid"}}, "fields": {"seg": "seg", "cars": "cars"}}},
+        "stopped": {"type": "filter", "params": {"predicate": "speed = 0"}},
+    }
+    for box, name in (fragments or {}).items():
+        boxes[box]["fragment"] = name
+    raw = {"name": "t", "participant": "alpha",
+           "streams": {"reports": {"topic": "in.reports", "participant": "alpha",
+                                   "schema": "position_report"}},
+           "boxes": boxes,
+           "arrows": [{"from": "reports", "to": "moving"}, {"from": "moving", "to": "per_minute"},
+                      {"from": "reports", "to": "stopped"}],
+           **overrides}
+    return check_structure(parse_network(yaml.safe_dump(raw, sort_keys=False)))
+
+
+def test_boxes_on_one_node_form_one_fragment_when_connected() -> None:
+    plan = _network()
+    fragments = group(plan, {"moving": "alpha/n1", "per_minute": "alpha/n1",
+                             "stopped": "alpha/n1"})
+    # stopped has no arrow to the others inside the node: a query of its own.
+    assert {n: f.boxes for n, f in fragments.items()} == {
+        "alpha-n1": ("moving", "per_minute"), "alpha-n1-2": ("stopped",)}
+    chain = fragments["alpha-n1"]
+    assert chain.inputs == ("reports",)
+    assert chain.outputs == ("per_minute",), "moving is read only inside the fragment"
+
+
+def test_a_box_read_by_another_fragment_is_an_output_of_its_own() -> None:
+    fragments = group(_network(), {"moving": "alpha/n1", "per_minute": "alpha/n2",
+                                   "stopped": "alpha/n1"})
+    assert fragments["alpha-n1"].outputs == ("moving",)
+    assert fragments["alpha-n2"].inputs == ("moving",)
+
+
+def test_named_fragments_win_and_must_hang_together() -> None:
+    named = group(_network({"moving": "check", "per_minute": "windows"}))
+    assert named["check"].boxes == ("moving",) and named["windows"].boxes == ("per_minute",)
+    with pytest.raises(NetworkError, match="field 'fragment': fragment 'apart' is not connected"):
+        group(_network({"per_minute": "apart", "stopped": "apart", "moving": "check"}))
+
+
+def test_the_fingerprint_follows_what_the_query_would_run() -> None:
+    def fingerprint(prefix: str = "", **overrides: Any) -> str:
+        plan = _network({"moving": "f", "per_minute": "f"}, **overrides)
+        return group(plan)["f"].fingerprint(plan, prefix)
+
+    same = fingerprint()
+    assert fingerprint() == same
+    assert fingerprint(prefix="other.") != same, "another topic prefix: a fresh checkpoint"
+    moved = fingerprint(streams={"reports": {"topic": "in.elsewhere", "participant": "alpha",
+                                             "schema": "position_report"}})
+    assert moved != same, "another input topic: a fresh checkpoint"
