@@ -196,12 +196,24 @@ def filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaR
             if on_progress is not None:
                 on_progress(fragment.sink.data_records)
         finally:
+            # Spark reports a batch's progress after its commit: wait for the last one's.
+            settle = time.monotonic() + 10.0
+            while (writer.last_written is not None and query.isActive
+                   and time.monotonic() < settle
+                   and _last_batch(query) < writer.last_written):
+                time.sleep(0.1)
             phases = _phases(query)
             query.stop()
             writer.close()
             sunion.stop()
     return Throughput("Medusa filter fragment (SUnion + query + SOutput)", count, elapsed,
                       {**fragment.sink.details(), **phases})
+
+
+def _last_batch(query: StreamingQuery) -> int:
+    """The id of the last batch Spark reported progress for (-1 before the first)."""
+    progress: dict[str, Any] = query.lastProgress or {}
+    return int(progress.get("batchId", -1))
 
 
 def _phases(query: StreamingQuery) -> dict[str, float]:
