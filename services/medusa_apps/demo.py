@@ -50,6 +50,8 @@ OUTPUTS = {
     "tow_truck_dispatches": "linear-road.tow-truck-dispatches",
 }
 NODE = "node-1"
+LOADS_FRESH_S = 15.0
+"""A node's load reports (every few seconds) older than this say nothing about it now."""
 
 
 @dataclass
@@ -64,8 +66,8 @@ class OutputWatch:
     """Seconds from a report's due sending to its toll notification's arrival."""
     sent: int = 0
     publishing: bool = True
-    loads_seen: bool = False
-    """Whether the node's load reports come (they tell whether its boxes are busy)."""
+    last_load_at: float | None = None
+    """When the node's last load report came (monotonic); they tell whether it is busy."""
 
 
 def _deploy(endpoints: Endpoints, prefix: str, console: Console) -> str:
@@ -141,11 +143,11 @@ def _view(watch: OutputWatch, expected: dict[str, int]) -> Group:
 
 
 def _watch(endpoints: Endpoints, prefix: str, expected: dict[str, int], console: Console,
-           publisher: Publisher, quiet_s: float = 30.0, idle_s: float = 180.0,
+           publisher: Publisher, quiet_s: float = 30.0, idle_s: float = 300.0,
            timeout_s: float = 900.0) -> OutputWatch:
     """Outputs as they arrive, while the traffic is published and after it: until every
     output has as many records as the reference, or no output came for ``quiet_s`` while
-    the node's load reports say its boxes are idle (``idle_s`` without those reports), or
+    the node's load reports (still coming) say its boxes are idle, or for ``idle_s``, or
     ``timeout_s`` after the traffic's end."""
     registry = registry_client(endpoints.registry_url)
     config = kafka_config(endpoints.bootstrap("alpha"))
@@ -165,9 +167,11 @@ def _watch(endpoints: Endpoints, prefix: str, expected: dict[str, int], console:
                 deadline = time.monotonic() + timeout_s
                 last_change = time.monotonic()
             quiet = time.monotonic() - last_change
+            loads_fresh = (watch.last_load_at is not None
+                           and time.monotonic() - watch.last_load_at < LOADS_FRESH_S)
             complete = all(watch.counts[name] >= expected[name] for name in OUTPUTS)
             if not watch.publishing and ((complete and quiet >= 5.0)
-                                         or (watch.loads_seen and quiet >= quiet_s)
+                                         or (loads_fresh and quiet >= quiet_s)
                                          or quiet >= idle_s
                                          or (deadline and time.monotonic() > deadline)):
                 break
@@ -178,7 +182,7 @@ def _watch(endpoints: Endpoints, prefix: str, expected: dict[str, int], console:
                 if consumed.topic == NODE_LOAD_TOPIC:
                     if consumed.record.stime < since_ms:
                         continue
-                    watch.loads_seen = True
+                    watch.last_load_at = time.monotonic()
                     for box in value["boxes"]:
                         watch.box_rates[box["box"]] = box["processing_rate"]
                     # Boxes still reading or holding windows open count as activity.
