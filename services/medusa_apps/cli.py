@@ -21,7 +21,7 @@ produce_app = typer.Typer(help="Publish data into the federation.", no_args_is_h
 schemas_app = typer.Typer(help="Schemas in the registry.", no_args_is_help=True)
 app.add_typer(produce_app, name="produce")
 app.add_typer(schemas_app, name="schemas")
-catalog_app = typer.Typer(help="The catalog: participants, nodes, streams, networks, boxes, "
+catalog_app = typer.Typer(help="The catalog: participants, nodes, streams, networks, fragments, "
                                "contracts.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
 
@@ -494,7 +494,7 @@ def node(
     participant: Annotated[str, typer.Option(help="Participant the node belongs to.")
                            ] = "alpha",
     secondary: Annotated[str | None, typer.Option(
-        help="The node that takes over this one's boxes if it fails, as participant/node.")
+        help="The node that takes over this one's fragments if it fails, as participant/node.")
                          ] = None,
     master: Annotated[str, typer.Option(
         help="Spark master: local[N], or a cluster URL such as spark://host:7077.")
@@ -506,7 +506,7 @@ def node(
         min=0.01, help="Seconds between heartbeats [default: MEDUSA_HA_HEARTBEAT_INTERVAL_S, "
                        "else 0.5].")] = None,
 ) -> None:
-    """Run a node: a SparkSession hosting the boxes the catalog places on it, until stopped."""
+    """Run a node: a SparkSession hosting the fragments the catalog places on it, until stopped."""
     import signal
 
     from medusa import tracing
@@ -752,7 +752,7 @@ def check_network_structure(definition: str) -> None:
 @catalog_app.command("show")
 def catalog_show(
     kind: Annotated[str, typer.Argument(
-        help="participants, nodes, streams, networks, boxes or contracts.")],
+        help="participants, nodes, streams, networks, fragments or contracts.")],
     name: Annotated[str | None, typer.Argument(help="One entity, e.g. alpha/node-1.")] = None,
 ) -> None:
     """Print catalog entries as JSON."""
