@@ -186,7 +186,8 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         "records": records, "value_size": value_size, "parts": sorted(parts),
         "runs": [run.as_dict() for run in runs],
         "ratios": ratios,
-        "sunion": {k: round(v, 1) for k, v in sunion.items()} if sunion else None,
+        "sunion": {k: round(v, 3 if k == "ratio" else 1) for k, v in sunion.items()}
+        if sunion else None,
         "linear_road": {
             "l_rating": rating,
             "latency_bound_s": linear_road_latency.LATENCY_BOUND_S,
