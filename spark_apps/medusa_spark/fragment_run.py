@@ -94,7 +94,9 @@ class FragmentRun:
         rows = {}
         for name, metrics in observed.items():
             if name.startswith("box."):
-                rows[name[4:]] = int((metrics or {}).get("rows", 0) or 0)
+                # A Row in PySpark's progress object, a dict in its JSON form.
+                values = metrics.asDict() if hasattr(metrics, "asDict") else (metrics or {})
+                rows[name[4:]] = int(values.get("rows", 0) or 0)
         return rows
 
 
