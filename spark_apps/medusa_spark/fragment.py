@@ -28,17 +28,14 @@ from medusa.settings import spark_kafka_options
 from medusa_spark.network.fragments import Fragment
 from medusa_spark.network.validate import Plan
 from medusa_spark.streams import (
-    BOUNDARY,
-    CONTROL_EXTRAS,
     ID,
-    INVALID,
     STIME,
     TRACE,
     TYPE,
     KafkaStream,
+    control_rows,
     decode_input,
     envelope_of,
-    is_data,
 )
 
 OUTPUT = "_output"
@@ -106,23 +103,17 @@ def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame) -> DataFr
     fragment = wiring.fragment
     source = envelope_of(raw).withWatermark(STIME, SOURCE_DELAY)
     frames: dict[str, DataFrame] = {}
-    invalid: list[DataFrame] = []
     for name in fragment.inputs:
-        decoded = decode_input(source, name, wiring.inputs[name])
-        frames[name] = decoded.where(is_data())
-        invalid.append(decoded.where(F.col(TYPE) == INVALID))
+        frames[name] = decode_input(source, name, wiring.inputs[name])
     for box in fragment.boxes:
         frames[box] = plan.boxes[box].apply(
             {port: frames[src] for port, src in plan.inputs[box].items()})
     rows: list[DataFrame] = []
     for box, output in wiring.outputs.items():
         rows.append(_output_rows(box, frames[box], output))
-    control = source.where(F.col(TYPE) == BOUNDARY).select(
-        F.lit(None).cast("string").alias(OUTPUT), TYPE, ID, STIME)
-    rows.append(control)
-    for frame in invalid:
-        rows.append(frame.select(F.lit(None).cast("string").alias(OUTPUT), TYPE, ID, STIME,
-                                 *CONTROL_EXTRAS))
+    # BOUNDARY and INVALID records in one reader of the source, not one each.
+    inputs = {name: wiring.inputs[name] for name in fragment.inputs}
+    rows.append(control_rows(source, inputs).withColumn(OUTPUT, F.lit(None).cast("string")))
     result = rows[0]
     for frame in rows[1:]:
         result = result.unionByName(frame, allowMissingColumns=True)

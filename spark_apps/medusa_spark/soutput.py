@@ -24,6 +24,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from confluent_kafka import (
     OFFSET_END,
@@ -43,8 +44,9 @@ from medusa.settings import kafka_config
 Header = tuple[str, str | bytes | None]
 
 
-@dataclass(frozen=True)
-class OutRecord:
+class OutRecord(NamedTuple):
+    """One record to write (a tuple, cheaper to make than a dataclass: one per result)."""
+
     topic: str
     tuple_id: str
     value: bytes | None

@@ -1,8 +1,8 @@
-"""Reading and writing Medusa streams in Spark: wire-format Avro values, envelope headers.
+"""Medusa streams in a fragment's query: wire-format Avro values, envelope headers.
 
-Inside a box a stream is a DataFrame with the envelope columns ``_type`` (STABLE,
-TENTATIVE or BOUNDARY), ``_id`` and ``_stime`` (a timestamp, for windows and
-watermarks) followed by the record's own fields. BOUNDARY rows have null fields.
+Inside a fragment a tuple is a row with the envelope columns ``_type`` (STABLE or
+TENTATIVE), ``_id`` and ``_stime`` (a timestamp, for windows and
+watermarks) followed by the record's own fields.
 """
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from __future__ import annotations
 import struct as binary
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.avro.functions import to_avro
 
 from medusa.envelope import ID_HEADER, STIME_HEADER, TRACEPARENT_HEADER, TYPE_HEADER
 from medusa_spark.wire import decode_avro, header, schema_id
@@ -43,63 +42,6 @@ class KafkaStream:
     """The writer schema (Avro JSON) registered under ``schema_id``."""
 
 
-def is_data() -> Column:
-    return F.col(TYPE).isin(STABLE, TENTATIVE)
-
-
-def read_stream(spark: SparkSession, stream: KafkaStream, max_offsets_per_trigger: int | None
-                = None, starting_offsets: str = "earliest") -> DataFrame:
-    """The stream as envelope columns plus the record's fields (see ``decode``)."""
-    reader = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", stream.bootstrap)
-              .option("subscribe", stream.topic)
-              .option("startingOffsets", starting_offsets)
-              .option("includeHeaders", "true")
-              # Box outputs are written in transactions: never read an aborted one.
-              .option("kafka.isolation.level", "read_committed")
-              .option("failOnDataLoss", "true"))
-    if max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    return decode(reader.load(), stream)
-
-
-def decode(raw: DataFrame, stream: KafkaStream) -> DataFrame:
-    """Envelope columns, the record's fields, and for records that cannot be used
-    (``_type`` INVALID) the raw value and the reason, for the dead-letter topic."""
-    value = F.col("value")
-    writer_id = schema_id(value)
-    decoded = F.when(value.isNotNull() & (writer_id == stream.schema_id),
-                     decode_avro(value, stream.schema))
-    declared = header(TYPE_HEADER)
-    stime = header(STIME_HEADER)
-    reason = (
-        F.when(declared.isNull() | header(ID_HEADER).isNull() | stime.isNull(),
-               F.lit("record lacks envelope headers"))
-        .when(~declared.isin(STABLE, TENTATIVE, BOUNDARY),
-              F.concat(F.lit("tuple type "), declared, F.lit(" is not processed by boxes")))
-        .when(declared == BOUNDARY, F.lit(None))
-        .when(value.isNull(), F.lit("data record has no value"))
-        .when(writer_id != stream.schema_id,
-              F.concat(F.lit("written with schema id "), writer_id.cast("string"),
-                       F.lit(f", expected {stream.schema_id}")))
-        .when(decoded.isNull(), F.lit("value is not valid Avro for the stream's schema"))
-    )
-    rows = raw.select(
-        declared.alias("_declared"), header(ID_HEADER).alias(ID),
-        F.timestamp_millis(stime.cast("long")).alias(STIME),
-        decoded.alias("_value"), reason.alias(REASON), value.alias("_bytes"),
-        F.col("headers").alias("_headers"), header(TRACEPARENT_HEADER).alias("_traceparent"))
-    return rows.select(
-        F.when(F.col(REASON).isNull(), F.col("_declared")).otherwise(F.lit(INVALID)).alias(TYPE),
-        ID, STIME, "_value.*",
-        F.when(F.col(REASON).isNotNull(), F.col("_bytes")).alias(RAW),
-        F.when(F.col(REASON).isNotNull(), F.col("_headers")).alias(RAW_HEADERS),
-        F.col(REASON),
-        F.lit(stream.topic).alias(SOURCE),
-        F.col("_traceparent").alias(TRACE),
-    )
-
-
 INPUT = "_input"
 """On the SUnion's records: the fragment input (stream or upstream box) a tuple came from."""
 INPUT_HEADER = "medusa.input"
@@ -115,17 +57,20 @@ def envelope_of(raw: DataFrame) -> DataFrame:
         F.col("headers").alias("_headers"), header(TRACEPARENT_HEADER).alias(TRACE))
 
 
-def decode_input(source: DataFrame, name: str, stream: KafkaStream) -> DataFrame:
-    """One input's tuples out of the SUnion's records (see ``envelope_of``): envelope
-    columns and the record's fields; records that cannot be used become INVALID rows with
-    the raw record, the reason and the stream's own topic, for its dead-letter topic."""
-    rows = source.where(F.col(INPUT) == name)
+def _decoded(stream: KafkaStream) -> Column:
+    """The record's fields (a struct) when its value is in the stream's schema, else null."""
+    value = F.col("_bytes")
+    return F.when(value.isNotNull() & (schema_id(value) == stream.schema_id),
+                  decode_avro(value, stream.schema))
+
+
+def unusable_reason(stream: KafkaStream) -> Column:
+    """Why a tuple of ``stream`` (envelope columns, see ``envelope_of``) cannot be used by
+    boxes; null when it can."""
     value = F.col("_bytes")
     writer_id = schema_id(value)
-    decoded = F.when(value.isNotNull() & (writer_id == stream.schema_id),
-                     decode_avro(value, stream.schema))
     declared = F.col(TYPE)
-    reason = (
+    return (
         F.when(F.col(ID).isNull() | F.col(STIME).isNull(),
                F.lit("record lacks envelope headers"))
         .when(~declared.isin(STABLE, TENTATIVE),
@@ -134,40 +79,42 @@ def decode_input(source: DataFrame, name: str, stream: KafkaStream) -> DataFrame
         .when(writer_id != stream.schema_id,
               F.concat(F.lit("written with schema id "), writer_id.cast("string"),
                        F.lit(f", expected {stream.schema_id}")))
-        .when(decoded.isNull(), F.lit("value is not valid Avro for the stream's schema"))
+        .when(_decoded(stream).isNull(),
+              F.lit("value is not valid Avro for the stream's schema"))
     )
-    checked = rows.select(TYPE, ID, STIME, TRACE, decoded.alias("_value"),
-                          reason.alias(REASON), "_bytes", "_headers")
-    return checked.select(
-        F.when(F.col(REASON).isNull(), F.col(TYPE)).otherwise(F.lit(INVALID)).alias(TYPE),
-        ID, STIME, "_value.*",
-        F.when(F.col(REASON).isNotNull(), F.col("_bytes")).alias(RAW),
-        F.when(F.col(REASON).isNotNull(), F.col("_headers")).alias(RAW_HEADERS),
-        F.col(REASON),
-        F.lit(stream.topic).alias(SOURCE),
-        F.col(TRACE),
+
+
+def decode_input(source: DataFrame, name: str, stream: KafkaStream) -> DataFrame:
+    """One input's usable tuples out of the SUnion's records (see ``envelope_of``):
+    envelope columns and the record's fields. The unusable ones are left to
+    ``control_rows``."""
+    rows = source.where((F.col(INPUT) == name) & unusable_reason(stream).isNull())
+    return rows.select(TYPE, ID, STIME, _decoded(stream).alias("_value"), TRACE).select(
+        TYPE, ID, STIME, "_value.*", TRACE)
+
+
+def control_rows(source: DataFrame, inputs: dict[str, KafkaStream]) -> DataFrame:
+    """The SUnion's records that are not tuples for boxes, in one pass over them: its
+    BOUNDARY records, and the tuples of ``inputs`` (name -> stream) that cannot be used,
+    as INVALID rows with the raw record, the reason and the stream's own topic, for its
+    dead-letter topic."""
+    reason: Column = F.lit(None).cast("string")
+    topic: Column = F.lit(None).cast("string")
+    for name, stream in sorted(inputs.items(), reverse=True):
+        reason = F.when(F.col(INPUT) == name, unusable_reason(stream)).otherwise(reason)
+        topic = F.when(F.col(INPUT) == name, F.lit(stream.topic)).otherwise(topic)
+    is_boundary = F.col(TYPE) == BOUNDARY
+    rows = source.where(is_boundary | reason.isNotNull())
+    unusable = ~is_boundary
+    return rows.select(
+        F.when(is_boundary, F.lit(BOUNDARY)).otherwise(F.lit(INVALID)).alias(TYPE),
+        ID, STIME,
+        F.when(unusable, F.col("_bytes")).alias(RAW),
+        F.when(unusable, F.col("_headers")).alias(RAW_HEADERS),
+        F.when(unusable, reason).alias(REASON),
+        F.when(unusable, topic).alias(SOURCE),
     )
 
 
 def wire_prefix(schema_id_: int) -> bytes:
     return b"\x00" + binary.pack(">I", schema_id_)
-
-
-def encode(frame: DataFrame, value_fields: list[str], schema_id_: int, avro_schema: str,
-           key_fields: list[str] | None = None) -> DataFrame:
-    """Rows -> Kafka sink columns (key, value, headers); BOUNDARY rows get no value."""
-    value = F.when(
-        is_data(),
-        F.concat(F.lit(wire_prefix(schema_id_)),
-                 to_avro(F.struct(*[F.col(f) for f in value_fields]), avro_schema)),
-    )
-    headers = F.array(
-        F.struct(F.lit(TYPE_HEADER).alias("key"), F.col(TYPE).cast("binary").alias("value")),
-        F.struct(F.lit(ID_HEADER).alias("key"), F.col(ID).cast("binary").alias("value")),
-        F.struct(F.lit(STIME_HEADER).alias("key"),
-                 F.unix_millis(F.col(STIME)).cast("string").cast("binary").alias("value")),
-    )
-    key = (F.when(is_data(), F.concat_ws("/", *[F.col(k).cast("string") for k in key_fields]))
-           if key_fields else F.lit(None).cast("string"))
-    trace = [F.col(TRACE)] if TRACE in frame.columns else []
-    return frame.select(key.alias("key"), value.alias("value"), headers.alias("headers"), *trace)

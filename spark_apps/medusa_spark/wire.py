@@ -22,5 +22,8 @@ def decode_avro(value: Column, writer_schema: str) -> Column:
 
 def header(name: str) -> Column:
     """A Kafka record header as a string (the envelope headers are ASCII)."""
-    # get() gives null past the end, where [0] fails under ANSI mode (no such header).
-    return F.expr(f"CAST(get(filter(headers, h -> h.key = '{name}'), 0).value AS STRING)")
+    # The first header of that name, as filter(...)[0] would find it, but without a lambda:
+    # a lambda has no generated code, which turns whole-stage code generation off for the
+    # plan around it. get() gives null for index -1 (no such header), where [] fails.
+    return F.expr(f"CAST(get(headers, array_position(headers.key, '{name}') - 1).value "
+                  "AS STRING)")

@@ -67,10 +67,17 @@ OUTPUTS = ("segment_statistics", "toll_notifications", "accident_alerts",
 TOLLS = "toll_notifications"
 
 
-def profile_for(xways: int, hold_s: int) -> TrafficProfile:
-    """L expressways at the peak rate from the start (the cars still take 30 s to enter)."""
-    return TrafficProfile(xways=xways, duration_s=hold_s, peak_rate=PEAK_REPORTS_PER_S_PER_XWAY,
-                          start_rate=PEAK_REPORTS_PER_S_PER_XWAY, seed=xways)
+FLOOR_REPORTS_PER_S = 100
+"""The rate of the floor step: a seventeenth of one expressway's, so a batch's time is
+what the query costs whatever the data (its planning, operators and state commits)."""
+
+
+def profile_for(xways: int, hold_s: int,
+                rate_per_xway: int = PEAK_REPORTS_PER_S_PER_XWAY) -> TrafficProfile:
+    """L expressways at ``rate_per_xway`` (by default the peak rate) from the start (the
+    cars still take 30 s to enter)."""
+    return TrafficProfile(xways=xways, duration_s=hold_s, peak_rate=rate_per_xway,
+                          start_rate=rate_per_xway, seed=xways)
 
 
 # -- results -------------------------------------------------------------------------------
@@ -80,6 +87,7 @@ def profile_for(xways: int, hold_s: int) -> TrafficProfile:
 class StepResult:
     xways: int
     hold_s: int
+    rate_per_xway: int = PEAK_REPORTS_PER_S_PER_XWAY
     sent: int = 0
     input_rate: float = 0.0
     latencies_s: list[tuple[float, float]] = field(default_factory=list)
@@ -111,7 +119,7 @@ class StepResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"xways": self.xways, "hold_s": self.hold_s, "sent": self.sent,
-                "target_rate_per_s": self.xways * PEAK_REPORTS_PER_S_PER_XWAY,
+                "target_rate_per_s": self.xways * self.rate_per_xway,
                 "input_rate_per_s": round(self.input_rate, 1),
                 "notifications": self.notifications,
                 "expected_notifications": self.expected_notifications,
@@ -355,14 +363,15 @@ def _drain(config: dict[str, Any], registry: SchemaRegistryClient,
 def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
              xways: int, hold_s: int, checkpoints: Path, say: Callable[[str], None],
              drain_s: float | None = None, quiet_s: float = 15.0,
-             check_reference: bool = True) -> StepResult:
+             check_reference: bool = True,
+             rate_per_xway: int = PEAK_REPORTS_PER_S_PER_XWAY) -> StepResult:
     from medusa.linear_road.reference import compute
     from medusa.linear_road.traffic import TrafficSimulation
 
     prefix = f"bench-lr{xways}-{uuid.uuid4().hex[:6]}."
     config = kafka_config(endpoints.bootstrap("alpha"))
-    profile = profile_for(xways, hold_s)
-    result = StepResult(xways, hold_s)
+    profile = profile_for(xways, hold_s, rate_per_xway)
+    result = StepResult(xways, hold_s, rate_per_xway=rate_per_xway)
     drain_s = drain_s if drain_s is not None else max(120.0, 2.0 * hold_s)
     context = multiprocessing.get_context("spawn")
     received = context.Value("q", 0)
@@ -477,6 +486,20 @@ def _meter(outputs: Sequence[Any], total_ms: list[float], count: list[int]) -> N
                 count[0] += 1
 
         setattr(output, "write", timed)  # noqa: B010 (an instance attribute, on purpose)
+
+
+def run_floor(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
+              hold_s: int, checkpoints: Path, say: Callable[[str], None]) -> StepResult:
+    """The network at ``FLOOR_REPORTS_PER_S`` (one expressway's traffic, a seventeenth of
+    its rate), outputs checked: the latency the query gives when data costs next to
+    nothing, i.e. the floor under every L."""
+    say(f"Linear Road floor: {FLOOR_REPORTS_PER_S} position reports/s for {hold_s}s")
+    step = run_step(spark, endpoints, registry, 1, hold_s, checkpoints / "floor", say,
+                    rate_per_xway=FLOOR_REPORTS_PER_S)
+    batch = step.breakdown.get("trigger_ms_p50")
+    say(f"  floor: p50 {rounded(step.percentile(0.5))} s, p99 {rounded(step.percentile(0.99))} s"
+        f", a batch takes {batch} ms (p50)")
+    return step
 
 
 def run_steps(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,

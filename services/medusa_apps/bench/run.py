@@ -103,6 +103,7 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
 
     consumer_perf = passthrough = passthrough_again = filtered = direct = None
     steps: list[Any] = []
+    floor: Any = None
     moves: list[Any] = []
     outcomes: list[Any] = []
     load = None
@@ -149,6 +150,9 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
                 with _part("linear-road", errors, say):
                     steps = linear_road_latency.run_steps(spark, endpoints, registry, hold_s,
                                                           max_xways, checkpoints, say)
+                with _part("linear-road-floor", errors, say):
+                    floor = linear_road_latency.run_floor(spark, endpoints, registry,
+                                                          min(hold_s, 90), checkpoints, say)
         if "move" in parts and spark is not None and move_sizes:
             say(f"moving a windowed aggregate between nodes, state of "
                 f"{', '.join(map(str, move_sizes))} sensors")
@@ -194,6 +198,9 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
             "hold_s": hold_s,
             "reports_per_s_per_xway": linear_road_latency.PEAK_REPORTS_PER_S_PER_XWAY,
             "steps": [step.as_dict() for step in steps],
+            # The same network at a seventeenth of one expressway's rate: the latency of
+            # the query itself, under which no L can go.
+            "floor": floor.as_dict() if floor is not None else None,
         },
         "highest_xways_met": rating,
         "move_pause": [move.as_dict() for move in moves],
@@ -209,7 +216,9 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     if steps:
         latency_plot(out / "linear_road_latency.png",
                      "Linear Road: toll notification latency over time",
-                     {f"L={step.xways}": step.latencies_s for step in steps},
+                     {**{f"L={step.xways}": step.latencies_s for step in steps},
+                      **({f"floor ({floor.rate_per_xway}/s)": floor.latencies_s}
+                         if floor is not None else {})},
                      linear_road_latency.LATENCY_BOUND_S)
         breakdown_plot(out / "linear_road_batches.png",
                        "Linear Road: where the batches' time went (ms per batch)",
