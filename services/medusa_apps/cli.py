@@ -712,6 +712,45 @@ def move(
                   f"in {result.seconds:.1f}s")
 
 
+@app.command("trace")
+def trace_command(
+    last: Annotated[int, typer.Option("--last", min=1, help="How many traces, newest first.")
+                    ] = 1,
+    kind: Annotated[str, typer.Option(
+        "--kind", help="Which traces: failure (a node declared failed, its takeovers and "
+                       "their first outputs).")] = "failure",
+    lookback: Annotated[int, typer.Option(
+        "--lookback", min=1, help="Seconds back to look for them.")] = 3600,
+    png: Annotated[Path | None, typer.Option(
+        "--png", help="Also draw each trace as a PNG timeline: this path for the newest, "
+                      "NAME-2.png, NAME-3.png, ... for the older ones.")] = None,
+) -> None:
+    """Show recent traces from Jaeger's API as timelines (spans, services, durations, parents)."""
+    import httpx
+
+    from medusa import trace_view
+    from medusa.stack.endpoints import resolve
+
+    if kind not in trace_view.KINDS:
+        raise _fail(f"--kind: expected one of {', '.join(sorted(trace_view.KINDS))}, "
+                    f"got {kind!r}", 2)
+    query_url = resolve().jaeger_query_url
+    try:
+        traces = trace_view.recent(query_url, kind, last, lookback)
+    except httpx.HTTPError as error:
+        raise _fail(f"Jaeger's query API at {query_url} did not answer: {error}") from None
+    if not traces:
+        raise _fail(f"no {kind} trace in Jaeger ({query_url}) in the last {lookback}s")
+    for index, found in enumerate(traces):
+        console.print(f"[bold]{escape(trace_view.title(found))}[/bold]")
+        console.print("   start  duration", highlight=False)
+        for line in trace_view.text_lines(found):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        if png is not None:
+            path = png if index == 0 else png.with_name(f"{png.stem}-{index + 1}{png.suffix}")
+            console.print(f"timeline: {trace_view.write_png(found, path)}")
+
+
 @catalog_app.command("serve")
 def catalog_serve(
     port: Annotated[int | None, typer.Option(

@@ -82,6 +82,15 @@ CatalogClient = Any  # medusa.catalog.client.CatalogClient, or an in-memory one 
 
 
 @dataclass
+class PendingTakeover:
+    """A takeover's span, open until the fragment writes its first output after it."""
+
+    span: Any
+    started_ns: int
+    ended: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
 class HostedFragment:
     name: str
     """Global name: participant/network/fragment."""
@@ -96,6 +105,8 @@ class HostedFragment:
     failed: bool = False
     """Restarted too often: it waits for a redeploy, a move or a takeover."""
     rates: dict[str, float] = field(default_factory=dict)
+    takeover: PendingTakeover | None = None
+    """Set after a takeover until its first output; a restarted query takes it over."""
 
 
 @dataclass
@@ -254,10 +265,13 @@ class Node:
             resume = self._rebase(name, mine, wiring, self.endpoints.bootstrap(before))
         sunion = self._start_sunion(name, wiring, resume)
         run = start_fragment(self.spark, network.plan, wiring, mine)
+        pending = None
         if takeover is not None:
-            self._trace_first_output(run, takeover)
+            pending = PendingTakeover(takeover, time.time_ns())
+            self._trace_first_output(run, pending)
         with self._lock:
-            self.hosted[name] = HostedFragment(name, network.version, run, time.time(), sunion)
+            self.hosted[name] = HostedFragment(name, network.version, run, time.time(), sunion,
+                                               takeover=pending)
         self._precopied.discard(name)
         log.info("%s: running %s (%s)%s", self.global_name, name,
                  ", ".join(wiring.fragment.boxes),
@@ -332,6 +346,9 @@ class Node:
         hosted.run.writer.close()
         wiring = hosted.run.wiring
         hosted.run = start_fragment(self.spark, network.plan, wiring, hosted.run.checkpoint)
+        if hosted.takeover is not None and not hosted.takeover.ended.is_set():
+            # The takeover's first output comes from this query now.
+            self._trace_first_output(hosted.run, hosted.takeover)
         log.info("%s: restarted %s from its checkpoint", self.global_name, hosted.name)
 
     def _record_failure(self, name: str, error: str, restarts: int, phase: str | None) -> None:
@@ -394,26 +411,29 @@ class Node:
                 output.trace_context = trace.set_span_in_context(takeover)
         # The inputs go on where the failed primary's SUnion stopped, into the same topic.
         hosted.sunion = self._start_sunion(name, hosted.run.wiring)
+        pending = PendingTakeover(takeover, time.time_ns())
         caught_up = hosted.run.promote()
         takeover.set_attribute("medusa.replica.results_caught_up", caught_up)
-        self._trace_first_output(hosted.run, takeover)
+        hosted.takeover = pending
+        self._trace_first_output(hosted.run, pending)
         log.info("%s: promoted the replica of %s; it wrote %d results the primary had not",
                  self.global_name, name, caught_up)
         self._mark_running(name, hosted.run.checkpoint)
 
-    def _trace_first_output(self, run: FragmentRun, takeover: Any) -> None:
+    def _trace_first_output(self, run: FragmentRun, takeover: PendingTakeover) -> None:
         """Ends the takeover span with a child at the fragment's first result after recovery."""
-        started = time.time_ns()
-        context = trace.set_span_in_context(takeover)
-        ended = threading.Event()
+        context = trace.set_span_in_context(takeover.span)
+        lock = threading.Lock()
 
         def first(count: int) -> None:
-            if ended.is_set():
-                return
-            ended.set()
-            self.tracer.start_span("first output", context=context, start_time=started,
+            with lock:
+                if takeover.ended.is_set():
+                    return
+                takeover.ended.set()
+            self.tracer.start_span("first output", context=context,
+                                   start_time=takeover.started_ns,
                                    attributes={"medusa.results": count}).end()
-            takeover.end()
+            takeover.span.end()
         for output in run.writer.outputs:
             if hasattr(output, "trace_context"):
                 output.trace_context = context

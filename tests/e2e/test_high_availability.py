@@ -6,6 +6,8 @@ against the reference."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -15,7 +17,7 @@ from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.jaeger_client import wait_for_trace
 from medusa_apps.failover import FailoverOutcome, run_failover
-from tests.federation_processes import NodeProcess
+from tests.federation_processes import NodeProcess, federation_env
 
 pytestmark = pytest.mark.e2e
 
@@ -107,6 +109,26 @@ def test_the_failure_is_one_trace_in_jaeger(federation, passive) -> None:
     missed, suspicion = failure.one("heartbeats missed"), failure.one("suspicion")
     assert missed.start_us <= suspicion.start_us <= declaration.start_us
     assert all(t.start_us >= declaration.start_us for t in takeovers)
+
+
+def test_medusa_trace_shows_the_failure_as_a_timeline(federation, passive, tmp_path) -> None:
+    failure = wait_for_trace(
+        federation.jaeger_query_url, "medusa-detector", f"node failure {A1}",
+        has=["declaration", "takeover", "takeover", "first output", "first output"])
+    png = tmp_path / "failure.png"
+    result = subprocess.run(
+        [sys.executable, "-m", "medusa_apps", "trace", "--last", "5", "--png", str(png)],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**federation_env(federation, tmp_path), "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    shown = result.stdout.split(f"node failure {A1} (trace {failure.trace_id})", 1)
+    assert len(shown) == 2, result.stdout
+    lines = shown[1].split("(trace ")[0].splitlines()
+    for stage in ("heartbeats missed", "suspicion", "declaration", "placement", "takeover",
+                  "first output"):
+        assert any(stage in line for line in lines), f"{stage} not shown:\n{result.stdout}"
+    assert any("[medusa-node " in line for line in lines)
+    assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_sampled_tuples_carry_their_trace_from_producer_to_sink(
