@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from medusa.catalog.client import CatalogClient
@@ -146,3 +148,18 @@ class NodeProcess:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(30)
         self.process = None
+
+
+@contextmanager
+def running(nodes: dict[str, NodeProcess]) -> Iterator[dict[str, NodeProcess]]:
+    """The nodes started side by side (their JVMs start in parallel), each registered;
+    all stopped afterwards, whatever happened."""
+    try:
+        for node in nodes.values():
+            node.start()
+        for node in nodes.values():
+            node.wait_registered()
+        yield nodes
+    finally:
+        for node in nodes.values():
+            node.stop()

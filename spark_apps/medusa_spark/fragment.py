@@ -19,12 +19,14 @@ source's BOUNDARY rows (``_output`` null), and records that cannot be decoded
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from medusa.settings import spark_kafka_options
+from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa_spark.network.fragments import Fragment
 from medusa_spark.network.validate import Plan
 from medusa_spark.streams import (
@@ -81,6 +83,15 @@ class FragmentWiring:
     @property
     def global_name(self) -> str:
         return f"{self.network}/{self.fragment.name}"
+
+    def sunion_config(self, resume_from: dict[str, Any] | None = None) -> SUnionConfig:
+        """The fragment's SUnion: its inputs, wherever they live, into its source topic."""
+        return SUnionConfig(
+            fragment=self.global_name,
+            inputs=[SUnionInput(name=name, topic=stream.topic, bootstrap=stream.bootstrap)
+                    for name, stream in sorted(self.inputs.items())],
+            output_topic=self.source.topic, output_bootstrap=self.source.bootstrap,
+            bucket_ms=self.bucket_ms, resume_from=resume_from)
 
 
 def read_source(spark: SparkSession, source: KafkaStream) -> DataFrame:

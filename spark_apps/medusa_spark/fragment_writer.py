@@ -232,31 +232,44 @@ class FragmentWriter:
             self._newest_boundary = newest
         records += self._boundaries()
         self._seen_boundaries.append(self._newest_boundary)
-        by_output: dict[int, list[OutRecord]] = {}
-        for record in records:
-            by_output.setdefault(id(self._output_of_topic[record.topic]), []).append(record)
-        for output in self.outputs:
-            written = output.write(by_output.get(id(output), []))
-            self.results_written += written
+        # Every output, even with nothing to write: a batch opens (and fences) its outputs.
+        self.results_written += self._write(records, every_output=True)
 
     def _boundaries(self) -> list[OutRecord]:
         """The BOUNDARY each output can promise after this batch (see the module's doc)."""
         one_back, two_back = self._seen_boundaries[-1], self._seen_boundaries[-2]
         records = []
-        for box, output in self.wiring.outputs.items():
+        for box in self.wiring.outputs:
             lag = self._lag_ms[box]
             base = one_back if lag is None else two_back
             if base is None:
                 continue
-            promise = base - (lag or 0)
-            if promise <= self._emitted.get(box, -1):
-                continue
-            self._emitted[box] = promise
-            for partition in range(output.partitions):
-                envelope = boundary(f"{self.wiring.global_name}/{box}", partition, promise)
-                records.append(OutRecord(output.stream.topic, envelope.tuple_id, None,
-                                         envelope.headers(), partition=partition))
+            records += self._promise(box, base - (lag or 0))
         return records
+
+    def _promise(self, box: str, promise: int) -> list[OutRecord]:
+        """A BOUNDARY at ``promise`` on every partition of the box's output, unless it
+        promised as much already."""
+        if promise <= self._emitted.get(box, -1):
+            return []
+        self._emitted[box] = promise
+        output = self.wiring.outputs[box]
+        records = []
+        for partition in range(output.partitions):
+            envelope = boundary(f"{self.wiring.global_name}/{box}", partition, promise)
+            records.append(OutRecord(output.stream.topic, envelope.tuple_id, None,
+                                     envelope.headers(), partition=partition))
+        return records
+
+    def _write(self, records: list[OutRecord], every_output: bool = False) -> int:
+        """Each record through the SOutput of its topic's cluster, one transaction per
+        output (and an empty one for outputs without records when ``every_output``);
+        returns how many were written."""
+        by_output: dict[int, list[OutRecord]] = {}
+        for record in records:
+            by_output.setdefault(id(self._output_of_topic[record.topic]), []).append(record)
+        return sum(output.write(by_output.get(id(output), [])) for output in self.outputs
+                   if every_output or id(output) in by_output)
 
     def write_idle_boundaries(self, watermark_ms: int | None) -> int:
         """Promises what an idle query has passed (see the module's doc); call it only when
@@ -267,7 +280,7 @@ class FragmentWriter:
             if self._halted or self.standby or newest is None:
                 return 0
             records = []
-            for box, output in self.wiring.outputs.items():
+            for box in self.wiring.outputs:
                 lag = self._lag_ms[box]
                 if lag is None:
                     promise = newest
@@ -275,17 +288,8 @@ class FragmentWriter:
                     continue
                 else:
                     promise = min(newest, watermark_ms + duration_ms(SOURCE_DELAY)) - lag
-                if promise <= self._emitted.get(box, -1):
-                    continue
-                self._emitted[box] = promise
-                for partition in range(output.partitions):
-                    envelope = boundary(f"{self.wiring.global_name}/{box}", partition, promise)
-                    records.append(OutRecord(output.stream.topic, envelope.tuple_id, None,
-                                             envelope.headers(), partition=partition))
-            for sink in self.outputs:
-                mine = [r for r in records if self._output_of_topic[r.topic] is sink]
-                if mine:
-                    sink.write(mine)
+                records += self._promise(box, promise)
+            self._write(records)
             return len(records)
 
     def _dead_letters(self, table: pa.Table, rows: list[int]) -> None:

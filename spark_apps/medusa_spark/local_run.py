@@ -17,7 +17,6 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import SparkSession
 
 from medusa.stack.endpoints import Endpoints
-from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa_spark.fragment import FragmentWiring
 from medusa_spark.fragment_run import FragmentRun, checkpoint_location, start_fragment
 from medusa_spark.network.fragments import Fragment, group
@@ -67,13 +66,8 @@ class LocalNetworkRun:
 
     def start(self, on_batch: Callable[[str, int], None] | None = None) -> LocalNetworkRun:
         for name, wiring in self.wiring.items():
-            config = SUnionConfig(
-                fragment=wiring.global_name,
-                inputs=[SUnionInput(name=n, topic=s.topic, bootstrap=s.bootstrap)
-                        for n, s in sorted(wiring.inputs.items())],
-                output_topic=wiring.source.topic, output_bootstrap=wiring.source.bootstrap,
-                bucket_ms=wiring.bucket_ms)
-            self.sunions.append(SUnionProcess(config, Path(self._scratch.name) / name).start())
+            folder = Path(self._scratch.name) / name
+            self.sunions.append(SUnionProcess(wiring.sunion_config(), folder).start())
             checkpoint = checkpoint_location(str(self.checkpoint_root), wiring)
             self.runs.append(start_fragment(self.spark, self.plan, wiring, checkpoint,
                                             self.trigger, on_batch=on_batch))

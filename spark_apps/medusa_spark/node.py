@@ -54,7 +54,6 @@ from medusa.schemas import (
 )
 from medusa.settings import StackSettings, kafka_config
 from medusa.stack.endpoints import Endpoints
-from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa.sunion.service import positions_before
 from medusa.topics import ensure_topics
 from medusa.tracing import context_of
@@ -302,12 +301,7 @@ class Node:
 
     def _start_sunion(self, name: str, wiring: FragmentWiring,
                       resume: dict[str, Any] | None = None) -> SUnionProcess:
-        config = SUnionConfig(
-            fragment=name,
-            inputs=[SUnionInput(name=n, topic=s.topic, bootstrap=s.bootstrap)
-                    for n, s in sorted(wiring.inputs.items())],
-            output_topic=wiring.source.topic, output_bootstrap=wiring.source.bootstrap,
-            bucket_ms=wiring.bucket_ms, resume_from=resume)
+        config = wiring.sunion_config(resume)
         folder = self.work_dir / "sunion" / f"{wiring.topic_prefix}{name}".replace("/", "_")
         return SUnionProcess(config, folder).start()
 

@@ -17,7 +17,7 @@ from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.jaeger_client import wait_for_trace
 from medusa_apps.failover import FailoverOutcome, run_failover
-from tests.federation_processes import NodeProcess, federation_env
+from tests.federation_processes import NodeProcess, federation_env, running
 
 pytestmark = pytest.mark.e2e
 
@@ -28,17 +28,10 @@ TRACE_EVERY = 25
 @pytest.fixture(scope="module")
 def nodes(federation, tmp_path_factory) -> Iterator[dict[str, NodeProcess]]:
     run_dir = tmp_path_factory.mktemp("ha-nodes")
-    started = {A1: NodeProcess("ha-a1", "alpha", federation, run_dir, secondary=A2),
-               A2: NodeProcess("ha-a2", "alpha", federation, run_dir, secondary=A1)}
-    try:
-        for node in started.values():
-            node.start()
-        for node in started.values():
-            node.wait_registered()
+    with running({A1: NodeProcess("ha-a1", "alpha", federation, run_dir, secondary=A2),
+                  A2: NodeProcess("ha-a2", "alpha", federation, run_dir, secondary=A1)}
+                 ) as started:
         yield started
-    finally:
-        for node in started.values():
-            node.stop()
 
 
 @pytest.fixture(scope="module")

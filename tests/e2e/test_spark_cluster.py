@@ -20,7 +20,7 @@ from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput, network_yam
 from medusa.settings import kafka_config
 from medusa.stack.spark_cluster import SparkStandalone
 from medusa_spark.deploy import deploy, move, undeploy
-from tests.federation_processes import NodeProcess
+from tests.federation_processes import NodeProcess, running
 
 pytestmark = pytest.mark.e2e
 
@@ -94,15 +94,8 @@ def nodes(federation, cluster, tmp_path_factory) -> Iterator[dict[str, NodeProce
     started = {ON_CLUSTER: NodeProcess("sc-b1", "beta", federation, run_dir,
                                        master=cluster.master_url),
                LOCAL: NodeProcess("sc-b2", "beta", federation, run_dir, master="local[1]")}
-    try:
-        for node in started.values():  # the JVMs start side by side
-            node.start()
-        for node in started.values():
-            node.wait_registered()
+    with running(started):
         yield started
-    finally:
-        for node in started.values():
-            node.stop()
 
 
 @pytest.fixture(scope="module")

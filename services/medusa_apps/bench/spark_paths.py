@@ -40,7 +40,6 @@ from medusa.producing import TupleProducer
 from medusa.schemas import schema_for_topic
 from medusa.settings import kafka_config, spark_kafka_options
 from medusa.stack.endpoints import Endpoints
-from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa.topics import ensure_topics
 from medusa_apps.bench.producers import Throughput, position_reports
 from medusa_spark.fragment import FragmentWiring, build_fragment, read_source
@@ -162,12 +161,7 @@ def filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaR
     fragment's output holds ``count`` records."""
     fragment = _filter_fragment(spark, endpoints, registry, source)
     wiring = fragment.wiring
-    config = SUnionConfig(
-        fragment=wiring.global_name,
-        inputs=[SUnionInput(name=name, topic=stream.topic, bootstrap=stream.bootstrap)
-                for name, stream in sorted(wiring.inputs.items())],
-        output_topic=wiring.source.topic, output_bootstrap=wiring.source.bootstrap,
-        bucket_ms=wiring.bucket_ms)
+    config = wiring.sunion_config()
     writer = fragment.writer()
     with tempfile.TemporaryDirectory(prefix="medusa-bench-sunion-") as folder:
         started = time.perf_counter()
