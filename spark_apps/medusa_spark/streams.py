@@ -20,11 +20,8 @@ TYPE, ID, STIME = "_type", "_id", "_stime"
 TRACE = "_trace"
 """The W3C traceparent of a sampled tuple (null for the rest); boxes that keep their input
 rows (filter, union) pass it on, so the tuple's trace reaches the sink."""
-ENVELOPE = (TYPE, ID, STIME)
 RAW, RAW_HEADERS, REASON, SOURCE = "_raw", "_raw_headers", "_reason", "_source"
 """Set on INVALID rows only: the original value and headers, why it is unusable, its topic."""
-CONTROL_EXTRAS = (RAW, RAW_HEADERS, REASON, SOURCE)
-CONTROL_EXTRA_TYPES = ("binary", "array<struct<key:string,value:binary>>", "string", "string")
 BOUNDARY = "BOUNDARY"
 TENTATIVE = "TENTATIVE"
 STABLE = "STABLE"
