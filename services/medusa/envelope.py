@@ -17,6 +17,12 @@ TYPE_HEADER = "medusa.type"
 ID_HEADER = "medusa.id"
 STIME_HEADER = "medusa.stime"
 TRACEPARENT_HEADER = "traceparent"
+TENTATIVE_HEADER = "medusa.tentative"
+"""DPC: on the records of an UP_FAILURE period (its tuples and its BOUNDARY records), the
+period's number (epoch). A BOUNDARY with it promises only about tentative records."""
+REDO_HEADER = "medusa.redo"
+"""DPC: on the BOUNDARY records of a SUnion's REDO release, the epoch it corrects (the
+REC_REQUEST to its fragment's query, in the same topic as the data it concerns)."""
 
 Headers = list[tuple[str, str | bytes | None]]
 

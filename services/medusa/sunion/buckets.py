@@ -16,13 +16,32 @@ Invariants:
   buckets, and the records re-read below ``read`` (the next offset to read when the
   positions were taken) that are not held again were handled before (released,
   dead-lettered, or a boundary) and are skipped.
+
+DPC (Borealis's Delay, Process, Correct), when ``max_delay_ms`` D is set:
+- a partition's boundaries are stable, or tentative (an upstream fragment in UP_FAILURE
+  marks its boundaries so); only stable ones move ``stable_through``;
+- when something could go out (a partition's boundary, stable or tentative, is past
+  ``released_through``) but no stable release came for D, the partitions that hold it
+  back are declared failed and the fragment enters UP_FAILURE: every bucket up to the
+  lowest boundary of the other partitions goes out TENTATIVE, and from then on each
+  bucket goes out as soon as those partitions pass it, without waiting D again (delay
+  once, then process). A failed partition rejoins once its boundary catches up;
+- tentatively released tuples stay held: ``stable_through`` (not ``released_through``)
+  is where a restart resumes, and where a tuple counts as late;
+- once the stable boundaries of every partition pass ``released_through`` again, one
+  REDO release carries every bucket since ``stable_through`` as STABLE (without the
+  tentative tuples, which an UNDO of their upstream has removed), and the fragment
+  reconciles from it (checkpoint/redo, see ``medusa_spark.reconcile``);
+- each UP_FAILURE period has a number, ``epoch``: its tentative records carry it, and
+  its REDO names it, so a query that redoes can skip exactly that period's records.
 """
 
 from __future__ import annotations
 
 import enum
+import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -41,6 +60,8 @@ class HeldTuple(NamedTuple):
     value: bytes
     headers: Sequence[Header]
     tuple_id: str
+    tentative: bool = False
+    """Came TENTATIVE from an upstream fragment in UP_FAILURE (an UNDO removes it)."""
 
 
 class Outcome(enum.Enum):
@@ -60,12 +81,25 @@ class PartitionState:
     next_offset: int
     """The next offset to read."""
     boundary: int | None = None
-    """The latest BOUNDARY stime seen (or restored); None: nothing known yet."""
+    """The latest stable BOUNDARY stime seen (or restored); None: nothing known yet."""
+    tentative_boundary: int | None = None
+    """The latest tentative BOUNDARY (its upstream is in UP_FAILURE); an UNDO clears it."""
+    advanced_at: float = 0.0
+    """When ``effective_boundary`` last grew (the Buckets' clock)."""
     replayed_until: int = 0
     """Offsets below this were handled before the last restart."""
     held: deque[tuple[int, int]] = field(default_factory=deque)
     """(offset, bucket) of the held tuples in offset order; released ones are dropped
     lazily from the front, so the front is always the smallest held offset."""
+
+    @property
+    def effective_boundary(self) -> int | None:
+        """How far the partition has gone, stably or tentatively."""
+        if self.tentative_boundary is None:
+            return self.boundary
+        if self.boundary is None:
+            return self.tentative_boundary
+        return max(self.boundary, self.tentative_boundary)
 
     def resume(self, released_bucket_end: int) -> int:
         """The offset to re-read from: the smallest held offset, else ``next_offset``."""
@@ -73,6 +107,25 @@ class PartitionState:
         while held and held[0][1] < released_bucket_end:
             held.popleft()
         return held[0][0] if held else self.next_offset
+
+
+class ReleaseKind(enum.Enum):
+    STABLE = "stable"
+    TENTATIVE = "tentative"
+    """Released after waiting D: its tuples go out TENTATIVE."""
+    REDO = "redo"
+    """The buckets since the last stable release, complete now, again and STABLE."""
+
+
+class DpcState(enum.StrEnum):
+    """A fragment's DPC state as its SUnion sees it."""
+
+    STABLE = "STABLE"
+    UP_FAILURE = "UP_FAILURE"
+    """Releasing tentatively: an input partition is failed or tentative."""
+    STABILIZATION = "STABILIZATION"
+    """Releasing tentatively, but every input is back: waiting for the stable boundaries
+    to pass the tentative releases, then the REDO."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +141,9 @@ class Release:
     tuples: list[HeldTuple]
     positions: dict[str, Any]
     """The resume state after this release (the POSITIONS header's JSON)."""
+    kind: ReleaseKind = ReleaseKind.STABLE
+    epoch: int = 0
+    """The UP_FAILURE period a TENTATIVE release belongs to, or a REDO corrects."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +154,7 @@ class RestoredPartition:
     boundary: int | None
     read: int
     """Records below this offset were handled before."""
+    tentative_boundary: int | None = None
 
 
 def restored_partitions(positions: Mapping[str, Any] | None,
@@ -110,29 +167,66 @@ def restored_partitions(positions: Mapping[str, Any] | None,
     for partition, entry in partitions.items():
         resume = int(entry["resume"])
         boundary = entry.get("boundary")
+        tentative = entry.get("tentative_boundary")
         restored[int(partition)] = RestoredPartition(
-            resume, None if boundary is None else int(boundary), int(entry.get("read", resume)))
+            resume, None if boundary is None else int(boundary), int(entry.get("read", resume)),
+            None if tentative is None else int(tentative))
     return restored
 
 
 class Buckets:
-    """Tuples held by bucket, the latest boundary of every input partition, and what
+    """Tuples held by bucket, the latest boundaries of every input partition, and what
     may be released. ``topics`` maps each input name to its topic (for the positions)."""
 
     def __init__(self, bucket_ms: int, topics: Mapping[str, str],
                  released_through: int | None = None,
-                 max_delay_ms: int | None = None) -> None:
+                 max_delay_ms: int | None = None,
+                 tentative_through: int | None = None, epoch: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``released_through`` is the last stable release's (a restart's), and
+        ``tentative_through`` the tentative releases' beyond it, if any."""
         if bucket_ms <= 0:
             raise ValueError(f"bucket_ms must be positive, got {bucket_ms}")
         self.bucket_ms = bucket_ms
         self.topics = dict(topics)
+        self.stable_through = released_through
+        """Every tuple with a smaller stime went out in a stable release; None: none yet."""
         self.released_through = released_through
-        """Every tuple with a smaller stime has been released; None: nothing yet."""
+        """Every bucket below went out, stably or tentatively; None: nothing yet."""
+        if tentative_through is not None and tentative_through > (released_through or 0):
+            self.released_through = tentative_through
         self.max_delay_ms = max_delay_ms
-        """DPC: the longest a bucket may wait before a TENTATIVE release (not used yet)."""
+        """DPC's D: the longest something releasable waits before a TENTATIVE release;
+        None: wait for every boundary, however long."""
+        self.epoch = epoch
+        """The number of the current (or last) UP_FAILURE period."""
+        self.failed: set[tuple[str, int]] = set()
+        """Partitions left out of tentative releases (they held back a bucket for D)."""
+        self._clock = clock
+        self._waiting_since: float | None = None
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self._buckets: dict[int, list[HeldTuple]] = {}
         self.held_tuples = 0
+
+    @property
+    def tentative(self) -> bool:
+        """Whether some buckets went out TENTATIVE and wait for their REDO."""
+        return (self.released_through or 0) > (self.stable_through or 0)
+
+    @property
+    def dpc_state(self) -> DpcState:
+        if not self.tentative:
+            return DpcState.STABLE
+        # Up failure while a failed partition is silent, or an upstream is tentative;
+        # stabilization once they all move again and only their backlog remains.
+        now = self._clock()
+        silent = [key for key in self.failed
+                  if (now - self.partitions[key].advanced_at) * 1000 >= (self.max_delay_ms or 0)]
+        if silent or any(p.tentative_boundary is not None and
+                         (p.boundary or 0) < p.tentative_boundary
+                         for p in self.partitions.values()):
+            return DpcState.UP_FAILURE
+        return DpcState.STABILIZATION
 
     # -- input -------------------------------------------------------------------------
 
@@ -144,20 +238,21 @@ class Buckets:
         key = (input_name, partition)
         if key in self.partitions:
             return self.partitions[key]
-        state = PartitionState(input_name, partition, start_offset)
+        state = PartitionState(input_name, partition, start_offset, advanced_at=self._clock())
         if restored is not None:
             state.next_offset = restored.resume
             state.boundary = restored.boundary
+            state.tentative_boundary = restored.tentative_boundary
             state.replayed_until = restored.read
         self.partitions[key] = state
         return state
 
     def add_tuple(self, held: HeldTuple) -> Outcome:
-        """Holds a data tuple in its bucket, unless it is below ``released_through``."""
+        """Holds a data tuple in its bucket, unless it is below ``stable_through``."""
         state = self.partitions[(held.input, held.partition)]
         state.next_offset = held.offset + 1
-        released = self.released_through
-        if released is not None and held.stime < released:
+        stable = self.stable_through
+        if stable is not None and held.stime < stable:
             return Outcome.ALREADY_RELEASED if held.offset < state.replayed_until else Outcome.LATE
         bucket = held.stime // self.bucket_ms
         tuples = self._buckets.get(bucket)
@@ -169,12 +264,40 @@ class Buckets:
         self.held_tuples += 1
         return Outcome.HELD
 
-    def add_boundary(self, input_name: str, partition: int, offset: int, stime: int) -> None:
-        """No later record of this partition has a smaller stime; boundaries never go back."""
+    def add_boundary(self, input_name: str, partition: int, offset: int, stime: int,
+                     tentative: bool = False) -> None:
+        """No later record of this partition has a smaller stime (a ``tentative`` one:
+        no later tentative record); boundaries never go back."""
         state = self.partitions[(input_name, partition)]
         state.next_offset = offset + 1
-        if state.boundary is None or stime > state.boundary:
+        before = state.effective_boundary
+        if tentative:
+            if state.tentative_boundary is None or stime > state.tentative_boundary:
+                state.tentative_boundary = stime
+        elif state.boundary is None or stime > state.boundary:
             state.boundary = stime
+        after = state.effective_boundary
+        if after is not None and (before is None or after > before):
+            state.advanced_at = self._clock()
+
+    def undo(self, input_name: str, partition: int, offset: int) -> int:
+        """An upstream UNDO: its tentative tuples and boundaries are withdrawn (corrected
+        stable tuples follow). Returns how many held tuples were dropped."""
+        state = self.partitions[(input_name, partition)]
+        state.next_offset = offset + 1
+        state.tentative_boundary = None
+        dropped = 0
+        for bucket in list(self._buckets):
+            tuples = self._buckets[bucket]
+            kept = [t for t in tuples if not (t.tentative and t.input == input_name
+                                              and t.partition == partition)]
+            dropped += len(tuples) - len(kept)
+            if kept:
+                self._buckets[bucket] = kept
+            else:
+                del self._buckets[bucket]
+        self.held_tuples -= dropped
+        return dropped
 
     def pass_over(self, input_name: str, partition: int, offset: int) -> bool:
         """Skips a record that is not held (to be dead-lettered). False when it is re-read
@@ -186,7 +309,7 @@ class Buckets:
     # -- output ------------------------------------------------------------------------
 
     def frontier(self) -> int | None:
-        """The smallest latest boundary over all partitions; None while one has none."""
+        """The smallest latest stable boundary over all partitions; None while one has none."""
         if not self.partitions:
             return None
         lowest: int | None = None
@@ -197,33 +320,100 @@ class Buckets:
                 lowest = state.boundary
         return lowest
 
-    def stable_through(self) -> int | None:
-        """End of the last bucket every partition's boundary has passed; None: none has."""
+    def stable_through_frontier(self) -> int | None:
+        """End of the last bucket every partition's stable boundary has passed."""
         frontier = self.frontier()
         if frontier is None:
             return None
-        return (frontier // self.bucket_ms) * self.bucket_ms
+        return self._floor(frontier)
 
     def release(self) -> Release | None:
-        """Takes every releasable bucket out, in order, as one release; None when no
-        bucket is releasable beyond ``released_through``.
-
-        This is the one place that decides what goes out. DPC (``max_delay_ms``) adds
-        here: a bucket that waited longer than max_delay_ms goes out TENTATIVE.
-        """
-        through = self.stable_through()
+        """Takes every releasable bucket out, in order, as one release; None when there is
+        none. This is the one place that decides what goes out, and how (stable, tentative
+        after D, or the REDO of a tentative period)."""
+        through = self.stable_through_frontier()
+        released = self.released_through or 0
         # stimes are not negative: a release through 0 or less would hold nothing.
-        if through is None or through <= (self.released_through or 0):
+        if through is not None and through > (self.stable_through or 0):
+            if not self.tentative:
+                return self._take(through, ReleaseKind.STABLE)
+            if through >= released:
+                return self._take(through, ReleaseKind.REDO)
+        if self.max_delay_ms is None:
             return None
+        live = self._live_through()
+        if self.tentative and live is not None and live > released:
+            return self._take(live, ReleaseKind.TENTATIVE)
+        # Nothing goes out. Does something wait that could go out, and for how long?
+        # A bucket waits when some partition has passed its end, but not every one.
+        if not any(self._floor(p.effective_boundary or 0) > released
+                   for p in self.partitions.values()):
+            self._waiting_since = None
+            return None
+        now = self._clock()
+        if self._waiting_since is None:
+            self._waiting_since = now
+            return None
+        if (now - self._waiting_since) * 1000 < self.max_delay_ms:
+            return None
+        # Waited D: the partitions that hold it back are failed; the others go on.
+        self.failed |= {key for key, p in self.partitions.items()
+                        if self._floor(p.effective_boundary or 0) <= released}
+        if not self.tentative:
+            self.epoch += 1
+        live = self._live_through()
+        if live is None or live <= released:
+            return None
+        return self._take(live, ReleaseKind.TENTATIVE)
+
+    def reannouncement(self) -> Release | None:
+        """The last release's boundary again (no tuples), for an idle query to pass it on."""
+        if self.released_through is None:
+            return None
+        kind = ReleaseKind.TENTATIVE if self.tentative else ReleaseKind.STABLE
+        return Release(self.released_through, [], self.positions(), kind, self.epoch)
+
+    def _live_through(self) -> int | None:
+        """How far the partitions that are not failed allow a tentative release; a failed
+        partition whose boundary has caught up rejoins them."""
+        released = self.released_through or 0
+        for key in [k for k in self.failed
+                    if self._floor(self.partitions[k].effective_boundary or 0) > released]:
+            self.failed.discard(key)
+        lowest: int | None = None
+        for key, state in self.partitions.items():
+            if key in self.failed:
+                continue
+            boundary = state.effective_boundary
+            if boundary is None:
+                return None
+            if lowest is None or boundary < lowest:
+                lowest = boundary
+        return None if lowest is None else self._floor(lowest)
+
+    def _take(self, through: int, kind: ReleaseKind) -> Release:
+        """Buckets below ``through`` (from ``released_through``; for a REDO, from
+        ``stable_through``, without the tentative tuples)."""
         last_bucket = through // self.bucket_ms  # exclusive
         tuples: list[HeldTuple] = []
-        for bucket in sorted(b for b in self._buckets if b < last_bucket):
-            released = self._buckets.pop(bucket)
-            released.sort()
-            tuples.extend(released)
-        self.held_tuples -= len(tuples)
-        self.released_through = through
-        return Release(through, tuples, self.positions())
+        if kind is ReleaseKind.TENTATIVE:
+            first_bucket = (self.released_through or 0) // self.bucket_ms
+            for bucket in sorted(b for b in self._buckets if first_bucket <= b < last_bucket):
+                tuples.extend(sorted(self._buckets[bucket]))
+            self.released_through = through
+        else:
+            for bucket in sorted(b for b in self._buckets if b < last_bucket):
+                taken = self._buckets.pop(bucket)
+                self.held_tuples -= len(taken)
+                taken.sort()
+                tuples.extend(t for t in taken if not t.tentative)
+            self.released_through = self.stable_through = through
+            self.failed.clear()
+        self._waiting_since = None
+        return Release(through, tuples, self.positions(), kind, self.epoch)
+
+    def _floor(self, stime: int) -> int:
+        return (stime // self.bucket_ms) * self.bucket_ms
 
     # -- state -------------------------------------------------------------------------
 
@@ -233,29 +423,38 @@ class Buckets:
 
     def resume_offset(self, input_name: str, partition: int) -> int:
         state = self.partitions[(input_name, partition)]
-        return state.resume(self._released_bucket_end())
+        return state.resume(self._stable_bucket_end())
 
     def positions(self) -> dict[str, Any]:
-        """The resume state: where each input partition restarts, its latest boundary,
-        and how far it was read (records below ``read`` were handled)."""
-        released_bucket_end = self._released_bucket_end()
+        """The resume state: where each input partition restarts, its latest boundaries,
+        and how far it was read (records below ``read`` were handled); the stable and the
+        tentative release points and the UP_FAILURE period."""
+        stable_bucket_end = self._stable_bucket_end()
         inputs: dict[str, Any] = {
             name: {"topic": topic, "partitions": {}} for name, topic in self.topics.items()}
         for (name, partition), state in sorted(self.partitions.items()):
-            inputs[name]["partitions"][str(partition)] = {
-                "resume": state.resume(released_bucket_end),
+            entry: dict[str, Any] = {
+                "resume": state.resume(stable_bucket_end),
                 "boundary": state.boundary,
                 "read": state.next_offset,
             }
-        return {"released_through": self.released_through, "inputs": inputs}
+            if state.tentative_boundary is not None:
+                entry["tentative_boundary"] = state.tentative_boundary
+            inputs[name]["partitions"][str(partition)] = entry
+        positions: dict[str, Any] = {"released_through": self.stable_through, "inputs": inputs}
+        if self.tentative:
+            positions["tentative_through"] = self.released_through
+        if self.epoch:
+            positions["epoch"] = self.epoch
+        return positions
 
     def held(self) -> Iterator[HeldTuple]:
         """The held tuples, bucket by bucket (unsorted within a bucket)."""
         for bucket in sorted(self._buckets):
             yield from self._buckets[bucket]
 
-    def _released_bucket_end(self) -> int:
-        """Buckets below this index are released."""
-        if self.released_through is None:
+    def _stable_bucket_end(self) -> int:
+        """Buckets below this index went out stably: nothing of them is held."""
+        if self.stable_through is None:
             return -(2**62)
-        return self.released_through // self.bucket_ms
+        return self.stable_through // self.bucket_ms

@@ -30,8 +30,8 @@ class SUnionConfig(BaseModel):
     bucket_ms: int = Field(1000, gt=0)
     """Bucket width; the default is the producers' BOUNDARY interval."""
     max_delay_ms: int | None = Field(None, gt=0)
-    """DPC: the longest a bucket may wait for its boundaries before it is released as
-    TENTATIVE. Accepted but not acted on yet: every release is stable."""
+    """DPC's delay D: the longest a bucket that some inputs have passed waits for the
+    others before it goes out TENTATIVE (see ``buckets``); None: it waits for them all."""
     start_positions: dict[str, dict[int, int]] | None = None
     """Input name -> partition -> offset to start from when the output topic holds no
     SUnion state yet (a fragment moved to another cluster); None: earliest."""

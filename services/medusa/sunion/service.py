@@ -25,8 +25,16 @@ below it that is not held again was handled then (written, or dead-lettered).
 Without positions, ``start_positions`` apply, else the earliest offsets.
 
 A tuple whose stime is below ``released_through`` (its producer broke a BOUNDARY
-promise) is dead-lettered, as are UNDO/REC_DONE records and records without a valid
-envelope or a Confluent wire-format value.
+promise) is dead-lettered, as are records without a valid envelope or a Confluent
+wire-format value.
+
+DPC (``max_delay_ms``, see ``buckets``): a TENTATIVE release writes its tuples as
+TENTATIVE and every record of it with ``medusa.tentative: <epoch>``; the REDO writes the
+corrected buckets as STABLE and its BOUNDARY records with ``medusa.redo: <epoch>``, which
+asks the fragment's query to reconcile (the REC_REQUEST). From an upstream fragment, a
+TENTATIVE tuple is held as tentative, a marked BOUNDARY advances only the partition's
+tentative boundary, an UNDO withdraws the partition's tentative tuples, and a REC_DONE
+needs nothing (the stable boundaries that follow it say the rest).
 
 Dead letters go to ``<input topic>.dlq`` on the input's cluster: inside the
 release's transaction when that is the output's cluster (exactly once); otherwise
@@ -60,10 +68,24 @@ from confluent_kafka.admin import AdminClient
 
 from medusa import dead_letters
 from medusa.dead_letters import DeadLetter, Header, dead_letter_topic
-from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER, boundary
+from medusa.envelope import (
+    ID_HEADER,
+    REDO_HEADER,
+    STIME_HEADER,
+    TENTATIVE_HEADER,
+    TYPE_HEADER,
+    boundary,
+)
 from medusa.errors import MedusaError
 from medusa.settings import KafkaClientSettings
-from medusa.sunion.buckets import Buckets, HeldTuple, Outcome, Release, restored_partitions
+from medusa.sunion.buckets import (
+    Buckets,
+    HeldTuple,
+    Outcome,
+    Release,
+    ReleaseKind,
+    restored_partitions,
+)
 from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa.topics import ensure_topics
 
@@ -89,6 +111,8 @@ TAIL_WINDOW = 500
 _STABLE = b"STABLE"
 _TENTATIVE = b"TENTATIVE"
 _BOUNDARY = b"BOUNDARY"
+_UNDO = b"UNDO"
+_REC_DONE = b"REC_DONE"
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
 
@@ -98,6 +122,14 @@ class SUnionError(MedusaError, RuntimeError):
 
 class SUnionFencedError(SUnionError):
     """Another SUnion instance writes this output now; this one must stop."""
+
+
+def _retyped(headers: Sequence[Header]) -> list[Header]:
+    """A tuple's headers with its type TENTATIVE (and no older tentative mark)."""
+    kept: list[Header] = [(name, raw) for name, raw in headers
+                          if name != TYPE_HEADER and name != TENTATIVE_HEADER]
+    kept.append((TYPE_HEADER, _TENTATIVE))
+    return kept
 
 
 def transactional_id(output_topic: str) -> str:
@@ -128,6 +160,10 @@ class _Counters:
     records_out: int = 0
     dead_lettered: int = 0
     transactions: int = 0
+    tentative_releases: int = 0
+    tentative_tuples: int = 0
+    redos: int = 0
+    undos_received: int = 0
 
 
 class _PartitionWatcher:
@@ -259,9 +295,12 @@ class SUnion:
             config.output_bootstrap, config.output_topic)
         # A fragment moved from another cluster brings the positions its last batch read.
         self._restored = config.resume_from or self._read_last_positions()
-        released = self._restored.get("released_through") if self._restored else None
+        restored = self._restored or {}
+        released = restored.get("released_through")
         self._buckets = Buckets(config.bucket_ms, {i.name: i.topic for i in config.inputs},
-                                released_through=released, max_delay_ms=config.max_delay_ms)
+                                released_through=released, max_delay_ms=config.max_delay_ms,
+                                tentative_through=restored.get("tentative_through"),
+                                epoch=int(restored.get("epoch") or 0))
         by_bootstrap: dict[str, dict[str, SUnionInput]] = {}
         for spec in config.inputs:
             by_bootstrap.setdefault(spec.bootstrap, {})[spec.topic] = spec
@@ -332,13 +371,12 @@ class SUnion:
                     release = buckets.release()
                     if release is not None:
                         reannounced = 0
-                    elif buckets.released_through is not None and \
-                            reannounced < REANNOUNCEMENTS and \
+                    elif reannounced < REANNOUNCEMENTS and \
                             time.monotonic() >= next_reannounce_at:
                         # Idle: the same boundary again, a few times. A query reads it as new
                         # input, so it runs the batches that pass its newest boundaries on.
-                        release = Release(buckets.released_through, [], buckets.positions())
-                        reannounced += 1
+                        release = buckets.reannouncement()
+                        reannounced += release is not None
                     if release is not None:
                         self._write(release)
                         next_reannounce_at = time.monotonic() + idle_every_s
@@ -367,7 +405,7 @@ class SUnion:
             spec = inputs[message.topic()]  # type: ignore[index]
             partition: int = message.partition()  # type: ignore[assignment]
             offset: int = message.offset()  # type: ignore[assignment]
-            kind = tuple_id = stime_raw = None
+            kind = tuple_id = stime_raw = tentative_mark = None
             headers = cast(list[Header], message.headers() or [])
             for name, raw in headers:
                 if name == TYPE_HEADER:
@@ -376,6 +414,8 @@ class SUnion:
                     tuple_id = raw
                 elif name == STIME_HEADER:
                     stime_raw = raw
+                elif name == TENTATIVE_HEADER:
+                    tentative_mark = raw
             try:
                 stime = int(stime_raw)  # type: ignore[arg-type]
             except (TypeError, ValueError):
@@ -392,13 +432,23 @@ class SUnion:
                     identifier = tuple_id.decode() if isinstance(tuple_id, bytes) else tuple_id
                     outcome = buckets.add_tuple(HeldTuple(
                         stime, spec.name, partition, offset, message.key(), value,
-                        headers, identifier))
+                        headers, identifier, kind == _TENTATIVE))
                     if outcome is not Outcome.LATE:
                         continue
                     reason = (f"stime {stime} came after the boundary: everything below "
                               f"{buckets.released_through} was already released")
             elif kind == _BOUNDARY:
-                buckets.add_boundary(spec.name, partition, offset, stime)
+                buckets.add_boundary(spec.name, partition, offset, stime,
+                                     tentative=tentative_mark is not None)
+                continue
+            elif kind == _UNDO:
+                dropped = buckets.undo(spec.name, partition, offset)
+                self.counters.undos_received += 1
+                log.info("%s: UNDO from %s [%d]: %d tentative tuple(s) withdrawn",
+                         self.config.fragment, spec.name, partition, dropped)
+                continue
+            elif kind == _REC_DONE:
+                buckets.pass_over(spec.name, partition, offset)
                 continue
             else:
                 shown = kind.decode(errors="replace") if isinstance(kind, bytes) else kind
@@ -468,6 +518,14 @@ class SUnion:
                             self.config.fragment, error.str())
         self.counters.transactions += 1
         self.counters.records_out += len(release.tuples)
+        if release.kind is ReleaseKind.TENTATIVE:
+            self.counters.tentative_releases += 1
+            self.counters.tentative_tuples += len(release.tuples)
+        elif release.kind is ReleaseKind.REDO:
+            self.counters.redos += 1
+            log.info("%s: every input is back: REDO of UP_FAILURE period %d through stime "
+                     "%d (%d tuple(s))", self.config.fragment, release.epoch, release.through,
+                     len(release.tuples))
         log.debug("%s: released through %d: %d tuple(s)", self.config.fragment,
                   release.through, len(release.tuples))
 
@@ -480,9 +538,15 @@ class SUnion:
         by_hash = self.config.output_partitions > 1
         input_names = self._input_name_bytes
         produce = producer.produce
+        tentative = release.kind is ReleaseKind.TENTATIVE
+        epoch = str(release.epoch).encode()
         producer.begin_transaction()
         for held in release.tuples:
-            headers = [*held.headers, (INPUT_HEADER, input_names[held.input])]
+            if tentative:
+                headers = [*_retyped(held.headers), (TENTATIVE_HEADER, epoch),
+                           (INPUT_HEADER, input_names[held.input])]
+            else:
+                headers = [*held.headers, (INPUT_HEADER, input_names[held.input])]
             partition = output_partition(held.key, held.tuple_id, partitions) if by_hash else 0
             while True:
                 try:
@@ -493,10 +557,14 @@ class SUnion:
         for letter in letters:
             dead_letters.produce(producer, letter)
         source = f"{self.config.fragment}/sunion"
+        extra: list[Header] = [(POSITIONS_HEADER, positions)]
+        if tentative:
+            extra.append((TENTATIVE_HEADER, epoch))
+        elif release.kind is ReleaseKind.REDO:
+            extra.append((REDO_HEADER, epoch))
         for partition in range(partitions):
             envelope = boundary(source, partition, release.through)
-            produce(topic, None, None, partition,
-                    headers=envelope.headers([(POSITIONS_HEADER, positions)]))
+            produce(topic, None, None, partition, headers=envelope.headers(extra))
         producer.commit_transaction(TRANSACTION_TIMEOUT_S)
 
     def _abort(self) -> None:
@@ -664,7 +732,18 @@ class SUnion:
                 "fragment": self.config.fragment,
                 "held_buckets": buckets.held_buckets if buckets else 0,
                 "held_tuples": buckets.held_tuples if buckets else 0,
-                "released_through": buckets.released_through if buckets else None,
+                "released_through": buckets.stable_through if buckets else None,
+                "tentative_through": (buckets.released_through
+                                      if buckets and buckets.tentative else None),
+                "dpc_state": buckets.dpc_state.value if buckets else "STABLE",
+                "epoch": buckets.epoch if buckets else 0,
+                "failed_inputs": sorted(f"{name}[{partition}]" for name, partition in
+                                        (buckets.failed if buckets else ())),
+                "max_delay_ms": self.config.max_delay_ms,
+                "tentative_releases": self.counters.tentative_releases,
+                "tentative_tuples": self.counters.tentative_tuples,
+                "redos": self.counters.redos,
+                "undos_received": self.counters.undos_received,
                 "inputs": inputs,
                 "records_in": self.counters.records_in,
                 "records_out": self.counters.records_out,
