@@ -20,7 +20,12 @@ from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.placement import NodeSlot, PlacementError, place
 from medusa.stack.endpoints import Endpoints
-from medusa_spark.network.fragments import Fragment, default_fragment, fragments_of
+from medusa_spark.network.fragments import (
+    Fragment,
+    default_fragment,
+    fragment_delays,
+    fragments_of,
+)
 from medusa_spark.network.model import parse_network
 from medusa_spark.network.validate import Plan, validate
 from medusa_spark.wiring import network_topics
@@ -97,6 +102,7 @@ def _grouping(plan: Plan, existing: dict[str, Entry], given: dict[str, str]
         else:
             member[box] = default_fragment(spec.participant or network.participant, None)
     fragments = fragments_of(plan, member)
+    fragment_delays(plan, fragments)  # rejects an availability bound the chain cannot keep
     nodes: dict[str, str] = {}
     for name, fragment in fragments.items():
         named = {given[b] for b in fragment.boxes if b in given}

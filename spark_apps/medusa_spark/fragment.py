@@ -38,6 +38,7 @@ from medusa_spark.streams import (
     control_rows,
     decode_input,
     envelope_of,
+    without_redone,
 )
 
 OUTPUT = "_output"
@@ -79,6 +80,8 @@ class FragmentWiring:
     bucket_ms: int
     fingerprint: str
     topic_prefix: str
+    max_delay_ms: int | None = None
+    """DPC's delay D for this fragment's SUnion; None: no tentative releases."""
 
     @property
     def global_name(self) -> str:
@@ -91,7 +94,7 @@ class FragmentWiring:
             inputs=[SUnionInput(name=name, topic=stream.topic, bootstrap=stream.bootstrap)
                     for name, stream in sorted(self.inputs.items())],
             output_topic=self.source.topic, output_bootstrap=self.source.bootstrap,
-            bucket_ms=self.bucket_ms, resume_from=resume_from)
+            bucket_ms=self.bucket_ms, max_delay_ms=self.max_delay_ms, resume_from=resume_from)
 
 
 def read_source(spark: SparkSession, source: KafkaStream) -> DataFrame:
@@ -108,11 +111,13 @@ def read_source(spark: SparkSession, source: KafkaStream) -> DataFrame:
             .load())
 
 
-def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame) -> DataFrame:
+def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame,
+                   skip_epoch: int = 0) -> DataFrame:
     """The fragment's rows for its writer, from the SUnion's records ``raw`` (Kafka rows:
-    value, headers)."""
+    value, headers), less the records of the UP_FAILURE periods up to ``skip_epoch``
+    (redone, see ``reconcile``)."""
     fragment = wiring.fragment
-    source = envelope_of(raw).withWatermark(STIME, SOURCE_DELAY)
+    source = without_redone(envelope_of(raw), skip_epoch).withWatermark(STIME, SOURCE_DELAY)
     frames: dict[str, DataFrame] = {}
     for name in fragment.inputs:
         frames[name] = decode_input(source, name, wiring.inputs[name])
@@ -146,5 +151,6 @@ def _output_rows(box: str, results: DataFrame, output: FragmentOutput) -> DataFr
                           trace.alias(TRACE), F.struct(*values).alias(packed(box)))
 
 
-def start_query_frame(spark: SparkSession, plan: Plan, wiring: FragmentWiring) -> DataFrame:
-    return build_fragment(plan, wiring, read_source(spark, wiring.source))
+def start_query_frame(spark: SparkSession, plan: Plan, wiring: FragmentWiring,
+                      skip_epoch: int = 0) -> DataFrame:
+    return build_fragment(plan, wiring, read_source(spark, wiring.source), skip_epoch)

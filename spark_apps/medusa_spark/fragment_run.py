@@ -16,6 +16,7 @@ from medusa_spark.durations import duration_ms
 from medusa_spark.fragment import FragmentWiring, start_query_frame
 from medusa_spark.fragment_writer import FragmentWriter
 from medusa_spark.network.validate import Plan
+from medusa_spark.reconcile import DpcRecord, ReconcileRequired
 from medusa_spark.soutput import OutputFencedError
 
 AVAILABLE_NOW = "available-now"
@@ -45,6 +46,13 @@ class FragmentRun:
             return None
         error = self.query.exception()
         return None if error is None else _first_lines(str(error))
+
+    def reconcile_requested(self) -> ReconcileRequired | None:
+        """The REDO that stopped the query, when it stopped to reconcile (see ``reconcile``)."""
+        error = self.writer.error
+        if self.query.isActive or not isinstance(error, ReconcileRequired):
+            return None
+        return error
 
     def fenced(self) -> bool:
         """Whether the query stopped because another node took over its outputs."""
@@ -108,9 +116,11 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     A ``standby`` fragment (an active replica) computes everything and writes nothing
     until promoted (see ``soutput``).
     """
-    frame = start_query_frame(spark, plan, wiring)
+    skip_epoch = DpcRecord.load(checkpoint).skip_epoch
+    frame = start_query_frame(spark, plan, wiring, skip_epoch)
     interval = trigger or plan.network.trigger
-    writer = FragmentWriter(plan, wiring, standby=standby, on_batch=on_batch)
+    writer = FragmentWriter(plan, wiring, standby=standby, on_batch=on_batch,
+                            checkpoint=checkpoint)
     suffix = "/standby" if standby else ""
     stream = (frame.writeStream.queryName(f"{wiring.topic_prefix}{wiring.global_name}{suffix}")
               .outputMode("append")

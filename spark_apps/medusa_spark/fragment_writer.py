@@ -18,6 +18,14 @@ source BOUNDARY seen up to batch M:
 Spark runs a batch without data as soon as the watermark moves, so the promise
 trails the input by one trigger, not by one bucket.
 
+DPC (see ``reconcile``): from the first batch that reads a record of an UP_FAILURE period
+until the reconciliation, every result is TENTATIVE (a window closed by a tentative
+boundary may lack the failed input's tuples even when none of its own was tentative),
+and the outputs' boundaries are marked with the period, so downstream SUnions take
+them as tentative. A batch that holds a REDO not yet redone stops the query with
+``ReconcileRequired``. After the roll-back, the writer writes UNDO on every output
+partition first and REC_DONE after the batch that holds the REDO's boundaries.
+
 When the input stops, no further batch comes to carry the last promise (a stateless
 query never runs a batch without data). So once the query is idle, with every
 reader at the end of its source, ``write_idle_boundaries`` promises the newest
@@ -34,6 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import Producer
 from opentelemetry import trace
 from pyspark.sql import DataFrame
@@ -41,21 +50,33 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import to_avro
 
 from medusa import dead_letters
-from medusa.envelope import ID_HEADER, STIME_HEADER, TRACEPARENT_HEADER, TYPE_HEADER, boundary
+from medusa.envelope import (
+    ID_HEADER,
+    STIME_HEADER,
+    TENTATIVE_HEADER,
+    TRACEPARENT_HEADER,
+    TYPE_HEADER,
+    Envelope,
+    TupleType,
+    boundary,
+)
 from medusa.errors import MedusaError
 from medusa.settings import kafka_config
 from medusa.tracing import context_of, traceparent
 from medusa_spark.durations import duration_ms
 from medusa_spark.fragment import EMIT_TIME, KEY, OUTPUT, SOURCE_DELAY, FragmentWiring, packed
 from medusa_spark.network.validate import Plan
+from medusa_spark.reconcile import DpcRecord, ReconcileRequired
 from medusa_spark.soutput import OutRecord, SOutput
 from medusa_spark.streams import (
     BOUNDARY,
+    EPOCH,
     ID,
     INVALID,
     RAW,
     RAW_HEADERS,
     REASON,
+    REDO,
     SOURCE,
     STIME,
     TRACE,
@@ -64,6 +85,7 @@ from medusa_spark.streams import (
 )
 
 _TYPE_KEY, _ID_KEY, _STIME_KEY = TYPE_HEADER, ID_HEADER, STIME_HEADER
+_TENTATIVE = TupleType.TENTATIVE.value
 
 
 class RecordSink(Protocol):
@@ -99,9 +121,18 @@ class FragmentWriter:
 
     def __init__(self, plan: Plan, wiring: FragmentWiring, standby: bool = False,
                  on_batch: Callable[[str, int], None] | None = None,
-                 sinks: list[RecordSink] | None = None) -> None:
-        """``sinks`` replaces the SOutputs (one per output cluster), e.g. in ``testing``."""
+                 sinks: list[RecordSink] | None = None, checkpoint: str | None = None) -> None:
+        """``sinks`` replaces the SOutputs (one per output cluster), e.g. in ``testing``;
+        the DPC record is kept beside ``checkpoint`` (in memory without one)."""
         self.wiring = wiring
+        self.checkpoint = checkpoint
+        self.dpc = DpcRecord.load(checkpoint) if checkpoint else DpcRecord()
+        self._tentative_epoch: int | None = None
+        """Set while the results are TENTATIVE: the UP_FAILURE period they belong to."""
+        self._undo_written = False
+        self.tentative_written = 0
+        self.corrections = 0
+        """UNDO and REC_DONE pairs written."""
         self.on_batch = on_batch
         clusters: dict[str, list[str]] = {}
         for output in wiring.outputs.values():
@@ -195,12 +226,16 @@ class FragmentWriter:
                    F.unix_millis(F.col(STIME)).cast("string").alias(STIME), F.col(KEY),
                    value.alias("value"),
                    F.col(TRACE)]
-        extras = [RAW, RAW_HEADERS, REASON, SOURCE]
-        columns += [F.col(c) if c in batch.columns else F.lit(None).alias(c) for c in extras]
+        extras = [RAW, RAW_HEADERS, REASON, SOURCE, EPOCH, REDO]
+        columns += [F.col(c) if c in batch.columns else
+                    F.lit(None).cast("int" if c in (EPOCH, REDO) else "string").alias(c)
+                    for c in extras]
         return batch.select(*columns).toArrow()
 
     def _write_batch(self, batch: DataFrame, batch_id: int) -> None:
         table = self._encoded(batch)
+        redo = self._dpc_before(table, batch_id)
+        tentative = self._tentative_epoch is not None
         outputs, types, ids, stimes, keys, values, traces = (
             _objects(table, name) for name in (OUTPUT, TYPE, ID, STIME, KEY, "value", TRACE))
         topics = {box: output.stream.topic for box, output in self.wiring.outputs.items()}
@@ -219,9 +254,12 @@ class FragmentWriter:
                 elif kind == INVALID:
                     invalid_rows.append(row)
                 continue
+            if tentative:
+                kind = _TENTATIVE
             record = OutRecord(topics[box], tuple_id, value,
                                [(_TYPE_KEY, kind), (_ID_KEY, tuple_id), (_STIME_KEY, stime)],
-                               None if key is None else key.encode())
+                               None if key is None else key.encode(),
+                               tentative=kind == _TENTATIVE)
             if parent:
                 record = self._traced(record, box, parent, started_ns, batch_id)
             append(record)
@@ -232,8 +270,68 @@ class FragmentWriter:
             self._newest_boundary = newest
         records += self._boundaries()
         self._seen_boundaries.append(self._newest_boundary)
+        rec_done = self.dpc.reconciling and redo == self.dpc.skip_epoch
+        if self.dpc.reconciling and not self._undo_written:
+            records[:0] = self._marks(TupleType.UNDO)
+        if rec_done:
+            records += self._marks(TupleType.REC_DONE)
         # Every output, even with nothing to write: a batch opens (and fences) its outputs.
         self.results_written += self._write(records, every_output=True)
+        if tentative:
+            self.tentative_written += sum(record.tentative for record in records)
+        self._undo_written = self._undo_written or self.dpc.reconciling
+        if rec_done:
+            self.dpc.rec_done_epoch = self.dpc.skip_epoch
+            self.dpc.tentative_since_batch = None
+            self.corrections += 1
+            self._save_dpc()
+
+    # -- DPC --------------------------------------------------------------------------------
+
+    def _dpc_before(self, table: pa.Table, batch_id: int) -> int | None:
+        """Reads the batch's DPC marks before anything of it is written: a REDO not yet
+        redone stops the query; the first record of an UP_FAILURE period makes the results
+        tentative from this batch on. Returns the REDO seen, if any."""
+        redo = _largest(table, REDO)
+        dpc = self.dpc
+        if redo is not None and redo > dpc.skip_epoch:
+            raise ReconcileRequired(self.wiring.global_name, redo, batch_id)
+        epoch = _largest(table, EPOCH)
+        if epoch is not None and (dpc.tentative_since_batch is None
+                                  or epoch > dpc.tentative_epoch):
+            if dpc.tentative_since_batch is None:
+                dpc.tentative_since_batch = batch_id
+            dpc.tentative_epoch = epoch
+            self._save_dpc()
+        if dpc.tentative_since_batch is not None and batch_id >= dpc.tentative_since_batch:
+            self._tentative_epoch = dpc.tentative_epoch
+        else:
+            self._tentative_epoch = None
+        return redo
+
+    def _marks(self, kind: TupleType) -> list[OutRecord]:
+        """An UNDO (back to the last stable tuple) or a REC_DONE on every output partition."""
+        epoch = self.dpc.skip_epoch
+        records = []
+        for box, output in self.wiring.outputs.items():
+            for partition in range(output.partitions):
+                envelope = Envelope(kind, f"{self.wiring.global_name}/{box}/{kind.value.lower()}"
+                                          f"/{epoch}/{partition}",
+                                    max(self._emitted.get(box, 0), 0))
+                records.append(OutRecord(output.stream.topic, envelope.tuple_id, None,
+                                         envelope.headers(), partition=partition))
+        return records
+
+    def _save_dpc(self) -> None:
+        if self.checkpoint:
+            self.dpc.save(self.checkpoint)
+
+    @property
+    def dpc_state(self) -> str:
+        """The fragment's DPC state as its results show it."""
+        if self.dpc.reconciling:
+            return "STABILIZATION"
+        return "UP_FAILURE" if self._tentative_epoch is not None else "STABLE"
 
     def _boundaries(self) -> list[OutRecord]:
         """The BOUNDARY each output can promise after this batch (see the module's doc)."""
@@ -254,11 +352,18 @@ class FragmentWriter:
             return []
         self._emitted[box] = promise
         output = self.wiring.outputs[box]
+        epoch = self._tentative_epoch
+        source = f"{self.wiring.global_name}/{box}"
+        extra: list[tuple[str, str | bytes | None]] = []
+        if epoch is not None:  # a promise about tentative results only
+            source += f"/tentative/{epoch}"
+            extra.append((TENTATIVE_HEADER, str(epoch)))
         records = []
         for partition in range(output.partitions):
-            envelope = boundary(f"{self.wiring.global_name}/{box}", partition, promise)
+            envelope = boundary(source, partition, promise)
             records.append(OutRecord(output.stream.topic, envelope.tuple_id, None,
-                                     envelope.headers(), partition=partition))
+                                     envelope.headers(extra), partition=partition,
+                                     tentative=epoch is not None))
         return records
 
     def _write(self, records: list[OutRecord], every_output: bool = False) -> int:
@@ -328,6 +433,12 @@ class FragmentWriter:
         headers.append((TRACEPARENT_HEADER, own.encode()))
         return OutRecord(record.topic, record.tuple_id, record.value, headers, record.key,
                          record.partition)
+
+
+def _largest(table: pa.Table, name: str) -> int | None:
+    """The largest value of an integer column (None when it is all null)."""
+    value = pc.max(table.column(name)).as_py()
+    return None if value is None else int(value)
 
 
 def _objects(table: pa.Table, name: str) -> Any:

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from medusa.stack.endpoints import Endpoints
 from medusa_spark.fragment import FragmentWiring
 from medusa_spark.fragment_run import FragmentRun, checkpoint_location, start_fragment
-from medusa_spark.network.fragments import Fragment, group
+from medusa_spark.network.fragments import Fragment, fragment_delays, group
 from medusa_spark.network.model import NetworkSpec
 from medusa_spark.network.validate import Plan, validate
 from medusa_spark.sunion_process import SUnionProcess
@@ -40,10 +40,11 @@ class LocalNetworkRun:
                                                     registry, topic_prefix)
         network_name = f"{network.participant}/{network.name}"
         self.wiring: dict[str, FragmentWiring] = {}
+        delays = fragment_delays(self.plan, self.fragments)
         for name, fragment in self.fragments.items():
             participant = self._participant(fragment)
             self.wiring[name] = fragment_wiring(self.topics, network_name, fragment,
-                                                endpoints.bootstrap(participant))
+                                                endpoints.bootstrap(participant), delays[name])
         self.checkpoint_root = checkpoint_root
         self.topic_prefix = topic_prefix
         self.trigger = trigger

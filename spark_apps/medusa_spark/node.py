@@ -66,9 +66,10 @@ from medusa_spark.checkpoints import (
 )
 from medusa_spark.fragment import FragmentWiring
 from medusa_spark.fragment_run import FragmentRun, checkpoint_location, start_fragment
-from medusa_spark.network.fragments import Fragment, fragments_of
+from medusa_spark.network.fragments import Fragment, fragment_delays, fragments_of
 from medusa_spark.network.model import NetworkError, parse_network
 from medusa_spark.network.validate import Plan, validate
+from medusa_spark.reconcile import DpcRecord, ReconcileRequired, rollback
 from medusa_spark.sunion_process import SUnionProcess
 from medusa_spark.warmup import warm_up
 from medusa_spark.wiring import NetworkTopics, fragment_wiring, network_topics
@@ -106,6 +107,7 @@ class HostedFragment:
     rates: dict[str, float] = field(default_factory=dict)
     takeover: PendingTakeover | None = None
     """Set after a takeover until its first output; a restarted query takes it over."""
+    reconciliations: int = 0
 
 
 @dataclass
@@ -210,7 +212,8 @@ class Node:
         if fragment is None:
             raise NetworkError(f"network {entry.spec['network']} has no fragment {short!r}")
         return fragment_wiring(network.topics, entry.spec["network"], fragment,
-                               bootstrap or self.bootstrap)
+                               bootstrap or self.bootstrap,
+                               fragment_delays(network.plan, network.fragments)[short])
 
     def _follow(self, name: str, entry: Entry, network: NetworkPlan) -> None:
         hosted = self.hosted.get(name)
@@ -314,6 +317,10 @@ class Node:
         if hosted.run.fenced():
             self._abandon(hosted.name, "another node writes its outputs")
             return
+        request = hosted.run.reconcile_requested()
+        if request is not None:
+            self._reconcile(hosted, network, request)
+            return
         failure = hosted.run.failure()
         if failure is None:
             return
@@ -344,6 +351,30 @@ class Node:
             # The takeover's first output comes from this query now.
             self._trace_first_output(hosted.run, hosted.takeover)
         log.info("%s: restarted %s from its checkpoint", self.global_name, hosted.name)
+
+    def _reconcile(self, hosted: HostedFragment, network: NetworkPlan,
+                   request: ReconcileRequired) -> None:
+        """DPC's checkpoint/redo: back to the batch before the UP_FAILURE period, then the
+        query redoes the corrected input (see ``reconcile``)."""
+        run = hosted.run
+        run.writer.close()
+        record = DpcRecord.load(run.checkpoint)
+        since = record.tentative_since_batch
+        last = last_committed_batch(run.checkpoint)
+        to_batch = (since - 1) if since is not None else (last if last is not None else -1)
+        with self.tracer.start_as_current_span(f"reconcile {hosted.name}", attributes={
+                "medusa.fragment": hosted.name, "medusa.node": self.global_name,
+                "medusa.dpc.epoch": request.epoch, "medusa.checkpoint.rolled_back_to": to_batch,
+                "medusa.checkpoint.last_committed": -1 if last is None else last}):
+            deleted = rollback(run.checkpoint, to_batch)
+            record.skip_epoch = max(record.skip_epoch, request.epoch)
+            record.tentative_since_batch = None
+            record.save(run.checkpoint)
+            hosted.run = start_fragment(self.spark, network.plan, run.wiring, run.checkpoint)
+        hosted.reconciliations += 1
+        log.info("%s: %s reconciles UP_FAILURE period %d: checkpoint back to batch %d "
+                 "(%d files dropped), redoing", self.global_name, hosted.name, request.epoch,
+                 to_batch, deleted)
 
     def _record_failure(self, name: str, error: str, restarts: int, phase: str | None) -> None:
         def failed(spec: dict[str, Any] | None) -> dict[str, Any] | None:

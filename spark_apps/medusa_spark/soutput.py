@@ -10,7 +10,8 @@ micro-batch is one transaction over all the fragment's output topics there.
 Tuple ids are computed from the inputs, so a batch replayed from a checkpoint,
 or computed by a standby replica, yields the same ids. At start the SOutput reads
 the recent tail of its topic (committed records only) and remembers the ids, and
-drops any result it is asked to write again.
+drops any result it is asked to write again. TENTATIVE results are not remembered:
+after a reconciliation their corrected STABLE versions come with the same ids.
 
 A standby SOutput (``ha: active``) writes nothing: it keeps its replica's recent
 results until ``promote``, which fences the primary and writes those of them the
@@ -24,7 +25,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from confluent_kafka import (
     OFFSET_END,
@@ -37,7 +38,7 @@ from confluent_kafka import (
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from medusa.envelope import ID_HEADER
+from medusa.envelope import ID_HEADER, TENTATIVE_HEADER, TYPE_HEADER
 from medusa.errors import MedusaError
 from medusa.settings import kafka_config
 
@@ -54,6 +55,9 @@ class OutRecord(NamedTuple):
     key: bytes | None = None
     partition: int | None = None
     """Set for BOUNDARY records, which go to every partition; else the key decides."""
+    tentative: bool = False
+    """A TENTATIVE result (or boundary): never a duplicate, since its corrected STABLE
+    version carries the same id."""
 
 
 @dataclass
@@ -165,7 +169,8 @@ class SOutput:
         fresh = []
         seen = self._seen
         for record in records:
-            if record.tuple_id and (record.topic, record.tuple_id) in seen:
+            if record.tuple_id and not record.tentative and \
+                    (record.topic, record.tuple_id) in seen:
                 self.stats.duplicates_dropped += 1
                 continue
             fresh.append(record)
@@ -193,7 +198,8 @@ class SOutput:
                     f"({kafka_error.str()})") from None
             raise
         for record in fresh:
-            self._remember(record.topic, record.tuple_id)
+            if not record.tentative:
+                self._remember(record.topic, record.tuple_id)
         first = self.stats.first_write_at is None
         self.stats.written += len(fresh)
         if first:
@@ -249,7 +255,9 @@ class SOutput:
                     if error.code() == KafkaError._PARTITION_EOF:
                         remaining.discard(message.partition())
                     continue
-                ids.append(record_id(message.headers() or []))
+                headers = cast(list[Header], message.headers() or [])
+                if not is_tentative(headers):
+                    ids.append(record_id(headers))
                 partition, at = message.partition(), message.offset()
                 if partition is not None and at is not None and at + 1 >= ends[partition]:
                     remaining.discard(partition)
@@ -268,3 +276,12 @@ def record_id(headers: Sequence[Header] | dict[str, str | bytes | None]) -> str:
         if key == ID_HEADER and value is not None:
             return value.decode() if isinstance(value, bytes) else value
     return ""  # not a Medusa tuple: nothing to deduplicate it against
+
+
+def is_tentative(headers: Sequence[Header]) -> bool:
+    """A TENTATIVE tuple, or a BOUNDARY of an UP_FAILURE period."""
+    for key, value in headers:
+        if key == TENTATIVE_HEADER or (key == TYPE_HEADER and value in (b"TENTATIVE",
+                                                                       "TENTATIVE")):
+            return True
+    return False

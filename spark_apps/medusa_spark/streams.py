@@ -13,13 +13,24 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from medusa.envelope import ID_HEADER, STIME_HEADER, TRACEPARENT_HEADER, TYPE_HEADER
+from medusa.envelope import (
+    ID_HEADER,
+    REDO_HEADER,
+    STIME_HEADER,
+    TENTATIVE_HEADER,
+    TRACEPARENT_HEADER,
+    TYPE_HEADER,
+)
 from medusa_spark.wire import decode_avro, header, schema_id
 
 TYPE, ID, STIME = "_type", "_id", "_stime"
 TRACE = "_trace"
 """The W3C traceparent of a sampled tuple (null for the rest); boxes that keep their input
 rows (filter, union) pass it on, so the tuple's trace reaches the sink."""
+EPOCH = "_epoch"
+"""The UP_FAILURE period a SUnion record belongs to (``medusa.tentative``), else null."""
+REDO = "_redo"
+"""On the BOUNDARY records of a SUnion's REDO: the period it corrects, else null."""
 RAW, RAW_HEADERS, REASON, SOURCE = "_raw", "_raw_headers", "_reason", "_source"
 """Set on INVALID rows only: the original value and headers, why it is unusable, its topic."""
 BOUNDARY = "BOUNDARY"
@@ -46,12 +57,23 @@ INPUT_HEADER = "medusa.input"
 
 def envelope_of(raw: DataFrame) -> DataFrame:
     """The envelope of Kafka rows, read from their headers once: ``_type`` as declared,
-    ``_id``, ``_stime``, the SUnion's ``_input``, the raw value and headers, the trace."""
+    ``_id``, ``_stime``, the SUnion's ``_input``, the raw value and headers, the trace,
+    and DPC's marks (``_epoch``, ``_redo``)."""
     return raw.select(
         header(TYPE_HEADER).alias(TYPE), header(ID_HEADER).alias(ID),
         F.timestamp_millis(header(STIME_HEADER).cast("long")).alias(STIME),
         header(INPUT_HEADER).alias(INPUT), F.col("value").alias("_bytes"),
-        F.col("headers").alias("_headers"), header(TRACEPARENT_HEADER).alias(TRACE))
+        F.col("headers").alias("_headers"), header(TRACEPARENT_HEADER).alias(TRACE),
+        header(TENTATIVE_HEADER).cast("int").alias(EPOCH),
+        header(REDO_HEADER).cast("int").alias(REDO))
+
+
+def without_redone(source: DataFrame, skip_epoch: int) -> DataFrame:
+    """The SUnion's records less those of the UP_FAILURE periods up to ``skip_epoch``,
+    which its REDO releases replaced (see ``reconcile``)."""
+    if skip_epoch <= 0:
+        return source
+    return source.where(F.col(EPOCH).isNull() | (F.col(EPOCH) > F.lit(skip_epoch)))
 
 
 def _decoded(stream: KafkaStream) -> Column:
@@ -92,9 +114,9 @@ def decode_input(source: DataFrame, name: str, stream: KafkaStream) -> DataFrame
 
 def control_rows(source: DataFrame, inputs: dict[str, KafkaStream]) -> DataFrame:
     """The SUnion's records that are not tuples for boxes, in one pass over them: its
-    BOUNDARY records, and the tuples of ``inputs`` (name -> stream) that cannot be used,
-    as INVALID rows with the raw record, the reason and the stream's own topic, for its
-    dead-letter topic."""
+    BOUNDARY records (with their DPC marks), and the tuples of ``inputs`` (name ->
+    stream) that cannot be used, as INVALID rows with the raw record, the reason and the
+    stream's own topic, for its dead-letter topic."""
     reason: Column = F.lit(None).cast("string")
     topic: Column = F.lit(None).cast("string")
     for name, stream in sorted(inputs.items(), reverse=True):
@@ -106,6 +128,8 @@ def control_rows(source: DataFrame, inputs: dict[str, KafkaStream]) -> DataFrame
     return rows.select(
         F.when(is_boundary, F.lit(BOUNDARY)).otherwise(F.lit(INVALID)).alias(TYPE),
         ID, STIME,
+        F.when(is_boundary, F.col(EPOCH)).alias(EPOCH),
+        F.when(is_boundary, F.col(REDO)).alias(REDO),
         F.when(unusable, F.col("_bytes")).alias(RAW),
         F.when(unusable, F.col("_headers")).alias(RAW_HEADERS),
         F.when(unusable, reason).alias(REASON),

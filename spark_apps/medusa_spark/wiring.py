@@ -112,8 +112,9 @@ def sunion_topic(topics: NetworkTopics, fragment: Fragment) -> str:
 
 
 def fragment_wiring(topics: NetworkTopics, network_name: str, fragment: Fragment,
-                    node_bootstrap: str) -> FragmentWiring:
-    """How ``fragment`` runs on a node whose cluster is at ``node_bootstrap``."""
+                    node_bootstrap: str, max_delay_ms: int | None = None) -> FragmentWiring:
+    """How ``fragment`` runs on a node whose cluster is at ``node_bootstrap``, with DPC's
+    delay ``max_delay_ms`` (see ``fragments.fragment_delays``)."""
     plan = topics.plan
     source_topic = sunion_topic(topics, fragment)
     ensure_topics(kafka_config(node_bootstrap), [source_topic], partitions=SUNION_PARTITIONS)
@@ -128,7 +129,8 @@ def fragment_wiring(topics: NetworkTopics, network_name: str, fragment: Fragment
         source=KafkaStream(source_topic, node_bootstrap, 0, ""),
         inputs={name: topics.streams[name] for name in fragment.inputs},
         outputs=outputs, bucket_ms=duration_ms(plan.network.bucket),
-        fingerprint=fragment.fingerprint(plan, topics.prefix), topic_prefix=topics.prefix)
+        fingerprint=fragment.fingerprint(plan, topics.prefix), topic_prefix=topics.prefix,
+        max_delay_ms=max_delay_ms)
 
 
 def _registered(registry: SchemaRegistryClient, topic: str, bootstrap: str,

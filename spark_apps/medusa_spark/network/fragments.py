@@ -13,6 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from medusa_spark.durations import duration_ms
 from medusa_spark.network.model import NetworkError
 from medusa_spark.network.validate import Plan
 
@@ -138,3 +139,36 @@ def _check_connected(name: str, boxes: tuple[str, ...], plan: Plan) -> None:
         raise NetworkError(f"box {apart[0]!r}, field 'fragment': fragment {name!r} is not "
                            f"connected ({apart[0]} has no arrow path to {boxes[0]} inside it); "
                            "name another fragment or place the boxes apart")
+
+
+def fragment_delays(plan: Plan, fragments: dict[str, Fragment]) -> dict[str, int | None]:
+    """DPC's delay D of every fragment, in ms: the network's availability bound X split
+    evenly along its longest chain of fragments. A result crosses k fragments on that
+    chain; each may hold it D in its SUnion and one trigger in its query, so
+
+        D = (X - k * trigger) / k
+
+    keeps every result within X. None for all when the network sets no bound."""
+    network = plan.network
+    if network.availability_bound is None:
+        return {name: None for name in fragments}
+    bound = duration_ms(network.availability_bound)
+    trigger = duration_ms(network.trigger)
+    owner = {box: name for name, fragment in fragments.items() for box in fragment.boxes}
+    depth: dict[str, int] = {}
+
+    def chain(name: str, seen: frozenset[str]) -> int:
+        if name not in depth:
+            upstream = [owner[i] for i in fragments[name].inputs
+                        if i in owner and owner[i] not in seen]
+            depth[name] = 1 + max((chain(u, seen | {name}) for u in upstream), default=0)
+        return depth[name]
+
+    longest = max((chain(name, frozenset()) for name in fragments), default=1)
+    delay = (bound - longest * trigger) // longest
+    if delay <= 0:
+        raise NetworkError(
+            f"network {network.name}: field 'availability_bound': {network.availability_bound} "
+            f"leaves no delay for its chain of {longest} fragment(s), each taking a trigger "
+            f"of {network.trigger}; give at least {longest * trigger + longest} milliseconds")
+    return {name: delay for name in fragments}

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from medusa.errors import MedusaError
+from medusa_spark.durations import duration_ms
 
 
 class NetworkError(MedusaError, ValueError):
@@ -68,9 +69,20 @@ class NetworkSpec(BaseModel):
     every input partition's BOUNDARY has passed it (the producers' BOUNDARY interval)."""
     topic_prefix: str = ""
     """Put in front of every topic of the network, to run a copy of it on topics of its own."""
+    availability_bound: str | None = None
+    """DPC's X, e.g. '3 seconds': the longest a result may be delayed by a failed input.
+    Split into a delay D per fragment (see ``fragments.fragment_delays``); None: no DPC,
+    every fragment waits for all its inputs however long."""
     streams: dict[str, StreamSpec]
     boxes: dict[str, BoxSpec]
     arrows: list[ArrowSpec]
+
+    @field_validator("trigger", "bucket", "availability_bound")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            duration_ms(value)
+        return value
 
     def intermediate_topic(self, box: str) -> str:
         return f"medusa.{self.name}.{box}"

@@ -1,0 +1,129 @@
+"""DPC's checkpoint/redo: a fragment's query goes back to the batch before its first
+tentative input and redoes the corrected input, skipping the tentative records.
+
+The fragment's SUnion asks for it: its REDO release carries ``medusa.redo: <epoch>`` on
+its BOUNDARY records (the REC_REQUEST). The query's writer, on seeing it, writes nothing
+of that batch and stops the query with ``ReconcileRequired``; the node then
+
+1. rolls the checkpoint back to the batch before the first one that read a record of the
+   UP_FAILURE period (``DpcRecord.tentative_since_batch``): later offsets, commits and
+   state versions are deleted, so Spark replans from there with the state it had;
+2. records that the period's epoch is corrected (``skip_epoch``): the restarted query
+   leaves out every source record marked with that epoch or an older one, so it reads the
+   stable buckets it had, then the REDO's corrected ones;
+3. restarts the query. Its writer writes UNDO on every output first (the outputs drop
+   their tentative results), the corrected results as they come, and REC_DONE after the
+   batch that holds the REDO's boundaries.
+
+The record lives beside the checkpoint (``medusa-dpc.json``) and moves with it, so a node
+that takes the fragment over in the middle of a failure or a reconciliation goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from medusa.errors import MedusaError
+
+RECORD_FILE = "medusa-dpc.json"
+_STATE_FILE = re.compile(r"^(\d+)(?:_[^.]*)?\.(changelog|zip|delta|snapshot)$")
+
+
+class ReconcileRequired(MedusaError, RuntimeError):
+    """The SUnion has redone an UP_FAILURE period: the query must go back and redo it."""
+
+    def __init__(self, fragment: str, epoch: int, batch_id: int) -> None:
+        super().__init__(f"fragment {fragment}: its SUnion redid UP_FAILURE period {epoch} "
+                         f"(seen in batch {batch_id}); reconciling from the checkpoint")
+        self.epoch = epoch
+
+
+class RollbackError(MedusaError, RuntimeError):
+    """The checkpoint no longer holds the batch to go back to."""
+
+
+@dataclass
+class DpcRecord:
+    """A fragment query's DPC progress, kept beside its checkpoint."""
+
+    tentative_since_batch: int | None = None
+    """The first batch that read a record of the current UP_FAILURE period."""
+    tentative_epoch: int = 0
+    skip_epoch: int = 0
+    """Records of this UP_FAILURE period and older ones are left out (redone)."""
+    rec_done_epoch: int = 0
+    """The last period whose REC_DONE the outputs carry."""
+
+    @property
+    def reconciling(self) -> bool:
+        """Rolled back for a REDO whose REC_DONE is not written yet."""
+        return self.skip_epoch > self.rec_done_epoch
+
+    @classmethod
+    def load(cls, checkpoint: str) -> DpcRecord:
+        path = _record_path(checkpoint)
+        if path is None or not path.is_file():
+            return cls()
+        return cls(**json.loads(path.read_text()))
+
+    def save(self, checkpoint: str) -> None:
+        path = _record_path(checkpoint)
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(json.dumps(asdict(self)))
+        os.replace(temporary, path)
+
+
+def rollback(checkpoint: str, to_batch: int) -> int:
+    """Makes the checkpoint end at ``to_batch`` (-1: before the first batch): later
+    offsets, commits and state versions go. Returns the files deleted."""
+    root = _local(checkpoint)
+    if root is None:
+        raise RollbackError(f"checkpoint {checkpoint} is not on a local file system")
+    if to_batch >= 0 and not (root / "commits" / str(to_batch)).is_file():
+        raise RollbackError(f"checkpoint {checkpoint} no longer holds batch {to_batch} "
+                            "(raise spark.sql.streaming.minBatchesToRetain)")
+    deleted = 0
+    for folder in ("offsets", "commits"):
+        directory = root / folder
+        if not directory.is_dir():
+            continue
+        for path in directory.iterdir():
+            batch = _batch_of(path.name)
+            if batch is not None and batch > to_batch:
+                path.unlink()
+                deleted += 1
+    # State version v is the state after batch v - 1.
+    state = root / "state"
+    if state.is_dir():
+        for path in state.rglob("*"):
+            match = _STATE_FILE.match(path.name)
+            if path.is_file() and match and int(match.group(1)) > to_batch + 1:
+                path.unlink()
+                deleted += 1
+    return deleted
+
+
+def _batch_of(name: str) -> int | None:
+    """The batch of an offsets or commits file, also of Spark's ``.N.crc`` checksums."""
+    stripped = name[1:-4] if name.startswith(".") and name.endswith(".crc") else name
+    return int(stripped) if stripped.isdigit() else None
+
+
+def _local(checkpoint: str) -> Path | None:
+    parsed = urlparse(checkpoint)
+    if parsed.scheme not in ("", "file"):
+        return None
+    return Path(parsed.path if checkpoint.startswith("file:") else checkpoint)
+
+
+def _record_path(checkpoint: str) -> Path | None:
+    root = _local(checkpoint)
+    return None if root is None else root / RECORD_FILE
