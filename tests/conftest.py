@@ -114,6 +114,14 @@ def registry(federation: Endpoints):  # type: ignore[no-untyped-def]
     return registry_client(federation.registry_url)
 
 
+@pytest.fixture(scope="module")
+def registry_module(federation: Endpoints):  # type: ignore[no-untyped-def]
+    """A registry client shared by a module's fixtures."""
+    from medusa.registry import registry_client
+
+    return registry_client(federation.registry_url)
+
+
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     """One SparkSession with the connector jars for every test that runs boxes."""

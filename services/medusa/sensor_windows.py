@@ -44,6 +44,24 @@ def network_yaml(name: str, topic_prefix: str, ha: str | None = None,
     return yaml.safe_dump(raw, sort_keys=False)
 
 
+def pair_network_yaml(name: str, topic_prefix: str, availability_bound: str) -> str:
+    """The example over two sensor streams, one per participant, merged and averaged on
+    beta with DPC: when one stream fails, beta goes on within ``availability_bound``."""
+    raw = yaml.safe_load(NETWORK.read_text())
+    raw.update(name=name, topic_prefix=topic_prefix, availability_bound=availability_bound)
+    raw["streams"] = {
+        "readings_alpha": {"topic": "sensors.alpha", "participant": "alpha",
+                           "schema": "sensor_reading"},
+        "readings_beta": {"topic": "sensors.beta", "participant": "beta",
+                          "schema": "sensor_reading"}}
+    raw["boxes"] = {"merged": {"type": "union", "participant": "beta"},
+                    "per_sensor": raw["boxes"]["per_sensor"]}
+    raw["arrows"] = [{"from": "readings_alpha", "to": "merged"},
+                     {"from": "readings_beta", "to": "merged"},
+                     {"from": "merged", "to": "per_sensor"}]
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
 def reference(readings: list[SensorReading]) -> dict[str, dict[str, Any]]:
     """Result id -> result of the per_sensor box, computed in plain Python."""
     groups: dict[tuple[str, int], list[float]] = defaultdict(list)
@@ -74,6 +92,9 @@ class SteadyInput:
     """Trace one reading in this many from the producer through the boxes to the sink."""
     keep_going: Callable[[], bool] | None = None
     max_seconds: int = 600
+    paused: threading.Event = field(default_factory=threading.Event)
+    """While set, nothing goes out (an input that fails); afterwards the rounds it held
+    back go out at once, as a producer that buffered them would send them."""
     sent: list[SensorReading] = field(default_factory=list)
     finished: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
@@ -117,6 +138,8 @@ class SteadyInput:
                 delay = started + index / self.speedup - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
+                while self.paused.is_set():
+                    time.sleep(0.05)
                 for reading in batch:
                     producer.produce(reading, reading.tuple_id, stime, key=reading.sensor_id)
                     self.sent.append(reading)

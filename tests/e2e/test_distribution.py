@@ -100,13 +100,6 @@ def moved_run(federation, nodes, spark, registry_module) -> Iterator[MovedRun]:
         undeploy(catalog, f"alpha/{name}", report=lambda _: None)
 
 
-@pytest.fixture(scope="module")
-def registry_module(federation):  # type: ignore[no-untyped-def]
-    from medusa.registry import registry_client
-
-    return registry_client(federation.registry_url)
-
-
 def _box_nodes(catalog: CatalogClient, network: str, running_only: bool = False
                ) -> dict[str, str]:
     """Box -> the node running its fragment."""

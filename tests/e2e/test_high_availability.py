@@ -34,13 +34,6 @@ def nodes(federation, tmp_path_factory) -> Iterator[dict[str, NodeProcess]]:
         yield started
 
 
-@pytest.fixture(scope="module")
-def registry_module(federation):  # type: ignore[no-untyped-def]
-    from medusa.registry import registry_client
-
-    return registry_client(federation.registry_url)
-
-
 def _restart(node: NodeProcess) -> None:
     node.start()
     node.wait_registered()
