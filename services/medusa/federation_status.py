@@ -44,10 +44,14 @@ class SUnionStatus:
     held_buckets: int | None = None
     held_tuples: int | None = None
     released_through: int | None = None
-    """The stime through which buckets are released (None: none yet)."""
+    """The stime through which buckets are released stably (None: none yet)."""
     lag: int | None = None
     """Records of its inputs not read yet, summed over their partitions."""
     dead_lettered: int | None = None
+    tentative_through: int | None = None
+    """DPC: the stime through which buckets went out TENTATIVE (None: none pending)."""
+    failed_inputs: list[str] = field(default_factory=list)
+    redos: int = 0
 
 
 @dataclass
@@ -69,6 +73,10 @@ class FragmentStatus:
     batch_duration_ms: int | None = None
     lag: int | None = None
     restarts: int = 0
+    dpc_state: str = "STABLE"
+    """STABLE, UP_FAILURE or STABILIZATION (DPC)."""
+    tentative_results: int = 0
+    corrections: int = 0
     error: str | None = None
     """The failure of its query, from the catalog and from the node's report (both, when
     they differ); None when it runs."""
@@ -182,7 +190,8 @@ def _fragment_status(entry: Entry, reports: dict[str, dict[str, Any]]) -> Fragme
     fragment = FragmentStatus(
         entry.name, network, spec.get("node", "?"), spec.get("phase", "?"),
         ha=spec.get("ha", "passive"), replica=spec.get("replica"),
-        replica_ready=bool(spec.get("replica_ready")), restarts=int(spec.get("restarts") or 0))
+        replica_ready=bool(spec.get("replica_ready")), restarts=int(spec.get("restarts") or 0),
+        dpc_state=spec.get("dpc_state") or "STABLE")
     errors = [spec.get("error")]
     if load is not None:
         fragment.state = load.get("state")
@@ -191,6 +200,9 @@ def _fragment_status(entry: Entry, reports: dict[str, dict[str, Any]]) -> Fragme
         fragment.batch_duration_ms = load.get("batch_duration_ms")
         fragment.lag = load.get("lag")
         fragment.restarts = max(fragment.restarts, int(load.get("restarts") or 0))
+        fragment.dpc_state = load.get("dpc_state") or fragment.dpc_state
+        fragment.tentative_results = int(load.get("tentative_results") or 0)
+        fragment.corrections = int(load.get("corrections") or 0)
         errors.append(load.get("error"))
         fragment.sunion = _sunion_status(load.get("sunion"))
     distinct = [e for i, e in enumerate(errors) if e and e not in errors[:i]]
@@ -238,4 +250,5 @@ def _sunion_status(raw: Any) -> SUnionStatus | None:
     known = [lag for lag in lags if isinstance(lag, int)]
     return SUnionStatus(state.get("held_buckets"), state.get("held_tuples"),
                         state.get("released_through"), sum(known) if known else None,
-                        state.get("dead_lettered"))
+                        state.get("dead_lettered"), state.get("tentative_through"),
+                        list(state.get("failed_inputs") or []), int(state.get("redos") or 0))

@@ -161,6 +161,7 @@ def _print_federation(federation: Any) -> None:
 
 PHASE_STYLES = {"running": "green", "failed": "bold red", "moving": "yellow",
                 "released": "yellow", "placed": "yellow"}
+DPC_STYLES = {"STABLE": "green", "UP_FAILURE": "bold red", "STABILIZATION": "yellow"}
 ERROR_SHOWN = 300
 """Characters of a fragment's error shown in the table (``--json`` has all of it)."""
 
@@ -224,6 +225,7 @@ def _network_tables(network: str, members: list[Any], name_column: Any, number: 
     name_column(fragments, "node", [f.node for f in members])
     fragments.add_column("phase", overflow="fold")
     fragments.add_column("HA", overflow="fold")
+    fragments.add_column("DPC", overflow="fold")
     for column in ("in/s", "out/s", "batch ms", "lag", "restarts"):
         fragments.add_column(column, justify="right", overflow="fold")
     for f in members:
@@ -237,11 +239,14 @@ def _network_tables(network: str, members: list[Any], name_column: Any, number: 
             ha = "active, no replica"
         else:
             ha = f"active, replica on {f.replica}" + ("" if f.replica_ready else " (starting)")
-        fragments.add_row(Text(local(f.name), "bold"), Text(f.node), phase, Text(ha),
+        dpc = Text(f.dpc_state, DPC_STYLES.get(f.dpc_state, ""))
+        if f.tentative_results or f.corrections:
+            dpc.append(f" ({f.tentative_results} tentative, {f.corrections} corrected)", "dim")
+        fragments.add_row(Text(local(f.name), "bold"), Text(f.node), phase, Text(ha), dpc,
                           number(f.input_rate), number(f.processing_rate),
                           number(f.batch_duration_ms), number(f.lag), str(f.restarts))
         for index, box in enumerate(f.boxes):
-            fragments.add_row(Text(f"  {local(box.name)}", "dim"), "", "", "",
+            fragments.add_row(Text(f"  {local(box.name)}", "dim"), "", "", "", "",
                               number(box.input_rate), number(box.processing_rate), "", "", "",
                               end_section=index == len(f.boxes) - 1)
     # Errors go under the table, whole lines in red: a column would squeeze the names.
@@ -249,15 +254,19 @@ def _network_tables(network: str, members: list[Any], name_column: Any, number: 
               for f in members if f.error]
     sunions = Table(title=f"{network}: SUnion of each fragment")
     name_column(sunions, "fragment", [local(f.name) for f in members])
-    for column in ("held buckets", "held tuples", "released through", "lag", "dead letters"):
+    for column in ("held buckets", "held tuples", "released through", "tentative through",
+                   "failed inputs", "lag", "dead letters"):
         sunions.add_column(column, justify="right", overflow="fold")
     for f in members:
         s = f.sunion
         if s is None:
-            sunions.add_row(Text(local(f.name)), "-", "-", "-", "-", "-")
+            sunions.add_row(Text(local(f.name)), "-", "-", "-", "-", "-", "-", "-")
         else:
             sunions.add_row(Text(local(f.name)), number(s.held_buckets), number(s.held_tuples),
                             "-" if s.released_through is None else str(s.released_through),
+                            "-" if s.tentative_through is None else str(s.tentative_through),
+                            Text(", ".join(s.failed_inputs) or "-",
+                                 "red" if s.failed_inputs else ""),
                             number(s.lag), number(s.dead_lettered))
     return [fragments, *errors, sunions]
 
@@ -471,6 +480,37 @@ def consume(
                               "offset": consumed.offset, "value": record.value}, default=str))
         if consumer.dead_lettered:
             errors.print(f"{consumer.dead_lettered} undecodable record(s) sent to {topic}.dlq")
+
+
+@app.command()
+def verify(
+    output: Annotated[str, typer.Argument(help="The output topic to check.")],
+    against: Annotated[str, typer.Option(
+        "--against", help="The reference: a topic, or a file of JSON lines as `medusa "
+                          "consume` prints them (e.g. a fault-free run's output).")],
+    ignore_field: Annotated[list[str] | None, typer.Option(
+        "--ignore-field", help="A value field left out of the comparison (repeatable), "
+                               "e.g. emit_time.")] = None,
+    idle: Annotated[float, typer.Option(
+        min=0.5, help="A topic is read until nothing came for this many seconds.")] = 5.0,
+    participant: ParticipantOpt = None,
+) -> None:
+    """Compare an output's stable view (UNDO/REC_DONE applied) with a reference, tuple for
+    tuple; exit 1 and print what differs when they are not equal."""
+    from medusa.verify import VerifyInputError, compare, read_side
+
+    kafka, registry = _clients(participant)
+    try:
+        reference = read_side(against, kafka, registry, idle)
+    except VerifyInputError as error:
+        raise _fail(str(error), code=2) from None
+    difference = compare(read_side(output, kafka, registry, idle), reference,
+                         ignore_field or [])
+    for line in difference.lines():
+        (console if difference.equal else errors).print(line)
+    if not difference.equal:
+        raise typer.Exit(1)
+    console.print(f"[green]equal[/green]: the stable view of {output} is the reference's")
 
 
 @app.command()

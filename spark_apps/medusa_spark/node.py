@@ -108,6 +108,22 @@ class HostedFragment:
     takeover: PendingTakeover | None = None
     """Set after a takeover until its first output; a restarted query takes it over."""
     reconciliations: int = 0
+    dpc_state: str = "STABLE"
+    """The DPC state last written to the catalog."""
+
+
+def dpc_state(hosted: HostedFragment) -> str:
+    """STABLE, UP_FAILURE or STABILIZATION, from the SUnion (is an input failed or
+    tentative? are they all back?) and the query (are its results tentative? is it
+    redoing?)."""
+    writer = hosted.run.writer.dpc_state
+    if writer == "STABILIZATION":
+        return writer
+    sunion = (hosted.sunion.state() if hosted.sunion is not None else {}).get("dpc_state")
+    if sunion in ("UP_FAILURE", "STABILIZATION"):
+        return str(sunion)
+    # The SUnion wrote its REDO; the query has not reconciled yet.
+    return "STABILIZATION" if writer == "UP_FAILURE" else "STABLE"
 
 
 @dataclass
@@ -314,6 +330,7 @@ class Node:
             return
         if hosted.sunion is not None:
             hosted.sunion.keep_alive()
+        self._publish_dpc_state(hosted)
         if hosted.run.fenced():
             self._abandon(hosted.name, "another node writes its outputs")
             return
@@ -351,6 +368,21 @@ class Node:
             # The takeover's first output comes from this query now.
             self._trace_first_output(hosted.run, hosted.takeover)
         log.info("%s: restarted %s from its checkpoint", self.global_name, hosted.name)
+
+    def _publish_dpc_state(self, hosted: HostedFragment) -> None:
+        """The fragment's DPC state into the catalog, when it changed."""
+        state = dpc_state(hosted)
+        if state == hosted.dpc_state:
+            return
+
+        def changed(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("node") != self.global_name:
+                return None
+            return {**spec, "dpc_state": state}
+        self.catalog.update(Kind.FRAGMENTS, hosted.name, changed)
+        log.info("%s: %s is %s (was %s)", self.global_name, hosted.name, state,
+                 hosted.dpc_state)
+        hosted.dpc_state = state
 
     def _reconcile(self, hosted: HostedFragment, network: NetworkPlan,
                    request: ReconcileRequired) -> None:
@@ -560,7 +592,9 @@ class Node:
                          for op in progress.get("stateOperators", [])]
             sunion = hosted.sunion.state() if hosted.sunion is not None else {}
             fragments.append({
-                "fragment": hosted.name, "state": state,
+                "fragment": hosted.name, "state": state, "dpc_state": dpc_state(hosted),
+                "tentative_results": run.writer.tentative_written,
+                "corrections": hosted.reconciliations,
                 "input_rate": float(progress.get("inputRowsPerSecond") or 0.0),
                 "processing_rate": float(progress.get("processedRowsPerSecond") or 0.0),
                 "batch_duration_ms": int(progress.get("batchDuration") or 0),

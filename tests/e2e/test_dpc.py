@@ -6,6 +6,9 @@ and a stable view equal to the fault-free reference, tuple for tuple)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -21,7 +24,7 @@ from medusa.envelope import TupleType
 from medusa.sensor_windows import SteadyInput, pair_network_yaml
 from medusa.stable_view import stable_view
 from medusa_spark.deploy import deploy, undeploy
-from tests.federation_processes import NodeProcess, running
+from tests.federation_processes import NodeProcess, federation_env, running
 
 pytestmark = pytest.mark.e2e
 
@@ -70,6 +73,7 @@ class OutputLog:
 
 @dataclass
 class DpcRun:
+    topic: str
     records: list[ConsumedTuple]
     expected: dict[str, dict]
     short_failure_ms: tuple[int, int]
@@ -97,12 +101,25 @@ def dpc_run(federation, node, spark, registry_module) -> Iterator[DpcRun]:
         deploy(pair_network_yaml(name, prefix, BOUND), name, federation, registry_module,
                spark, catalog, {"merged": node.global_name, "per_sensor": node.global_name})
         fragment = _wait_running(catalog, network)
-        output = OutputLog(beta, registry_module, f"{prefix}medusa.{name}.per_sensor")
+        output_topic = f"{prefix}medusa.{name}.per_sensor"
+        output = OutputLog(beta, registry_module, output_topic)
         inputs = {"alpha": SteadyInput(alpha, registry_module, f"{prefix}sensors.alpha",
                                        SENSORS, SECONDS),
                   "beta": SteadyInput(beta, registry_module, f"{prefix}sensors.beta",
                                       SENSORS, SECONDS)}
         states: list[str] = []
+        sampling = threading.Event()
+
+        def sample() -> None:  # the fragment's DPC state as the catalog shows it
+            while not sampling.wait(0.3):
+                entry = catalog_for_samples.get(Kind.FRAGMENTS, fragment)
+                state = (entry.spec if entry else {}).get("dpc_state", "STABLE")
+                if not states or states[-1] != state:
+                    states.append(state)
+
+        catalog_for_samples = CatalogClient(federation.catalog_url)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         try:
             started = time.monotonic()
             for steady in inputs.values():
@@ -115,8 +132,6 @@ def dpc_run(federation, node, spark, registry_module) -> Iterator[DpcRun]:
             expected_ids = set(_reference(inputs))
             deadline = time.monotonic() + 240
             while time.monotonic() < deadline:
-                spec = catalog.get(Kind.FRAGMENTS, fragment)
-                states.append((spec.spec if spec else {}).get("dpc_state", "?"))
                 view = stable_view(c.record for c in list(output.records))
                 if {r.tuple_id for r in view.stable} >= expected_ids and \
                         output.of(TupleType.REC_DONE) and not view.reconciling:
@@ -124,8 +139,11 @@ def dpc_run(federation, node, spark, registry_module) -> Iterator[DpcRun]:
                 time.sleep(1.0)
             time.sleep(3.0)  # any duplicate would come now
             expected = _reference(inputs)
-            yield DpcRun(list(output.records), expected, short, long_, states)
+            yield DpcRun(output_topic, list(output.records), expected, short, long_, states)
         finally:
+            sampling.set()
+            sampler.join(5)
+            catalog_for_samples.close()
             output.close()
             undeploy(catalog, network)
 
@@ -186,3 +204,30 @@ def test_the_stable_view_equals_the_fault_free_run(dpc_run: DpcRun) -> None:
              if {k: got[i][k] for k in v} != v}
     assert not wrong, f"{len(wrong)} corrected result(s) differ, e.g. {list(wrong.items())[:2]}"
     assert view.tentative == [] and not view.reconciling
+
+
+def test_the_catalog_shows_the_fragment_fail_stabilize_and_come_back(dpc_run: DpcRun) -> None:
+    states = dpc_run.dpc_states
+    assert "UP_FAILURE" in states and "STABILIZATION" in states, states
+    assert states.index("UP_FAILURE") < len(states) - 1 - states[::-1].index("STABILIZATION")
+    assert states[-1] == "STABLE", states
+
+
+def test_medusa_verify_finds_the_output_equal_to_the_reference(dpc_run: DpcRun, federation,
+                                                                 tmp_path) -> None:
+    reference = tmp_path / "fault-free.jsonl"
+    reference.write_text("".join(json.dumps({"type": "STABLE", "id": i, "stime": 0, "value": v})
+                                 + "\n" for i, v in dpc_run.expected.items()))
+    command = [sys.executable, "-m", "medusa_apps", "verify", dpc_run.topic, "--against",
+               str(reference), "--participant", "beta", "--idle", "3"]
+    env = federation_env(federation, tmp_path)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "equal" in done.stdout
+    # One result changed in the reference: the difference is found and named.
+    changed = next(iter(dpc_run.expected))
+    wrong = {**dpc_run.expected, changed: {**dpc_run.expected[changed], "readings": -1}}
+    reference.write_text("".join(json.dumps({"type": "STABLE", "id": i, "value": v}) + "\n"
+                                 for i, v in wrong.items()))
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1 and changed in done.stdout + done.stderr

@@ -117,6 +117,9 @@ class FragmentSpec(Spec):
     """The last failure of its query, set by the node that runs it; None once it runs."""
     restarts: int = Field(0, ge=0)
     """How often its node restarted the query from the checkpoint after a failure."""
+    dpc_state: Literal["STABLE", "UP_FAILURE", "STABILIZATION"] = "STABLE"
+    """DPC: ``UP_FAILURE`` while an input is failed (or tentative) and its results are
+    TENTATIVE; ``STABILIZATION`` while it reconciles; set by the node that runs it."""
 
 
 class ContractSpec(Spec):
