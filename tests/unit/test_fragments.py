@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from medusa_spark.network.fragments import group
+from medusa_spark.network.fragments import fragment_delays, group
 from medusa_spark.network.model import NetworkError, parse_network
 from medusa_spark.network.validate import check_structure
 
@@ -72,3 +72,24 @@ def test_the_fingerprint_follows_what_the_query_would_run() -> None:
     moved = fingerprint(streams={"reports": {"topic": "in.elsewhere", "participant": "alpha",
                                              "schema": "position_report"}})
     assert moved != same, "another input topic: a fresh checkpoint"
+
+
+def test_the_availability_bound_is_split_along_the_longest_chain_of_fragments() -> None:
+    one = _network(fragments={"moving": "a", "per_minute": "a", "stopped": "c"},
+                   availability_bound="4 seconds", trigger="1 second")
+    assert fragment_delays(one, group(one)) == {"a": 3000, "c": 3000}
+    # moving -> per_minute crosses two fragments: D = (4 s - 2 triggers) / 2.
+    two = _network(fragments={"moving": "a", "per_minute": "b", "stopped": "c"},
+                   availability_bound="4 seconds", trigger="1 second")
+    assert fragment_delays(two, group(two)) == {"a": 1000, "b": 1000, "c": 1000}
+    none = _network()
+    assert set(fragment_delays(none, group(none)).values()) == {None}
+
+
+def test_a_bound_the_chain_cannot_keep_is_rejected_naming_the_field() -> None:
+    tight = _network(fragments={"moving": "a", "per_minute": "b", "stopped": "c"},
+                     availability_bound="2 seconds", trigger="1 second")
+    with pytest.raises(NetworkError, match=r"field 'availability_bound'.*chain of 2"):
+        fragment_delays(tight, group(tight))
+    with pytest.raises(NetworkError, match="availability_bound"):
+        _network(availability_bound="soon")
