@@ -77,6 +77,19 @@ def _both_up_to(feed: Feed, clock: Clock, seconds: range) -> None:
         release = feed.buckets.release()
         assert release is not None and release.kind is ReleaseKind.STABLE
 
+def _local_second_one_goes_out_tentative() -> tuple[Buckets, Feed, Clock]:
+    """Second 0 from both inputs; second 1 from local only, released TENTATIVE after D."""
+    clock = Clock()
+    buckets, feed = _dpc(clock)
+    _both_up_to(feed, clock, range(0, 1))
+    feed.second("local", 1)
+    buckets.release()
+    clock.advance(D_MS / 1000 + 0.1)
+    release = buckets.release()
+    assert release is not None and release.kind is ReleaseKind.TENTATIVE
+    assert release.through == 2000
+    return buckets, feed, clock
+
 
 def test_a_failure_shorter_than_d_gives_no_tentative_tuple() -> None:
     clock = Clock()
@@ -125,13 +138,7 @@ def test_after_d_the_waiting_bucket_goes_out_tentative_and_later_ones_at_once() 
 
 
 def test_the_redo_comes_once_the_stable_boundaries_pass_the_tentative_releases() -> None:
-    clock = Clock()
-    buckets, feed = _dpc(clock)
-    _both_up_to(feed, clock, range(0, 1))
-    feed.second("local", 1)
-    buckets.release()
-    clock.advance(D_MS / 1000 + 0.1)
-    assert buckets.release() is not None  # tentative through 2000
+    buckets, feed, clock = _local_second_one_goes_out_tentative()
     feed.second("local", 2)
     assert buckets.release().kind is ReleaseKind.TENTATIVE  # type: ignore[union-attr]
     # The remote input comes back with its backlog, partly first.
@@ -154,14 +161,7 @@ def test_the_redo_comes_once_the_stable_boundaries_pass_the_tentative_releases()
 
 
 def test_a_tuple_of_a_tentatively_released_bucket_is_held_for_the_redo_not_late() -> None:
-    clock = Clock()
-    buckets, feed = _dpc(clock)
-    _both_up_to(feed, clock, range(0, 1))
-    feed.second("local", 1)
-    buckets.release()
-    clock.advance(D_MS / 1000 + 0.1)
-    buckets.release()
-    assert buckets.released_through == 2000
+    _, feed, _ = _local_second_one_goes_out_tentative()
     assert feed.tuple("local", 1700) is Outcome.HELD, "below the tentative release, above stable"
     assert feed.tuple("local", 900) is Outcome.LATE
 
@@ -188,13 +188,8 @@ def test_an_upstream_in_up_failure_makes_the_release_tentative_after_d() -> None
 
 
 def test_a_restart_during_up_failure_goes_on_from_the_positions() -> None:
-    clock = Clock()
-    buckets, feed = _dpc(clock)
-    _both_up_to(feed, clock, range(0, 1))
-    feed.second("local", 1)
-    buckets.release()
-    clock.advance(D_MS / 1000 + 0.1)
-    positions = buckets.release().positions  # type: ignore[union-attr]
+    buckets, _, clock = _local_second_one_goes_out_tentative()
+    positions = buckets.positions()
     restarted = Buckets(1000, TOPICS, max_delay_ms=D_MS, clock=clock,
                         released_through=positions["released_through"],
                         tentative_through=positions["tentative_through"],
