@@ -27,13 +27,13 @@ def is_local(location: str) -> bool:
     return urlparse(location).scheme in ("", "file")
 
 
-def _path(location: str) -> Path:
+def local_path(location: str) -> Path:
     return Path(urlparse(location).path if location.startswith("file:") else location)
 
 
 def checkpoint_size(location: str) -> int:
     """Bytes under a local checkpoint (0 when there is none yet)."""
-    root = _path(location)
+    root = local_path(location)
     if not is_local(location) or not root.is_dir():
         return 0
     return sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
@@ -43,7 +43,7 @@ def sync_checkpoint(source: str, target: str) -> CopyStats:
     """Copies the files of ``source`` that ``target`` lacks or has at another size."""
     if source == target or not (is_local(source) and is_local(target)):
         return CopyStats(0, 0)
-    source_root, target_root = _path(source), _path(target)
+    source_root, target_root = local_path(source), local_path(target)
     if not source_root.is_dir():
         return CopyStats(0, 0)
     files = copied = 0
@@ -70,7 +70,7 @@ def sync_checkpoint(source: str, target: str) -> CopyStats:
 
 def last_committed_batch(location: str) -> int | None:
     """The id of the last batch a local checkpoint holds as committed (None: none yet)."""
-    commits = _path(location) / "commits"
+    commits = local_path(location) / "commits"
     if not is_local(location) or not commits.is_dir():
         return None
     ids = [int(f.name) for f in commits.iterdir() if f.name.isdigit()]
@@ -79,7 +79,7 @@ def last_committed_batch(location: str) -> int | None:
 
 def batch_offsets(location: str, batch: int) -> str | None:
     """The source offsets a batch ends at, as Spark wrote them (JSON per source)."""
-    path = _path(location) / "offsets" / str(batch)
+    path = local_path(location) / "offsets" / str(batch)
     if not is_local(location) or not path.is_file():
         return None
     lines = path.read_text().splitlines()
@@ -97,7 +97,7 @@ def rebase_source(location: str, topic: str, offsets: dict[int, int]) -> int | N
     batch = last_committed_batch(location)
     if batch is None:
         return None
-    root = _path(location)
+    root = local_path(location)
     for folder in ("offsets", "commits"):
         for path in (root / folder).iterdir():
             if path.name.isdigit() and int(path.name) > batch:
@@ -116,7 +116,7 @@ def rebase_source(location: str, topic: str, offsets: dict[int, int]) -> int | N
 def source_offsets(location: str, batch: int, topic: str) -> dict[int, int] | None:
     """Where the batch's readers of ``topic`` stood at its end (the smallest per partition:
     a query may read its source more than once)."""
-    path = _path(location) / "offsets" / str(batch)
+    path = local_path(location) / "offsets" / str(batch)
     if not is_local(location) or not path.is_file():
         return None
     found: dict[int, int] = {}

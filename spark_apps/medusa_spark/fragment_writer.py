@@ -131,8 +131,6 @@ class FragmentWriter:
         """Set while the results are TENTATIVE: the UP_FAILURE period they belong to."""
         self._undo_written = False
         self.tentative_written = 0
-        self.corrections = 0
-        """UNDO and REC_DONE pairs written."""
         self.on_batch = on_batch
         clusters: dict[str, list[str]] = {}
         for output in wiring.outputs.values():
@@ -283,7 +281,6 @@ class FragmentWriter:
         if rec_done:
             self.dpc.rec_done_epoch = self.dpc.skip_epoch
             self.dpc.tentative_since_batch = None
-            self.corrections += 1
             self._save_dpc()
 
     # -- DPC --------------------------------------------------------------------------------

@@ -112,14 +112,16 @@ class HostedFragment:
     """The DPC state last written to the catalog."""
 
 
-def dpc_state(hosted: HostedFragment) -> str:
+def dpc_state(hosted: HostedFragment, sunion_state: dict[str, Any] | None = None) -> str:
     """STABLE, UP_FAILURE or STABILIZATION, from the SUnion (is an input failed or
     tentative? are they all back?) and the query (are its results tentative? is it
-    redoing?)."""
+    redoing?). ``sunion_state``: the SUnion's state when already read."""
     writer = hosted.run.writer.dpc_state
     if writer == "STABILIZATION":
         return writer
-    sunion = (hosted.sunion.state() if hosted.sunion is not None else {}).get("dpc_state")
+    if sunion_state is None:
+        sunion_state = hosted.sunion.state() if hosted.sunion is not None else {}
+    sunion = sunion_state.get("dpc_state")
     if sunion in ("UP_FAILURE", "STABILIZATION"):
         return str(sunion)
     # The SUnion wrote its REDO; the query has not reconciled yet.
@@ -592,7 +594,7 @@ class Node:
                          for op in progress.get("stateOperators", [])]
             sunion = hosted.sunion.state() if hosted.sunion is not None else {}
             fragments.append({
-                "fragment": hosted.name, "state": state, "dpc_state": dpc_state(hosted),
+                "fragment": hosted.name, "state": state, "dpc_state": dpc_state(hosted, sunion),
                 "tentative_results": run.writer.tentative_written,
                 "corrections": hosted.reconciliations,
                 "input_rate": float(progress.get("inputRowsPerSecond") or 0.0),

@@ -26,9 +26,9 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 from medusa.errors import MedusaError
+from medusa_spark.checkpoints import is_local, local_path
 
 RECORD_FILE = "medusa-dpc.json"
 _STATE_FILE = re.compile(r"^(\d+)(?:_[^.]*)?\.(changelog|zip|delta|snapshot)$")
@@ -84,9 +84,9 @@ class DpcRecord:
 def rollback(checkpoint: str, to_batch: int) -> int:
     """Makes the checkpoint end at ``to_batch`` (-1: before the first batch): later
     offsets, commits and state versions go. Returns the files deleted."""
-    root = _local(checkpoint)
-    if root is None:
+    if not is_local(checkpoint):
         raise RollbackError(f"checkpoint {checkpoint} is not on a local file system")
+    root = local_path(checkpoint)
     if to_batch >= 0 and not (root / "commits" / str(to_batch)).is_file():
         raise RollbackError(f"checkpoint {checkpoint} no longer holds batch {to_batch} "
                             "(raise spark.sql.streaming.minBatchesToRetain)")
@@ -117,13 +117,5 @@ def _batch_of(name: str) -> int | None:
     return int(stripped) if stripped.isdigit() else None
 
 
-def _local(checkpoint: str) -> Path | None:
-    parsed = urlparse(checkpoint)
-    if parsed.scheme not in ("", "file"):
-        return None
-    return Path(parsed.path if checkpoint.startswith("file:") else checkpoint)
-
-
 def _record_path(checkpoint: str) -> Path | None:
-    root = _local(checkpoint)
-    return None if root is None else root / RECORD_FILE
+    return local_path(checkpoint) / RECORD_FILE if is_local(checkpoint) else None
