@@ -187,6 +187,19 @@ def test_an_upstream_in_up_failure_makes_the_release_tentative_after_d() -> None
     assert [(t.input, t.tentative) for t in redo.tuples] == [("local", False), ("remote", False)]
 
 
+def test_a_tentative_tuple_a_stable_boundary_passes_without_undo_is_left_out() -> None:
+    clock = Clock()
+    buckets, feed = _dpc(clock)
+    _both_up_to(feed, clock, range(0, 1))
+    feed.tuple("remote", 1200, tentative=True)  # then, against the protocol, no UNDO
+    feed.second("remote", 1)
+    feed.second("local", 1)
+    release = buckets.release()
+    assert release is not None and release.kind is ReleaseKind.STABLE
+    assert [t.stime for t in release.tuples] == [1500, 1500]
+    assert [t.stime for t in release.uncorrected] == [1200], "dead-lettered, not merged"
+
+
 def test_a_restart_during_up_failure_goes_on_from_the_positions() -> None:
     buckets, _, clock = _local_second_one_goes_out_tentative()
     positions = buckets.positions()

@@ -144,6 +144,9 @@ class Release:
     kind: ReleaseKind = ReleaseKind.STABLE
     epoch: int = 0
     """The UP_FAILURE period a TENTATIVE release belongs to, or a REDO corrects."""
+    uncorrected: list[HeldTuple] = field(default_factory=list)
+    """Upstream TENTATIVE tuples a stable release passed with no UNDO withdrawing them:
+    left out (the upstream broke the protocol), to be dead-lettered."""
 
 
 @dataclass(frozen=True)
@@ -396,6 +399,7 @@ class Buckets:
         ``stable_through``, without the tentative tuples)."""
         last_bucket = through // self.bucket_ms  # exclusive
         tuples: list[HeldTuple] = []
+        uncorrected: list[HeldTuple] = []
         if kind is ReleaseKind.TENTATIVE:
             first_bucket = (self.released_through or 0) // self.bucket_ms
             for bucket in sorted(b for b in self._buckets if first_bucket <= b < last_bucket):
@@ -406,11 +410,12 @@ class Buckets:
                 taken = self._buckets.pop(bucket)
                 self.held_tuples -= len(taken)
                 taken.sort()
-                tuples.extend(t for t in taken if not t.tentative)
+                for held in taken:
+                    (uncorrected if held.tentative else tuples).append(held)
             self.released_through = self.stable_through = through
             self.failed.clear()
         self._waiting_since = None
-        return Release(through, tuples, self.positions(), kind, self.epoch)
+        return Release(through, tuples, self.positions(), kind, self.epoch, uncorrected)
 
     def _floor(self, stime: int) -> int:
         return (stime // self.bucket_ms) * self.bucket_ms

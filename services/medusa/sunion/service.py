@@ -472,14 +472,27 @@ class SUnion:
 
     def _dead_letter(self, cluster: _Cluster, message: Message, spec: SUnionInput,
                      reason: str) -> None:
-        letter = DeadLetter(topic=spec.topic, reason=reason, value=message.value(),
-                            key=message.key(),
-                            headers=cast(list[Header], message.headers() or []),
-                            partition=message.partition(), offset=message.offset(),
-                            box=self.config.fragment)
+        self._send_dead_letter(cluster, DeadLetter(
+            topic=spec.topic, reason=reason, value=message.value(), key=message.key(),
+            headers=cast(list[Header], message.headers() or []),
+            partition=message.partition(), offset=message.offset(),
+            box=self.config.fragment))
+
+    def _dead_letter_uncorrected(self, held: HeldTuple) -> None:
+        """A TENTATIVE tuple that its input's stable boundary passed without an UNDO: the
+        upstream broke the DPC protocol; the tuple is kept aside, not merged as stable."""
+        spec = next(i for i in self.config.inputs if i.name == held.input)
+        cluster = next(c for c in self._clusters if c.bootstrap == spec.bootstrap)
+        self._send_dead_letter(cluster, DeadLetter(
+            topic=spec.topic, value=held.value, key=held.key, headers=list(held.headers),
+            partition=held.partition, offset=held.offset, box=self.config.fragment,
+            reason="TENTATIVE tuple never corrected: its input's stable BOUNDARY passed it "
+                   "without an UNDO"))
+
+    def _send_dead_letter(self, cluster: _Cluster, letter: DeadLetter) -> None:
         self.counters.dead_lettered += 1
-        log.warning("%s: dead letter from %s [%s] @%s: %s", self.config.fragment, spec.topic,
-                    message.partition(), message.offset(), reason)
+        log.warning("%s: dead letter from %s [%s] @%s: %s", self.config.fragment,
+                    letter.topic, letter.partition, letter.offset, letter.reason)
         if cluster.bootstrap == self.config.output_bootstrap:
             self._pending_letters.append(letter)
             return
@@ -493,6 +506,8 @@ class SUnion:
 
     def _write(self, release: Release) -> None:
         """Writes one release as one transaction: tuples, dead letters, boundaries."""
+        for held in release.uncorrected:
+            self._dead_letter_uncorrected(held)
         self._flush_remote_dead_letters()
         letters = self._pending_letters
         self._pending_letters = []
