@@ -24,7 +24,8 @@ boundary may lack the failed input's tuples even when none of its own was tentat
 and the outputs' boundaries are marked with the period, so downstream SUnions take
 them as tentative. A batch that holds a REDO not yet redone stops the query with
 ``ReconcileRequired``. After the roll-back, the writer writes UNDO on every output
-partition first and REC_DONE after the batch that holds the REDO's boundaries.
+partition first, and REC_DONE once every output has promised the REDO's boundary (the
+corrections of everything it re-released are out by then).
 
 When the input stops, no further batch comes to carry the last promise (a stateless
 query never runs a batch without data). So once the query is idle, with every
@@ -268,9 +269,12 @@ class FragmentWriter:
             self._newest_boundary = newest
         records += self._boundaries()
         self._seen_boundaries.append(self._newest_boundary)
-        rec_done = self.dpc.reconciling and redo == self.dpc.skip_epoch
+        if self.dpc.reconciling and redo == self.dpc.skip_epoch and newest is not None:
+            self.dpc.redo_through = max(newest, self.dpc.redo_through or 0)
+            self._save_dpc()
         if self.dpc.reconciling and not self._undo_written:
             records[:0] = self._marks(TupleType.UNDO)
+        rec_done = self._rec_done_due()
         if rec_done:
             records += self._marks(TupleType.REC_DONE)
         # Every output, even with nothing to write: a batch opens (and fences) its outputs.
@@ -279,9 +283,7 @@ class FragmentWriter:
             self.tentative_written += sum(record.tentative for record in records)
         self._undo_written = self._undo_written or self.dpc.reconciling
         if rec_done:
-            self.dpc.rec_done_epoch = self.dpc.skip_epoch
-            self.dpc.tentative_since_batch = None
-            self._save_dpc()
+            self._rec_done_written()
 
     # -- DPC --------------------------------------------------------------------------------
 
@@ -305,6 +307,21 @@ class FragmentWriter:
         else:
             self._tentative_epoch = None
         return redo
+
+    def _rec_done_due(self) -> bool:
+        """REC_DONE goes out once every output has promised the REDO's boundary (less its
+        reach behind windows and joins): all the corrections are written before it."""
+        through = self.dpc.redo_through
+        if not self.dpc.reconciling or through is None:
+            return False
+        return all(self._emitted.get(box, -1) >= through - (self._lag_ms[box] or 0)
+                   for box in self.wiring.outputs)
+
+    def _rec_done_written(self) -> None:
+        self.dpc.rec_done_epoch = self.dpc.skip_epoch
+        self.dpc.tentative_since_batch = None
+        self.dpc.redo_through = None
+        self._save_dpc()
 
     def _marks(self, kind: TupleType) -> list[OutRecord]:
         """An UNDO (back to the last stable tuple) or a REC_DONE on every output partition."""
@@ -391,7 +408,12 @@ class FragmentWriter:
                 else:
                     promise = min(newest, watermark_ms + duration_ms(SOURCE_DELAY)) - lag
                 records += self._promise(box, promise)
+            rec_done = self._rec_done_due()
+            if rec_done:
+                records += self._marks(TupleType.REC_DONE)
             self._write(records)
+            if rec_done:
+                self._rec_done_written()
             return len(records)
 
     def _dead_letters(self, table: pa.Table, rows: list[int]) -> None:

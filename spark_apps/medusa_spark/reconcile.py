@@ -58,6 +58,9 @@ class DpcRecord:
     """Records of this UP_FAILURE period and older ones are left out (redone)."""
     rec_done_epoch: int = 0
     """The last period whose REC_DONE the outputs carry."""
+    redo_through: int | None = None
+    """The stime the REDO re-released through: REC_DONE waits until every output has
+    promised as much (its corrections are all out)."""
 
     @property
     def reconciling(self) -> bool:
