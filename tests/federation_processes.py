@@ -38,7 +38,9 @@ def federation_env(endpoints: Endpoints, run_dir: Path,
             "MEDUSA_EXTERNAL_KAFKA": ",".join(f"{p}={b}" for p, b in endpoints.kafka.items()),
             "MEDUSA_EXTERNAL_REGISTRY_URL": endpoints.registry_url,
             "MEDUSA_EXTERNAL_OTLP_ENDPOINT": endpoints.otlp_endpoint,
-            "MEDUSA_EXTERNAL_JAEGER_QUERY_URL": endpoints.jaeger_query_url}
+            "MEDUSA_EXTERNAL_JAEGER_QUERY_URL": endpoints.jaeger_query_url,
+            "MEDUSA_EXTERNAL_KAFKA_LINKS": ",".join(f"{n}={b}" for n, b in endpoints.links.items()),
+            "MEDUSA_EXTERNAL_TOXIPROXY_URL": endpoints.toxiproxy_url}
 
 
 class CatalogProcess:

@@ -167,6 +167,10 @@ class StackSettings(BaseSettings):
     external_otlp_endpoint: str | None = None
     external_jaeger_query_url: str | None = None
     external_catalog_url: str | None = None
+    # external_kafka_links: "beta-from-alpha=proxy:port,..." (how each participant's services
+    # reach the others' clusters); external_toxiproxy_url: the proxies' API (medusa fault)
+    external_kafka_links: str | None = None
+    external_toxiproxy_url: str | None = None
 
     @field_validator("run_dir", "cache_dir")
     @classmethod

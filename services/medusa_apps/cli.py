@@ -24,6 +24,10 @@ app.add_typer(schemas_app, name="schemas")
 catalog_app = typer.Typer(help="The catalog: participants, nodes, streams, networks, fragments, "
                                "contracts.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
+fault_app = typer.Typer(
+    help="Faults on demand: cut, slow and heal the links between participants (through "
+         "toxiproxy), kill a node or an SUnion.", no_args_is_help=True)
+app.add_typer(fault_app, name="fault")
 
 console = Console()
 errors = Console(stderr=True)
@@ -104,6 +108,11 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
     table.add_column("endpoint")
     for name, bootstrap in endpoints.kafka.items():
         table.add_row(f"Kafka, participant {name}", bootstrap)
+    for link, bootstrap in endpoints.links.items():
+        cluster, viewer = link.split("-from-")
+        table.add_row(f"  {cluster}'s Kafka from {viewer} (link)", bootstrap)
+    if endpoints.toxiproxy_url:
+        table.add_row("toxiproxy (medusa fault)", endpoints.toxiproxy_url)
     table.add_row("schema registry (Confluent API)", endpoints.registry_url)
     table.add_row("Jaeger OTLP (gRPC)", endpoints.otlp_endpoint)
     table.add_row("Jaeger query API", endpoints.jaeger_query_url)
@@ -789,6 +798,139 @@ def trace_command(
         if png is not None:
             path = png if index == 0 else png.with_name(f"{png.stem}-{index + 1}{png.suffix}")
             console.print(f"timeline: {trace_view.write_png(found, path)}")
+
+
+def _links() -> Any:
+    from medusa.faults import Links
+    from medusa.stack.endpoints import resolve
+
+    try:
+        return Links(resolve().toxiproxy_url)
+    except MedusaError as error:
+        raise _fail(str(error)) from None
+
+
+def _print_links(links: Any) -> None:
+    table = Table("link", "cluster", "reached by", "through", "state")
+    for state in links.states():
+        table.add_row(state.name, state.cluster, state.viewer, state.listen, state.condition)
+    console.print(table)
+
+
+def _hold_then_heal(links: Any, first: str, second: str, for_: str | None, what: str) -> None:
+    """With ``--for``: waits (showing the time left), then heals the link."""
+    import time
+
+    from medusa.faults import duration_ms
+
+    if for_ is None:
+        console.print(f"{what}; `medusa fault heal {first} {second}` restores it")
+        return
+    seconds = duration_ms(for_, "--for") / 1000
+    ends = time.monotonic() + seconds
+    try:
+        with console.status("") as shown:
+            while (left := ends - time.monotonic()) > 0:
+                shown.update(f"{what}: healing in {left:.0f}s (Ctrl-C heals now)")
+                time.sleep(min(left, 0.5))
+    finally:
+        links.heal(first, second)
+        console.print(f"healed the link between {first} and {second} after "
+                      f"{seconds - max(ends - time.monotonic(), 0):.1f}s")
+
+
+@fault_app.command("partition")
+def fault_partition(
+    first: Annotated[str, typer.Argument(help="A participant, e.g. alpha.")],
+    second: Annotated[str, typer.Argument(help="Another participant, e.g. beta.")],
+    for_: Annotated[str | None, typer.Option(
+        "--for", help="Heal after this long (30s, 2m); without it the link stays cut.")] = None,
+) -> None:
+    """Cut the link between two participants, both ways: neither reaches the other's Kafka."""
+    with _links() as links:
+        try:
+            links.partition(first, second)
+            _hold_then_heal(links, first, second, for_, f"{first} and {second} are cut off")
+        except MedusaError as error:
+            raise _fail(str(error), 2) from None
+
+
+@fault_app.command("slow")
+def fault_slow(
+    first: Annotated[str, typer.Argument(help="A participant, e.g. alpha.")],
+    second: Annotated[str, typer.Argument(help="Another participant, e.g. beta.")],
+    latency: Annotated[str, typer.Option(
+        "--latency", help="Added each way, e.g. 2s or 300ms.")] = "1s",
+    for_: Annotated[str | None, typer.Option(
+        "--for", help="Heal after this long (30s, 2m); without it the link stays slow.")
+                    ] = None,
+) -> None:
+    """Slow the link between two participants down (latency each way, both directions)."""
+    from medusa.faults import duration_ms
+
+    with _links() as links:
+        try:
+            links.slow(first, second, duration_ms(latency, "--latency"))
+            _hold_then_heal(links, first, second, for_,
+                            f"the link between {first} and {second} is slow (+{latency})")
+        except MedusaError as error:
+            raise _fail(str(error), 2) from None
+
+
+@fault_app.command("heal")
+def fault_heal(
+    first: Annotated[str | None, typer.Argument(help="A participant [default: every link].")
+                     ] = None,
+    second: Annotated[str | None, typer.Argument(help="The other participant.")] = None,
+) -> None:
+    """Restore the link between two participants, or every link."""
+    with _links() as links:
+        try:
+            healed = links.heal(first, second)
+        except MedusaError as error:
+            raise _fail(str(error), 2) from None
+        console.print(f"healed: {', '.join(healed)}" if healed else "every link was up")
+        _print_links(links)
+
+
+@fault_app.command("status")
+def fault_status() -> None:
+    """The links between participants and their state (up, cut, slow)."""
+    with _links() as links:
+        try:
+            _print_links(links)
+        except MedusaError as error:
+            raise _fail(str(error)) from None
+
+
+@fault_app.command("kill")
+def fault_kill(
+    target: Annotated[str, typer.Argument(
+        help="A process `medusa up`/`demo` started (e.g. node-alpha-1), or sunion:FRAGMENT "
+             "(e.g. sunion:alpha/sensors/f0).")],
+    run_dir: RunDirOpt = None,
+) -> None:
+    """kill -9 a node or an SUnion, as a crash (its node starts a killed SUnion again)."""
+    from medusa.faults import kill, sunion_pids
+    from medusa.stack.launcher import recorded_layout, running_processes
+    from medusa.stack.layout import StackLayout
+
+    if target.startswith("sunion:"):
+        fragment = target.removeprefix("sunion:")
+        pids = sunion_pids()
+        if fragment not in pids:
+            raise _fail(f"no SUnion of fragment {fragment!r} runs here "
+                        f"(running: {', '.join(sorted(pids)) or 'none'})", 2)
+        pid = pids[fragment]
+    else:
+        layout = recorded_layout(StackLayout.from_settings(_stack_settings(run_dir=run_dir)))
+        running = running_processes(layout)
+        if target not in running:
+            raise _fail(f"no process {target!r} of the local federation runs "
+                        f"(running: {', '.join(sorted(running)) or 'none'})", 2)
+        pid = running[target].pid
+    kill(pid)
+    console.print(f"killed {target} (pid {pid}) with SIGKILL")
 
 
 @catalog_app.command("serve")

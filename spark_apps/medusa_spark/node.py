@@ -146,7 +146,8 @@ class Node:
                  work_dir: Path | None = None) -> None:
         self.name = name
         self.participant = participant
-        self.endpoints = endpoints
+        # Other participants' clusters through the links, so a cut link cuts this node off.
+        self.endpoints = endpoints.seen_from(participant)
         self.registry = registry
         self.spark = spark
         self.checkpoint_root = checkpoint_root.rstrip("/")

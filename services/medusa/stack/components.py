@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import shutil
@@ -115,6 +116,9 @@ def health_checks(layout: StackLayout) -> dict[str, tuple[str, Callable[[], bool
     checks["catalog"] = (layout.catalog_url, lambda: http_ok(f"{layout.catalog_url}/health"))
     checks["detector"] = (layout.detector_url,
                           lambda: http_ok(f"{layout.detector_url}/health"))
+    if layout.links:
+        checks["toxiproxy"] = (layout.toxiproxy_url,
+                               lambda: http_ok(f"{layout.toxiproxy_url}/version"))
     return checks
 
 
@@ -127,11 +131,18 @@ def kafka_broker(layout: StackLayout, participant: ParticipantLayout) -> Compone
     log_options = [f"-Dlog4j2.configurationFile={INFRA / 'kafka' / 'log4j2.properties'}",
                    f"-Dmedusa.kafka.log.file={log_file}"]
 
+    links = layout.links_to(participant)
+
     def prepare() -> None:
         participant.data_dir.mkdir(parents=True, exist_ok=True)
         template = (INFRA / "kafka" / "server.properties.template").read_text()
         properties.write_text(
-            template.replace("@NODE_ID@", "1")
+            template.replace("@PEER_LISTENERS@", "".join(
+                f",{link.listener}://{link.upstream}" for link in links))
+            .replace("@PEER_ADVERTISED@", "".join(
+                f",{link.listener}://{link.bootstrap}" for link in links))
+            .replace("@PEER_PROTOCOLS@", "".join(f",{link.listener}:PLAINTEXT" for link in links))
+            .replace("@NODE_ID@", "1")
             .replace("@BROKER_PORT@", str(participant.broker_port))
             .replace("@CONTROLLER_PORT@", str(participant.controller_port))
             .replace("@LOG_DIRS@", str(participant.data_dir / "log"))
@@ -238,8 +249,34 @@ def detector(layout: StackLayout) -> Component:
     )
 
 
+def toxiproxy(layout: StackLayout) -> Component:
+    """The links between participants: one proxy per ordered pair, created at start-up."""
+    config = layout.run_dir / "toxiproxy.json"
+
+    def prepare() -> None:
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps(
+            [{"name": link.name, "listen": link.bootstrap, "upstream": link.upstream,
+              "enabled": True} for link in layout.links], indent=2))
+
+    return Component(
+        name="toxiproxy",
+        command=[str(go_binary(layout, "toxiproxy-server")), "-host", "127.0.0.1",
+                 "-port", str(layout.settings.toxiproxy_port), "-config", str(config)],
+        env={},
+        endpoint=layout.toxiproxy_url,
+        ready=health_checks(layout)["toxiproxy"][1],
+        prepare=prepare,
+    )
+
+
 def kafka_components(layout: StackLayout) -> list[Component]:
     return [kafka_broker(layout, participant) for participant in layout.participants]
+
+
+def link_components(layout: StackLayout) -> list[Component]:
+    """What carries the links between participants (nothing with one participant)."""
+    return [toxiproxy(layout)] if layout.links else []
 
 
 def service_components(layout: StackLayout) -> list[Component]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from medusa.settings import DEFAULT_PARTICIPANT_NAMES, StackSettings
-from medusa.stack.layout import StackLayout
+from medusa.stack.layout import StackLayout, link_name
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,18 @@ class Endpoints:
     otlp_endpoint: str
     jaeger_query_url: str
     catalog_url: str = ""
+    links: dict[str, str] = field(default_factory=dict)
+    """Link name (``beta-from-alpha``: beta's cluster as alpha's services reach it) ->
+    bootstrap servers through the link's proxy."""
+    toxiproxy_url: str = ""
+    """The API of the proxies on the links, for ``medusa fault``; empty: no proxies."""
+
+    def seen_from(self, participant: str) -> Endpoints:
+        """The federation as ``participant``'s services reach it: the other participants'
+        clusters through the links (so cutting a link cuts them off), its own directly."""
+        kafka = {name: self.links.get(link_name(name, participant), bootstrap)
+                 for name, bootstrap in self.kafka.items()}
+        return replace(self, kafka=kafka)
 
     def bootstrap(self, participant: str | None = None) -> str:
         if participant is None:
@@ -46,6 +58,18 @@ def parse_external_kafka(spec: str) -> dict[str, str]:
     return kafka
 
 
+def parse_external_links(spec: str) -> dict[str, str]:
+    """``beta-from-alpha=h:p,alpha-from-beta=h:p``: how one participant reaches another."""
+    links: dict[str, str] = {}
+    for part in spec.split(","):
+        name, sep, bootstrap = part.partition("=")
+        if not sep or "-from-" not in name or not bootstrap.strip():
+            raise ValueError(f"MEDUSA_EXTERNAL_KAFKA_LINKS: expected "
+                             f"cluster-from-participant=host:port[,...], got {part!r}")
+        links[name.strip()] = bootstrap.strip()
+    return links
+
+
 def local_endpoints(layout: StackLayout) -> Endpoints:
     return Endpoints(
         kafka={p.name: p.bootstrap for p in layout.participants},
@@ -53,6 +77,8 @@ def local_endpoints(layout: StackLayout) -> Endpoints:
         otlp_endpoint=layout.otlp_endpoint,
         jaeger_query_url=layout.jaeger_query_url,
         catalog_url=layout.catalog_url,
+        links={link.name: link.bootstrap for link in layout.links},
+        toxiproxy_url=layout.toxiproxy_url if layout.links else "",
     )
 
 
@@ -72,4 +98,8 @@ def resolve(settings: StackSettings | None = None) -> Endpoints:
         otlp_endpoint=settings.external_otlp_endpoint or local.otlp_endpoint,
         jaeger_query_url=settings.external_jaeger_query_url or local.jaeger_query_url,
         catalog_url=settings.external_catalog_url or local.catalog_url or layout.catalog_url,
+        links=parse_external_links(settings.external_kafka_links)
+        if settings.external_kafka_links else {} if settings.external_kafka else local.links,
+        toxiproxy_url=settings.external_toxiproxy_url or (
+            "" if settings.external_kafka else local.toxiproxy_url),
     )

@@ -21,6 +21,7 @@ from medusa.stack.components import (
     Component,
     health_checks,
     kafka_components,
+    link_components,
     service_components,
 )
 from medusa.stack.endpoints import Endpoints, local_endpoints
@@ -62,6 +63,11 @@ def _load_state(layout: StackLayout) -> dict[str, RunningProcess]:
     return {p["name"]: RunningProcess.from_dict(p) for p in raw.get("processes", [])}
 
 
+def running_processes(layout: StackLayout) -> dict[str, RunningProcess]:
+    """The processes ``up`` (and ``start_service``) started that still run, by name."""
+    return {name: p for name, p in _load_state(layout).items() if p.alive()}
+
+
 def _save_state(layout: StackLayout, running: dict[str, RunningProcess],
                 endpoints: Endpoints) -> None:
     layout.run_dir.mkdir(parents=True, exist_ok=True)
@@ -77,9 +83,10 @@ def _component_ports(layout: StackLayout, component: Component) -> list[int]:
     owners = layout.all_ports()
     if component.name.startswith("kafka-"):
         participant = layout.participant(component.name.removeprefix("kafka-"))
-        return [participant.broker_port, participant.controller_port]
+        return [participant.broker_port, participant.controller_port,
+                *(link.upstream_port for link in layout.links_to(participant))]
     prefix = {"registry": "schema registry", "jaeger": "Jaeger", "catalog": "catalog",
-              "detector": "failure detector"}[
+              "detector": "failure detector", "toxiproxy": "toxiproxy"}[
         component.name]
     return [port for port, owner in owners.items() if owner.startswith(prefix)]
 
@@ -108,7 +115,7 @@ def up(layout: StackLayout, report: Report = print) -> Endpoints:
     """Start what is not running yet and wait until everything answers."""
     running = {name: p for name, p in _load_state(layout).items() if p.alive()}
     endpoints = local_endpoints(layout)
-    for stage in (kafka_components, service_components):
+    for stage in (kafka_components, link_components, service_components):
         components = stage(layout)
         to_start = [c for c in components if c.name not in running]
         for component in to_start:

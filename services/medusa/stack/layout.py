@@ -24,6 +24,47 @@ class ParticipantLayout:
     def cluster_id_file(self) -> Path:
         return self.data_dir / "cluster.id"
 
+    def peer_listener_port(self, viewer: ParticipantLayout) -> int:
+        """The listener that ``viewer``'s services reach through the link's proxy (the
+        ports after the controller's, one per participant: at most 8 fit the stride)."""
+        return self.broker_port + 2 + viewer.index
+
+
+@dataclass(frozen=True)
+class LinkLayout:
+    """How one participant's services reach another's Kafka cluster: through a toxiproxy
+    proxy, so the link can be cut, healed and slowed (``medusa fault``)."""
+
+    cluster: ParticipantLayout
+    viewer: ParticipantLayout
+    proxy_port: int
+
+    @property
+    def name(self) -> str:
+        return link_name(self.cluster.name, self.viewer.name)
+
+    @property
+    def bootstrap(self) -> str:
+        """The cluster as the viewer's services know it: the proxy."""
+        return f"127.0.0.1:{self.proxy_port}"
+
+    @property
+    def upstream_port(self) -> int:
+        return self.cluster.peer_listener_port(self.viewer)
+
+    @property
+    def upstream(self) -> str:
+        return f"127.0.0.1:{self.upstream_port}"
+
+    @property
+    def listener(self) -> str:
+        """The name of the cluster's listener for this link."""
+        return f"FROM_{self.viewer.name.upper()}"
+
+
+def link_name(cluster: str, viewer: str) -> str:
+    return f"{cluster}-from-{viewer}"
+
 
 @dataclass(frozen=True)
 class StackLayout:
@@ -84,6 +125,18 @@ class StackLayout:
     def toxiproxy_url(self) -> str:
         return f"http://127.0.0.1:{self.settings.toxiproxy_port}"
 
+    @property
+    def links(self) -> list[LinkLayout]:
+        """One link per ordered pair of participants; proxies listen after toxiproxy's port."""
+        base = self.settings.toxiproxy_port + 1
+        count = len(DEFAULT_PARTICIPANT_NAMES)
+        return [LinkLayout(cluster, viewer, base + cluster.index * count + viewer.index)
+                for cluster in self.participants for viewer in self.participants
+                if cluster is not viewer]
+
+    def links_to(self, cluster: ParticipantLayout) -> list[LinkLayout]:
+        return [link for link in self.links if link.cluster is cluster]
+
     def participant(self, name: str) -> ParticipantLayout:
         for participant in self.participants:
             if participant.name == name:
@@ -98,6 +151,10 @@ class StackLayout:
         for p in self.participants:
             ports[p.broker_port] = f"Kafka broker of participant {p.name}"
             ports[p.controller_port] = f"Kafka controller of participant {p.name}"
+        for link in self.links:
+            ports[link.cluster.peer_listener_port(link.viewer)] = (
+                f"Kafka broker of participant {link.cluster.name}, for {link.viewer.name}")
+            ports[link.proxy_port] = f"toxiproxy link {link.name}"
         ports[s.registry_port] = "schema registry"
         ports[s.registry_management_port] = "schema registry health"
         ports[s.jaeger_otlp_grpc_port] = "Jaeger OTLP gRPC"
@@ -108,4 +165,5 @@ class StackLayout:
         ports[s.jaeger_metrics_port] = "Jaeger metrics"
         ports[s.catalog_port] = "catalog"
         ports[s.detector_port] = "failure detector"
+        ports[s.toxiproxy_port] = "toxiproxy API"
         return ports
