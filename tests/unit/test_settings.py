@@ -32,8 +32,12 @@ def test_stack_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert [p.name for p in layout.participants] == ["alpha", "beta", "gamma"]
     assert [p.bootstrap for p in layout.participants] == [
         "127.0.0.1:30000", "127.0.0.1:30010", "127.0.0.1:30020"]
-    # brokers and controllers; registry, Jaeger, catalog, detector
-    assert len(layout.all_ports()) == 6 + 10
+    # brokers and controllers; per link (6 ordered pairs) a listener and a proxy; registry,
+    # Jaeger, catalog, detector, toxiproxy: all distinct
+    assert len(layout.all_ports()) == 6 + 6 * 2 + 11
+    assert {link.name for link in layout.links} == {
+        "alpha-from-beta", "alpha-from-gamma", "beta-from-alpha", "beta-from-gamma",
+        "gamma-from-alpha", "gamma-from-beta"}
 
 
 def test_bad_setting_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
