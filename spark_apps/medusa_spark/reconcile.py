@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -103,9 +104,13 @@ def rollback(checkpoint: str, to_batch: int) -> int:
             if batch is not None and batch > to_batch:
                 path.unlink()
                 deleted += 1
-    # State version v is the state after batch v - 1.
+    # State version v is the state after batch v - 1. Back before the first batch, Spark
+    # wants no state folder at all (it refuses a non-empty one on batch 0).
     state = root / "state"
-    if state.is_dir():
+    if state.is_dir() and to_batch < 0:
+        deleted += sum(1 for path in state.rglob("*") if path.is_file())
+        shutil.rmtree(state)
+    elif state.is_dir():
         for path in state.rglob("*"):
             match = _STATE_FILE.match(path.name)
             if path.is_file() and match and int(match.group(1)) > to_batch + 1:

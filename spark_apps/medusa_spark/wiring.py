@@ -68,7 +68,9 @@ def network_topics(plan: Plan, fragments: dict[str, Fragment], endpoints: Endpoi
 
     ``topic_prefix`` runs a copy of the network on topics of its own (tests, benchmarks).
     ``announce`` writes the start BOUNDARY into new box topics: once, when the network is
-    deployed, not again when a node starts or takes over a fragment.
+    deployed, not again when a node starts or takes over a fragment. Without it, nothing
+    is created either (the deploy did): a node cut off from another participant's cluster
+    still starts its fragments, which then go on within their availability bound.
     """
     network = plan.network
     prefix = network.topic_prefix + topic_prefix
@@ -77,8 +79,9 @@ def network_topics(plan: Plan, fragments: dict[str, Fragment], endpoints: Endpoi
     for name, spec in network.streams.items():
         bootstrap = endpoints.bootstrap(spec.participant)
         topic = prefix + spec.topic
-        ensure_topics(kafka_config(bootstrap), [topic, dead_letter_topic(topic)],
-                      partitions=network.partitions)
+        if announce:
+            ensure_topics(kafka_config(bootstrap), [topic, dead_letter_topic(topic)],
+                          partitions=network.partitions)
         streams[name] = _registered(registry, topic, bootstrap,
                                     load_schema(spec.schema_name).text)
         participants[name] = spec.participant
@@ -94,8 +97,9 @@ def network_topics(plan: Plan, fragments: dict[str, Fragment], endpoints: Endpoi
         participant = network.boxes[box].participant or network.participant
         bootstrap = endpoints.bootstrap(participant)
         topic = prefix + network.intermediate_topic(box)
-        ensure_topics(kafka_config(bootstrap), [topic, dead_letter_topic(topic)],
-                      partitions=network.partitions)
+        if announce:
+            ensure_topics(kafka_config(bootstrap), [topic, dead_letter_topic(topic)],
+                          partitions=network.partitions)
         schema = record_schema(plan.output_schemas[box], box,
                                f"medusa.network.{network.name.replace('-', '_')}")
         streams[box] = _registered(registry, topic, bootstrap, schema)

@@ -43,6 +43,7 @@ def test_rollback_before_the_first_batch_and_past_what_is_kept(tmp_path: Path) -
     _checkpoint(tmp_path, 3)
     rollback(str(tmp_path), -1)
     assert not any(p.name.isdigit() for p in (tmp_path / "commits").iterdir())
+    assert not (tmp_path / "state").exists(), "Spark refuses a state folder on batch 0"
     _checkpoint(tmp_path, 3)
     with pytest.raises(RollbackError, match="no longer holds batch 7"):
         rollback(str(tmp_path), 7)

@@ -280,8 +280,11 @@ class SUnion:
         output_admin = self._client_config(config.output_bootstrap)
         ensure_topics(output_admin, [config.output_topic], partitions=config.output_partitions)
         for spec in config.inputs:
-            ensure_topics(self._client_config(spec.bootstrap),
-                          [dead_letter_topic(spec.topic)], partitions=1)
+            try:
+                ensure_topics(self._client_config(spec.bootstrap),
+                              [dead_letter_topic(spec.topic)], partitions=1, timeout_s=10)
+            except RuntimeError as failure:  # cut off: the first dead letter creates it
+                log.warning("%s: input %s: %s", config.fragment, spec.name, failure)
         producer = Producer(self._client_config(
             config.output_bootstrap,
             **{"transactional.id": transactional_id(config.output_topic),
@@ -611,17 +614,27 @@ class SUnion:
         assert buckets is not None
         assigned: list[TopicPartition] = []
         for topic, spec in cluster.inputs.items():
-            try:
-                metadata = cluster.consumer.list_topics(topic, timeout=30).topics.get(topic)
-            except KafkaException as failure:
-                raise SUnionError(f"{self.config.fragment}: input {spec.name}: no metadata "
-                                  f"for {topic} on {cluster.bootstrap}: "
-                                  f"{failure.args[0].str()}") from None
-            if metadata is None or metadata.error is not None or not metadata.partitions:
-                raise SUnionError(f"{self.config.fragment}: input {spec.name}: topic "
-                                  f"{topic} does not exist on {cluster.bootstrap}")
             restored = restored_partitions(self._restored, spec.name)
-            for partition in sorted(metadata.partitions):
+            try:
+                metadata = cluster.consumer.list_topics(
+                    topic, timeout=10 if restored else 30).topics.get(topic)
+            except KafkaException as failure:
+                if not restored:
+                    raise SUnionError(f"{self.config.fragment}: input {spec.name}: no "
+                                      f"metadata for {topic} on {cluster.bootstrap}: "
+                                      f"{failure.args[0].str()}") from None
+                # Cut off (a partition): go on from the last positions, so the fragment
+                # keeps answering (tentatively) instead of waiting for the link.
+                log.warning("%s: input %s: %s unreachable (%s); resuming its %d partition(s) "
+                            "from the last positions", self.config.fragment, spec.name,
+                            cluster.bootstrap, failure.args[0].str(), len(restored))
+                partitions = sorted(restored)
+            else:
+                if metadata is None or metadata.error is not None or not metadata.partitions:
+                    raise SUnionError(f"{self.config.fragment}: input {spec.name}: topic "
+                                      f"{topic} does not exist on {cluster.bootstrap}")
+                partitions = sorted(metadata.partitions)
+            for partition in partitions:
                 if partition in restored:
                     state = buckets.add_partition(spec.name, partition,
                                                   restored[partition].resume, restored[partition])
@@ -780,9 +793,11 @@ class SUnion:
     # -- helpers -------------------------------------------------------------------------
 
     def _client_config(self, bootstrap: str, **overrides: Any) -> dict[str, Any]:
+        # Reconnects within half a second of a link healing (librdkafka's default backs off
+        # up to 10 s, which would turn a short partition into a long one).
         return self._kafka.librdkafka(bootstrap_servers=bootstrap,
                                       client_id=f"medusa.sunion.{self.config.fragment}",
-                                      **overrides)
+                                      **{"reconnect.backoff.max.ms": 500, **overrides})
 
     def _partition_count(self, bootstrap: str, topic: str) -> int:
         assert self._producer is not None

@@ -1,0 +1,267 @@
+"""DPC under faults: the sensor pair network (one stream per participant, merged and
+averaged per window on beta) under steady input, with faults on a timeline (partitions of
+the link, kills), observed from its output topic. The DPC tests and ``make bench`` share it.
+
+What a run measures, all from the output and the input's own clock (second i of input is
+sent i seconds after the start, so a window ending at second s is complete at ``start+s``):
+- the extra delay of a result: how much later than the fault-free median it came out (its
+  first version, stable or tentative); the largest over the run is the *output gap*, which
+  DPC keeps near D while a partition lasts;
+- tentative results, UNDOs, corrected results and REC_DONEs over time, and the time from
+  healing to REC_DONE;
+- the stable view (UNDO/REC_DONE applied) against the fault-free reference: lost and
+  duplicated results.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
+from medusa.consuming import ConsumedTuple, TupleConsumer
+from medusa.envelope import TupleType
+from medusa.sensor_windows import STIME_ORIGIN_MS, WINDOW_MS, SteadyInput, pair_network_yaml
+from medusa.stable_view import stable_view
+from medusa.stack.endpoints import Endpoints
+
+SENSORS = 4
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Something that goes wrong ``at_s`` seconds into the input, for ``for_s`` seconds."""
+
+    label: str
+    at_s: float
+    for_s: float
+    begin: Callable[[], None]
+    end: Callable[[], None]
+    once: Callable[[], bool] | None = None
+    """Begins only once this holds (checked from ``at_s`` on, for at most a minute)."""
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    label: str
+    began_ms: int
+    ended_ms: int
+
+
+@dataclass
+class OutputLog:
+    """Every record of the output topic in the order read (data, BOUNDARY, UNDO, REC_DONE)."""
+
+    records: list[ConsumedTuple] = field(default_factory=list)
+
+    def of(self, kind: TupleType) -> list[ConsumedTuple]:
+        return [c for c in list(self.records) if c.record.type is kind]
+
+
+@dataclass
+class ScenarioRun:
+    topic: str
+    records: list[ConsumedTuple]
+    expected: dict[str, dict[str, Any]]
+    faults: list[FaultWindow]
+    dpc_states: list[tuple[int, str]]
+    """(ms, state) each time the catalog showed the fragment's DPC state change."""
+    input_started_ms: int
+
+    def of(self, kind: TupleType) -> list[ConsumedTuple]:
+        return [c for c in self.records if c.record.type is kind]
+
+    def state_at(self, ms: int) -> str:
+        """The fragment's DPC state as the catalog showed it at ``ms``."""
+        shown = [state for at, state in self.dpc_states if at <= ms]
+        return shown[-1] if shown else "STABLE"
+
+    def complete_ms(self, consumed: ConsumedTuple) -> int:
+        """When the result's window had all its input (wall clock)."""
+        window_end = int(consumed.record.value["window_start_ms"]) + WINDOW_MS
+        return self.input_started_ms + (window_end - STIME_ORIGIN_MS)
+
+    def first_versions(self) -> list[ConsumedTuple]:
+        """Each result's first version (stable or tentative), in arrival order."""
+        seen: set[str] = set()
+        first = []
+        for consumed in self.records:
+            if consumed.record.type in (TupleType.STABLE, TupleType.TENTATIVE) and \
+                    consumed.record.tuple_id not in seen:
+                seen.add(consumed.record.tuple_id)
+                first.append(consumed)
+        return first
+
+    def extra_delays_s(self) -> list[tuple[int, float]]:
+        """(arrival ms, seconds later than the fault-free median) of each result's first
+        version; the median is over the results complete before the first fault."""
+        first = self.first_versions()
+        began = min((f.began_ms for f in self.faults), default=None)
+        before = [c.timestamp_ms - self.complete_ms(c) for c in first
+                  if began is None or self.complete_ms(c) < began]
+        baseline = statistics.median(before) if before else 0.0
+        return [(c.timestamp_ms, (c.timestamp_ms - self.complete_ms(c) - baseline) / 1000)
+                for c in first]
+
+    def largest_gap_s(self) -> float:
+        return max((delay for _, delay in self.extra_delays_s()), default=0.0)
+
+    def heal_to_rec_done_s(self) -> list[float | None]:
+        """Per fault, seconds from its end to the first REC_DONE after it (None: none)."""
+        done = sorted(c.timestamp_ms for c in self.of(TupleType.REC_DONE))
+        result: list[float | None] = []
+        for fault in self.faults:
+            later = [t for t in done if t >= fault.ended_ms]
+            result.append((later[0] - fault.ended_ms) / 1000 if later else None)
+        return result
+
+    def lost_and_duplicated(self) -> tuple[list[str], list[str]]:
+        view = stable_view(c.record for c in self.records)
+        ids = [r.tuple_id for r in view.stable]
+        got = set(ids)
+        lost = sorted(set(self.expected) - got)
+        duplicated = sorted({i for i in ids if ids.count(i) > 1} | (got - set(self.expected)))
+        return lost, duplicated
+
+    def wrong_values(self) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+        view = stable_view(c.record for c in self.records)
+        got = {r.tuple_id: r.value for r in view.stable}
+        return {i: (got[i], v) for i, v in self.expected.items()
+                if i in got and {k: got[i][k] for k in v} != v}
+
+
+class _Recorder:
+    def __init__(self, kafka_config: dict[str, Any], registry: SchemaRegistryClient,
+                 topic: str) -> None:
+        self.log = OutputLog()
+        self._consumer = TupleConsumer(kafka_config, registry, [topic], f"dpc-{uuid.uuid4()}")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            consumed = self._consumer.poll(0.5)
+            if consumed is not None:
+                self.log.records.append(consumed)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def wait_running(catalog: CatalogClient, network: str, timeout_s: float = 240.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for entry in catalog.list(Kind.FRAGMENTS, network=network):
+            if entry.spec.get("phase") == "running":
+                return entry.name
+        time.sleep(0.5)
+    raise TimeoutError(f"{network} did not run within {timeout_s:.0f}s")
+
+
+@contextmanager
+def deployed_pair(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
+                  catalog: CatalogClient, node: str, bound: str) -> Iterator[tuple[str, str]]:
+    """The pair network on topics of its own, both boxes on ``node`` (a node of beta);
+    yields (its catalog name, its output topic) and undeploys it afterwards."""
+    from medusa_spark.deploy import deploy, undeploy
+
+    name = f"dpc-{uuid.uuid4().hex[:6]}"
+    network = f"alpha/{name}"
+    deploy(pair_network_yaml(name, f"{name}.", bound), name, endpoints, registry, spark,
+           catalog, {"merged": node, "per_sensor": node})
+    try:
+        yield network, f"{name}.medusa.{name}.per_sensor"
+    finally:
+        undeploy(catalog, network)
+
+
+def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_url: str,
+                 network: str, output_topic: str, seconds: int, faults: list[Fault],
+                 say: Callable[[str], None] = lambda _: None,
+                 settle_timeout_s: float = 240.0) -> ScenarioRun:
+    """Steady input on both participants for ``seconds``, the faults on their timeline,
+    then waits until the output's stable view holds every expected result with nothing
+    left to reconcile."""
+    prefix = output_topic.split("medusa.")[0]
+    with CatalogClient(catalog_url) as catalog:
+        fragment = wait_running(catalog, network)
+    recorder = _Recorder({"bootstrap.servers": endpoints.bootstrap("beta")}, registry,
+                         output_topic)
+    inputs = {p: SteadyInput({"bootstrap.servers": endpoints.bootstrap(p)}, registry,
+                             f"{prefix}sensors.{p}", SENSORS, seconds) for p in ("alpha", "beta")}
+    states: list[tuple[int, str]] = []
+    sampling = threading.Event()
+
+    def sample() -> None:
+        with CatalogClient(catalog_url) as sampler_catalog:
+            while not sampling.wait(0.3):
+                entry = sampler_catalog.get(Kind.FRAGMENTS, fragment)
+                state = str((entry.spec if entry else {}).get("dpc_state", "STABLE"))
+                if not states or states[-1][1] != state:
+                    states.append((_now_ms(), state))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    windows: list[FaultWindow] = []
+    try:
+        started = time.monotonic()
+        input_started_ms = _now_ms()
+        for steady in inputs.values():
+            steady.start()
+        for fault in sorted(faults, key=lambda f: f.at_s):
+            time.sleep(max(0.0, started + fault.at_s - time.monotonic()))
+            waited_until = time.monotonic() + 60
+            while fault.once is not None and not fault.once() and \
+                    time.monotonic() < waited_until:
+                time.sleep(0.2)
+            say(f"{fault.label} for {fault.for_s:.0f}s ({fault.at_s:.0f}s into the input)")
+            began = _now_ms()
+            fault.begin()
+            try:
+                time.sleep(fault.for_s)
+            finally:
+                fault.end()
+            windows.append(FaultWindow(fault.label, began, _now_ms()))
+        for steady in inputs.values():
+            if not steady.finished.wait(seconds + 120):
+                raise TimeoutError("the steady input did not finish")
+            if steady.error is not None:
+                raise steady.error
+        expected = _reference(inputs)
+        say("input done; waiting for the stable view to be complete")
+        deadline = time.monotonic() + settle_timeout_s
+        while time.monotonic() < deadline:
+            view = stable_view(c.record for c in list(recorder.log.records))
+            if {r.tuple_id for r in view.stable} >= set(expected) and not view.reconciling \
+                    and not view.tentative:
+                break
+            time.sleep(1.0)
+        time.sleep(3.0)  # any duplicate would come now
+        return ScenarioRun(output_topic, list(recorder.log.records), expected, windows,
+                           list(states), input_started_ms)
+    finally:
+        sampling.set()
+        sampler.join(5)
+        recorder.close()
+
+
+def _reference(inputs: dict[str, SteadyInput]) -> dict[str, dict[str, Any]]:
+    from medusa.sensor_windows import reference
+
+    return reference([*inputs["alpha"].sent, *inputs["beta"].sent])
