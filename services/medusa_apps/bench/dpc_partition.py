@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,8 +44,8 @@ class Fault:
     label: str
     at_s: float
     for_s: float
-    begin: Callable[[], None]
-    end: Callable[[], None]
+    begin: Callable[[], object]
+    end: Callable[[], object]
     once: Callable[[], bool] | None = None
     """Begins only once this holds (checked from ``at_s`` on, for at most a minute)."""
 
@@ -265,3 +265,117 @@ def _reference(inputs: dict[str, SteadyInput]) -> dict[str, dict[str, Any]]:
     from medusa.sensor_windows import reference
 
     return reference([*inputs["alpha"].sent, *inputs["beta"].sent])
+
+
+# -- the benchmark ---------------------------------------------------------------------
+
+BENCH_BOUND = "4 seconds"
+BENCH_DELAY_S = 3.0
+"""D of the pair network's one fragment: (X - k x trigger) / k = (4 s - 1 s) / 1."""
+BENCH_INPUT_S = 90
+BENCH_PARTITION = (20.0, 30.0)
+"""(after, for) seconds: the issue's 30 s partition, once the query runs steadily."""
+BENCH_NODE = "beta/bench-dpc"
+
+
+@dataclass
+class DpcOutcome:
+    run: ScenarioRun
+    delay_s: float
+
+    def corrections(self) -> int:
+        """STABLE results written between an UNDO and its REC_DONE (the corrected ones)."""
+        count = 0
+        reconciling: set[int] = set()
+        for consumed in self.run.records:
+            kind = consumed.record.type
+            if kind is TupleType.UNDO:
+                reconciling.add(consumed.partition)
+            elif kind is TupleType.REC_DONE:
+                reconciling.discard(consumed.partition)
+            elif kind is TupleType.STABLE and consumed.partition in reconciling:
+                count += 1
+        return count
+
+    def timeline(self) -> tuple[dict[str, list[float]], list[tuple[float, float]],
+                                list[tuple[float, float]]]:
+        """For the plot, in seconds since the input began: the output's records by kind,
+        the faults, and each result's extra delay."""
+        start = self.run.input_started_ms
+        events: dict[str, list[float]] = {kind: [] for kind in
+                                          ("stable", "tentative", "undo", "corrected",
+                                           "rec_done")}
+        reconciling: set[int] = set()
+        for consumed in self.run.records:
+            kind, at = consumed.record.type, (consumed.timestamp_ms - start) / 1000
+            if kind is TupleType.UNDO:
+                reconciling.add(consumed.partition)
+                events["undo"].append(at)
+            elif kind is TupleType.REC_DONE:
+                reconciling.discard(consumed.partition)
+                events["rec_done"].append(at)
+            elif kind is TupleType.TENTATIVE:
+                events["tentative"].append(at)
+            elif kind is TupleType.STABLE:
+                events["corrected" if consumed.partition in reconciling else "stable"].append(at)
+        faults = [((f.began_ms - start) / 1000, (f.ended_ms - start) / 1000)
+                  for f in self.run.faults]
+        delays = [((t - start) / 1000, d) for t, d in self.run.extra_delays_s()]
+        return events, faults, delays
+
+    def summary(self) -> dict[str, Any]:
+        fault = self.run.faults[0]
+        lost, duplicated = self.run.lost_and_duplicated()
+        gap = self.run.largest_gap_s()
+        heal_to_done = self.run.heal_to_rec_done_s()[0]
+        return {
+            "partition_s": round((fault.ended_ms - fault.began_ms) / 1000, 1),
+            "delay_s": self.delay_s,
+            "largest_output_gap_s": round(gap, 2),
+            "gap_over_delay_s": round(gap - self.delay_s, 2),
+            "tentative_results": len(self.run.of(TupleType.TENTATIVE)),
+            "corrections": self.corrections(),
+            "undos": len(self.run.of(TupleType.UNDO)),
+            "rec_dones": len(self.run.of(TupleType.REC_DONE)),
+            "heal_to_rec_done_s": None if heal_to_done is None else round(heal_to_done, 1),
+            "lost": len(lost),
+            "duplicated": len(duplicated),
+            "wrong_values": len(self.run.wrong_values()),
+        }
+
+
+def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
+            layout: Any, say: Callable[[str], None]) -> DpcOutcome:
+    """A 30 s partition between alpha and beta under steady input, on a node of beta
+    started for it (and stopped afterwards)."""
+    import os
+    import signal
+    import sys
+
+    from medusa.faults import Links
+    from medusa.stack import launcher
+    from medusa_spark.deploy import wait_for_node
+
+    participant, name = BENCH_NODE.split("/")
+    node = launcher.start_service(
+        layout, f"node-{participant}-{name}",
+        [sys.executable, "-m", "medusa_apps", "node", "--name", name, "--participant",
+         participant, "--master", "local[1]"], report=lambda _: None)
+    try:
+        with CatalogClient(endpoints.catalog_url) as catalog, Links(endpoints.toxiproxy_url) \
+                as links:
+            wait_for_node(catalog, BENCH_NODE, timeout_s=240)
+            with deployed_pair(endpoints, registry, spark, catalog, BENCH_NODE,
+                               BENCH_BOUND) as (network, topic):
+                cut = Fault("partition alpha-beta", *BENCH_PARTITION,
+                            lambda: links.partition("alpha", "beta"),
+                            lambda: links.heal("alpha", "beta"))
+                try:
+                    run = run_scenario(endpoints, registry, endpoints.catalog_url, network,
+                                       topic, BENCH_INPUT_S, [cut], say)
+                finally:
+                    links.heal()
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(node.pid, signal.SIGTERM)
+    return DpcOutcome(run, BENCH_DELAY_S)

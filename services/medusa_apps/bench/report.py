@@ -150,3 +150,41 @@ def breakdown_plot(path: Path, title: str, breakdowns: dict[str, dict[str, Any]]
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+DPC_KINDS = {"stable": "#4c72b0", "tentative": "#dd8452", "undo": "#c44e52",
+             "corrected": "#55a868", "rec_done": "#8172b3"}
+
+
+def dpc_timeline_plot(path: Path, title: str, events: dict[str, list[float]],
+                      faults: list[tuple[float, float]], delays: list[tuple[float, float]],
+                      delay_s: float) -> None:
+    """DPC over time: above, the output's records (stable, tentative, UNDO, corrected,
+    REC_DONE) each as a tick on its own row; below, each result's extra delay over the
+    fault-free one, against D. Faults are shaded. Times in seconds since the input began."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure, (records_axes, delay_axes) = plt.subplots(
+        2, 1, figsize=(10, 5.5), sharex=True, gridspec_kw={"height_ratios": [1.2, 1]})
+    rows = [kind for kind in DPC_KINDS if kind in events]
+    for row, kind in enumerate(rows):
+        records_axes.scatter(events[kind], [row] * len(events[kind]), marker="|", s=120,
+                             color=DPC_KINDS[kind], label=f"{kind} ({len(events[kind])})")
+    records_axes.set_yticks(range(len(rows)), rows)
+    records_axes.set_ylim(-0.7, len(rows) - 0.3)
+    if delays:
+        delay_axes.plot([t for t, _ in delays], [d for _, d in delays], "o", markersize=3,
+                        color="#4c72b0", label="result's extra delay")
+    delay_axes.axhline(delay_s, color="red", linestyle="--", linewidth=1,
+                       label=f"D = {delay_s:g} s")
+    delay_axes.axhline(delay_s + 1, color="orange", linestyle=":", linewidth=1,
+                       label="goal: D + 1 s")
+    delay_axes.set_ylabel("seconds later than fault-free")
+    delay_axes.set_xlabel("seconds since the input began")
+    for axes in (records_axes, delay_axes):
+        for began, ended in faults:
+            axes.axvspan(began, ended, color="grey", alpha=0.15)
+    delay_axes.legend(loc="upper left", fontsize=8)
+    records_axes.set_title(title + " (shaded: the partition)", fontsize=11)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

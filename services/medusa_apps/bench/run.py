@@ -4,7 +4,8 @@ Parts (``--only`` picks some): ``producers`` (Medusa's producer, a bare
 confluent-kafka producer, Kafka's tool), ``spark`` (Kafka's consumer tool, a
 plain Spark passthrough, the one-filter fragment with and without its SUnion),
 ``sunion`` (the SUnion next to a bare transactional consume-produce loop),
-``linear-road`` (the L-rating), ``move`` and ``failover``. The keys of
+``linear-road`` (the L-rating), ``move``, ``failover`` and ``dpc`` (a 30 s partition
+between the participants under steady input). The keys of
 ``bench.json`` stay the same whichever parts run; a part not run leaves its
 figures null.
 """
@@ -31,13 +32,14 @@ from medusa_apps.bench.producers import Throughput
 from medusa_apps.bench.report import (
     bar_plot,
     breakdown_plot,
+    dpc_timeline_plot,
     failover_plot,
     latency_plot,
     pause_plot,
     write_json,
 )
 
-PARTS = ("producers", "spark", "sunion", "linear-road", "move", "failover")
+PARTS = ("producers", "spark", "sunion", "linear-road", "move", "failover", "dpc")
 WARM_UP_RECORDS = 3000
 
 
@@ -62,8 +64,8 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
             failover: bool = True, only: Collection[str] | None = None) -> dict[str, Any]:
     from medusa.progress import RateProgress
     from medusa.sunion import bench as sunion_bench
+    from medusa_apps.bench import dpc_partition, linear_road_latency, move_pause, spark_paths
     from medusa_apps.bench import failover as failover_bench
-    from medusa_apps.bench import linear_road_latency, move_pause, spark_paths
     from medusa_spark.session import spark_session
 
     parts = set(only or PARTS)
@@ -107,7 +109,8 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     moves: list[Any] = []
     outcomes: list[Any] = []
     load = None
-    needs_spark = parts & {"spark", "linear-road", "move", "failover"}
+    dpc = None
+    needs_spark = parts & {"spark", "linear-road", "move", "failover", "dpc"}
     spark = spark_session("medusa-bench") if needs_spark else None
     try:
         with tempfile.TemporaryDirectory(prefix="medusa-bench-") as scratch:
@@ -164,6 +167,11 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
             with _part("failover", errors, say):
                 outcomes, load = failover_bench.measure(endpoints, registry, spark, layout,
                                                         say)
+        if "dpc" in parts and spark is not None:
+            say("DPC: a 30 s partition between alpha and beta under steady input "
+                f"(D = {dpc_partition.BENCH_DELAY_S:g} s)")
+            with _part("dpc", errors, say):
+                dpc = dpc_partition.measure(endpoints, registry, spark, layout, say)
     finally:
         if spark is not None:
             spark.stop()
@@ -206,6 +214,9 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         "move_pause": [move.as_dict() for move in moves],
         "failover": [outcome.summary() for outcome in outcomes],
         "false_positives_under_load": load.as_dict() if load else None,
+        # gap_over_delay_s: the largest extra delay of a result over the fault-free one,
+        # minus D (goal: at most 1 s).
+        "dpc": dpc.summary() if dpc is not None else {"gap_over_delay_s": None},
         "errors": errors,
     }
     write_json(out / "bench.json", result)
@@ -234,6 +245,16 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
                         f"{o.first_after_kill_s} s, lost {len(o.lost())}, "
                         f"duplicated {len(o.duplicated())}", o.written_ms(),
                         o.kill_ms, o.declared_ms) for o in outcomes])
+    if dpc is not None:
+        events, faults, delays = dpc.timeline()
+        dpc_timeline_plot(out / "dpc_timeline.png", "DPC through a 30 s partition", events,
+                          faults, delays, dpc.delay_s)
+        figures = dpc.summary()
+        say(f"DPC: largest output gap {figures['largest_output_gap_s']} s (D = "
+            f"{figures['delay_s']:g} s), {figures['tentative_results']} tentative, "
+            f"{figures['corrections']} corrected, heal to REC_DONE "
+            f"{figures['heal_to_rec_done_s']} s, lost {figures['lost']}, duplicated "
+            f"{figures['duplicated']}")
     for name, value in ratios.items():
         if value is not None:
             say(f"{name.replace('_', ' ')}: {value:.2f}")
