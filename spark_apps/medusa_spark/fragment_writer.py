@@ -288,24 +288,15 @@ class FragmentWriter:
     # -- DPC --------------------------------------------------------------------------------
 
     def _dpc_before(self, table: pa.Table, batch_id: int) -> int | None:
-        """Reads the batch's DPC marks before anything of it is written: a REDO not yet
-        redone stops the query; the first record of an UP_FAILURE period makes the results
-        tentative from this batch on. Returns the REDO seen, if any."""
+        """Reads the batch's DPC marks before anything of it is written (see
+        ``DpcRecord.before_batch``). Returns the REDO seen, if any."""
         redo = _largest(table, REDO)
-        dpc = self.dpc
-        if redo is not None and redo > dpc.skip_epoch:
+        if redo is not None and redo > self.dpc.skip_epoch:
             raise ReconcileRequired(self.wiring.global_name, redo, batch_id)
-        epoch = _largest(table, EPOCH)
-        if epoch is not None and (dpc.tentative_since_batch is None
-                                  or epoch > dpc.tentative_epoch):
-            if dpc.tentative_since_batch is None:
-                dpc.tentative_since_batch = batch_id
-            dpc.tentative_epoch = epoch
+        changed = self.dpc.read_batch(batch_id, _largest(table, EPOCH))
+        if changed:
             self._save_dpc()
-        if dpc.tentative_since_batch is not None and batch_id >= dpc.tentative_since_batch:
-            self._tentative_epoch = dpc.tentative_epoch
-        else:
-            self._tentative_epoch = None
+        self._tentative_epoch = self.dpc.tentative_in(batch_id)
         return redo
 
     def _rec_done_due(self) -> bool:
@@ -318,9 +309,7 @@ class FragmentWriter:
                    for box in self.wiring.outputs)
 
     def _rec_done_written(self) -> None:
-        self.dpc.rec_done_epoch = self.dpc.skip_epoch
-        self.dpc.tentative_since_batch = None
-        self.dpc.redo_through = None
+        self.dpc.rec_done()
         self._save_dpc()
 
     def _marks(self, kind: TupleType) -> list[OutRecord]:

@@ -68,6 +68,33 @@ class DpcRecord:
         """Rolled back for a REDO whose REC_DONE is not written yet."""
         return self.skip_epoch > self.rec_done_epoch
 
+    def read_batch(self, batch_id: int, epoch: int | None) -> bool:
+        """A batch that read records of UP_FAILURE period ``epoch`` (None: no tentative
+        record): the first such batch of a period not yet redone starts the tentative
+        results. Returns whether the record changed."""
+        if epoch is None or epoch <= max(self.skip_epoch, self.tentative_epoch):
+            return False
+        if self.tentative_since_batch is None:
+            self.tentative_since_batch = batch_id
+        self.tentative_epoch = epoch
+        return True
+
+    def tentative_in(self, batch_id: int) -> int | None:
+        """The period whose results ``batch_id`` writes TENTATIVE, or None: stable."""
+        if self.tentative_since_batch is not None and batch_id >= self.tentative_since_batch:
+            return self.tentative_epoch
+        return None
+
+    def rec_done(self) -> None:
+        """REC_DONE of the period redone is written."""
+        self.rec_done_epoch = self.skip_epoch
+        self.redo_through = None
+        # A newer period read while redoing (a failure during stabilization) keeps its first
+        # batch: the redo's results since then were tentative too, and its own roll-back
+        # must go back that far.
+        if self.tentative_epoch <= self.skip_epoch:
+            self.tentative_since_batch = None
+
     @classmethod
     def load(cls, checkpoint: str) -> DpcRecord:
         path = _record_path(checkpoint)

@@ -55,3 +55,27 @@ def test_the_dpc_record_survives_beside_the_checkpoint(tmp_path: Path) -> None:
     record.save(str(tmp_path))
     loaded = DpcRecord.load(str(tmp_path))
     assert loaded == record and loaded.reconciling
+
+
+def test_a_period_makes_results_tentative_from_its_first_batch_until_rec_done() -> None:
+    record = DpcRecord()
+    assert not record.read_batch(3, None) and record.tentative_in(3) is None
+    assert record.read_batch(4, 1) and record.tentative_in(4) == 1
+    assert not record.read_batch(5, 1) and record.tentative_in(5) == 1
+    assert record.tentative_since_batch == 4
+    # The node rolls back to batch 3 and redoes with period 1 left out.
+    record.skip_epoch, record.tentative_since_batch = 1, None
+    assert not record.read_batch(4, None) and record.tentative_in(4) is None
+    record.rec_done()
+    assert not record.reconciling and record.tentative_since_batch is None
+
+
+def test_a_failure_during_stabilization_keeps_its_first_batch_past_the_rec_done() -> None:
+    record = DpcRecord()
+    record.read_batch(4, 1)
+    record.skip_epoch, record.tentative_since_batch = 1, None  # rolled back to batch 3
+    # The redo's first batch already reads records of period 2: tentative again.
+    assert record.read_batch(4, 2) and record.tentative_in(4) == 2
+    record.rec_done()  # of period 1
+    assert record.tentative_since_batch == 4, "period 2's roll-back must reach batch 3 again"
+    assert not record.read_batch(6, 2) and record.tentative_in(6) == 2
