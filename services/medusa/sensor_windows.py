@@ -25,6 +25,7 @@ from medusa.settings import REPO_ROOT
 from medusa.topics import ensure_topics
 
 NETWORK = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks" / "sensor_windows.yaml"
+PAIR_NETWORK = NETWORK.with_name("sensor_pair.yaml")
 STIME_ORIGIN_MS = 1_800_000_000_000
 """Second 0 of the input: a multiple of the window, so windows start at whole seconds."""
 WINDOW_MS = 10_000
@@ -45,20 +46,10 @@ def network_yaml(name: str, topic_prefix: str, ha: str | None = None,
 
 
 def pair_network_yaml(name: str, topic_prefix: str, availability_bound: str) -> str:
-    """The example over two sensor streams, one per participant, merged and averaged on
-    beta with DPC: when one stream fails, beta goes on within ``availability_bound``."""
-    raw = yaml.safe_load(NETWORK.read_text())
+    """The pair example (two sensor streams, one per participant, merged and averaged on
+    beta with DPC) under another name, on topics of its own, with its own bound."""
+    raw = yaml.safe_load(PAIR_NETWORK.read_text())
     raw.update(name=name, topic_prefix=topic_prefix, availability_bound=availability_bound)
-    raw["streams"] = {
-        "readings_alpha": {"topic": "sensors.alpha", "participant": "alpha",
-                           "schema": "sensor_reading"},
-        "readings_beta": {"topic": "sensors.beta", "participant": "beta",
-                          "schema": "sensor_reading"}}
-    raw["boxes"] = {"merged": {"type": "union", "participant": "beta"},
-                    "per_sensor": raw["boxes"]["per_sensor"]}
-    raw["arrows"] = [{"from": "readings_alpha", "to": "merged"},
-                     {"from": "readings_beta", "to": "merged"},
-                     {"from": "merged", "to": "per_sensor"}]
     return yaml.safe_dump(raw, sort_keys=False)
 
 

@@ -103,16 +103,17 @@ def _epochs(run: ScenarioRun, kind: TupleType) -> set[str]:
 
 def test_the_second_failure_began_while_the_first_was_stabilizing(
         sequence_run: ScenarioRun) -> None:
-    second = sequence_run.faults[1]
-    assert sequence_run.state_at(second.began_ms) == "STABILIZATION", sequence_run.dpc_states
+    first, second, _ = sequence_run.faults
+    between = [state for at, state in sequence_run.dpc_states
+               if first.ended_ms <= at <= second.began_ms + 1000]
+    assert "STABILIZATION" in between and "STABLE" not in between, sequence_run.dpc_states
 
 
-def test_every_failure_gave_tentative_results_and_was_corrected(
+def test_every_failure_gave_tentative_output_and_was_corrected(
         sequence_run: ScenarioRun) -> None:
-    tentative = [c.timestamp_ms for c in sequence_run.of(TupleType.TENTATIVE)]
-    first, _, third = sequence_run.faults
-    assert any(first.began_ms < t < first.ended_ms for t in tentative)
-    assert any(third.began_ms < t < third.ended_ms for t in tentative)
+    tentative = sequence_run.tentative_output_ms()
+    for fault in sequence_run.faults:
+        assert any(fault.began_ms < t < fault.ended_ms for t in tentative), fault.label
     # A failure that begins before the REDO of the one before belongs to its period.
     assert len(_epochs(sequence_run, TupleType.REC_DONE)) >= 2
     assert _epochs(sequence_run, TupleType.UNDO) == _epochs(sequence_run, TupleType.REC_DONE)
@@ -123,9 +124,9 @@ def test_the_node_killed_while_cut_off_went_on_tentatively(sequence_run: Scenari
                                                            restarts: list[int]) -> None:
     assert len(restarts) == 1, "the node was killed and started again"
     third = sequence_run.faults[2]
-    after_restart = [c for c in sequence_run.of(TupleType.TENTATIVE)
-                     if restarts[0] < c.timestamp_ms < third.ended_ms]
-    assert after_restart, ("no tentative result from the restarted node while the link was "
+    after_restart = [t for t in sequence_run.tentative_output_ms()
+                     if restarts[0] < t < third.ended_ms]
+    assert after_restart, ("no tentative output from the restarted node while the link was "
                            f"still cut ({(third.ended_ms - restarts[0]) / 1000:.0f}s)")
 
 

@@ -80,6 +80,13 @@ class ScenarioRun:
     def of(self, kind: TupleType) -> list[ConsumedTuple]:
         return [c for c in self.records if c.record.type is kind]
 
+    def tentative_output_ms(self) -> list[int]:
+        """When tentative output came: TENTATIVE results, and the BOUNDARY records a
+        fragment writes while its results are tentative (marked with the period)."""
+        return [c.timestamp_ms for c in self.records
+                if c.record.type is TupleType.TENTATIVE or (
+                    c.record.type is TupleType.BOUNDARY and "/tentative/" in c.record.tuple_id)]
+
     def state_at(self, ms: int) -> str:
         """The fragment's DPC state as the catalog showed it at ``ms``."""
         shown = [state for at, state in self.dpc_states if at <= ms]
@@ -204,7 +211,8 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
     recorder = _Recorder({"bootstrap.servers": endpoints.bootstrap("beta")}, registry,
                          output_topic)
     inputs = {p: SteadyInput({"bootstrap.servers": endpoints.bootstrap(p)}, registry,
-                             f"{prefix}sensors.{p}", SENSORS, seconds) for p in ("alpha", "beta")}
+                             f"{prefix}{p}.sensors.readings", SENSORS, seconds)
+              for p in ("alpha", "beta")}
     states: list[tuple[int, str]] = []
     sampling = threading.Event()
 
