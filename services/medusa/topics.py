@@ -33,6 +33,9 @@ def ensure_topics(
     for topic, future in futures.items():
         try:
             future.result(timeout=timeout_s)
+        except TimeoutError:
+            raise RuntimeError(f"could not create topic {topic}: the cluster did not answer "
+                               f"within {timeout_s:.0f}s") from None
         except KafkaException as error:
             if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 reason = error.args[0].str()

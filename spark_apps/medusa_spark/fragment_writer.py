@@ -181,6 +181,10 @@ class FragmentWriter:
         return sum(output.promote() for output in self.outputs)
 
     def close(self) -> None:
+        """Nothing more is written, not even an idle query's boundaries or its DPC record
+        (which the node may be rewriting for a roll-back)."""
+        with self.lock:
+            self._halted = True
         for output in self.outputs:
             output.close()
         for producer in self._dead_letter_producers.values():

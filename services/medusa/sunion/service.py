@@ -280,9 +280,9 @@ class SUnion:
         output_admin = self._client_config(config.output_bootstrap)
         ensure_topics(output_admin, [config.output_topic], partitions=config.output_partitions)
         for spec in config.inputs:
-            try:
+            try:  # a deployed network's exist already; a short wait, not to stall a restart
                 ensure_topics(self._client_config(spec.bootstrap),
-                              [dead_letter_topic(spec.topic)], partitions=1, timeout_s=10)
+                              [dead_letter_topic(spec.topic)], partitions=1, timeout_s=3)
             except RuntimeError as failure:  # cut off: the first dead letter creates it
                 log.warning("%s: input %s: %s", config.fragment, spec.name, failure)
         producer = Producer(self._client_config(
@@ -617,7 +617,7 @@ class SUnion:
             restored = restored_partitions(self._restored, spec.name)
             try:
                 metadata = cluster.consumer.list_topics(
-                    topic, timeout=10 if restored else 30).topics.get(topic)
+                    topic, timeout=3 if restored else 30).topics.get(topic)
             except KafkaException as failure:
                 if not restored:
                     raise SUnionError(f"{self.config.fragment}: input {spec.name}: no "
