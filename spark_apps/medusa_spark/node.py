@@ -323,7 +323,7 @@ class Node:
 
     def _start_sunion(self, name: str, wiring: FragmentWiring,
                       resume: dict[str, Any] | None = None) -> SUnionProcess:
-        config = wiring.sunion_config(resume)
+        config = wiring.sunion_config(resume, self.endpoints.otlp_endpoint or None)
         folder = self.work_dir / "sunion" / f"{wiring.topic_prefix}{name}".replace("/", "_")
         return SUnionProcess(config, folder).start()
 
