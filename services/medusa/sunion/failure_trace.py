@@ -104,6 +104,8 @@ class UpFailureTracer:
         self.period: UpFailurePeriod | None = None
         self._taken_at = 0.0
         self._root: Span | None = None
+        self._wall_offset_ns = 0
+        """Real time (ns) minus the clock's (ns), fixed per trace: its spans line up."""
 
     def observe(self, buckets: Buckets) -> None:
         """Notes the partitions declared failed since, and the heal once they are back."""
@@ -123,6 +125,7 @@ class UpFailureTracer:
                 period.epoch != release.epoch:
             return None
         if self._root is None:  # a retried transaction keeps the root it had
+            self._wall_offset_ns = self._wall_ns() - int(self._clock() * 1e9)
             self._root = self._tracer.start_span(
                 f"{ROOT_PREFIX}{self.fragment}", start_time=self._ns(period.waiting_since),
                 attributes={"medusa.fragment": self.fragment, "medusa.dpc.epoch": period.epoch,
@@ -173,4 +176,4 @@ class UpFailureTracer:
 
     def _ns(self, at: float) -> int:
         """A time on the Buckets' clock as nanoseconds since the Unix epoch."""
-        return self._wall_ns() - int((self._clock() - at) * 1e9)
+        return self._wall_offset_ns + int(at * 1e9)
