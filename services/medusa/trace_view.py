@@ -112,9 +112,10 @@ def write_png(trace: Trace, path: Path) -> Path:
     colours = {service: plt.get_cmap("tab10")(index % 10)
                for index, service in enumerate(services)}
     figure, axes = plt.subplots(figsize=(11, 0.45 * len(rows) + 1.6))
+    # A span of no length (an instant) still shows as a thin bar, however long the trace.
+    shortest_s = 0.004 * max(row.offset_s + row.duration_s for row in rows)
     for index, row in enumerate(rows):
-        # A span of no length (an instant) still shows as a thin bar.
-        axes.barh(index, max(row.duration_s, 0.02), left=row.offset_s,
+        axes.barh(index, max(row.duration_s, shortest_s), left=row.offset_s,
                   color=colours[row.span.service])
     axes.set_yticks(range(len(rows)))
     axes.set_yticklabels(["  " * row.depth + row.span.name for row in rows], fontsize=8)
@@ -122,7 +123,8 @@ def write_png(trace: Trace, path: Path) -> Path:
     axes.set_xlabel("seconds after the trace's first span")
     axes.set_title(title(trace), fontsize=10)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[s]) for s in services]
-    axes.legend(handles, services, fontsize=7, loc="lower right")
+    # Beside the bars, not over them.
+    axes.legend(handles, services, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
