@@ -1,7 +1,9 @@
 """A trace read back from Jaeger, shown as a timeline: lines for a terminal, bars in a PNG.
 
-The locally built Jaeger has no UI, so this is how a failure's trace (missed heartbeats,
-suspicion, declaration, placements, takeovers, first outputs) is looked at here.
+The locally built Jaeger has no UI, so this is how a node failure's trace (missed
+heartbeats, suspicion, declaration, placements, takeovers, first outputs) or a partition's
+(a fragment's UP_FAILURE period: delay, tentative release, heal, stabilization, the
+reconciliation and REC_DONE) is looked at here.
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ from medusa.jaeger_client import Trace, TracedSpan, find_traces
 
 FAILURE_ROOT = "node failure "
 """The root span of a failure's trace (the detector's declaration of a node)."""
-KINDS = {"failure": ("medusa-detector", FAILURE_ROOT)}
+PARTITION_ROOT = "up-failure "
+"""The root span of a partition's trace (a fragment's SUnion in UP_FAILURE, until its REDO;
+see ``medusa.sunion.failure_trace``)."""
+KINDS = {"failure": ("medusa-detector", FAILURE_ROOT),
+         "partition": ("medusa-sunion", PARTITION_ROOT)}
 """Kind of trace -> the service that starts it and its root span's name prefix."""
 
 
@@ -39,7 +45,8 @@ def roots(trace: Trace) -> list[TracedSpan]:
 
 
 def timeline(trace: Trace) -> list[Row]:
-    """Every span, each under its parent, siblings in order of their start."""
+    """Every span, each under its parent, siblings in order of their start (an instant
+    before a longer span that starts with it)."""
     if not trace.spans:
         return []
     start_us = min(span.start_us for span in trace.spans)
@@ -50,7 +57,8 @@ def timeline(trace: Trace) -> list[Row]:
 
     def place(span: TracedSpan, depth: int) -> None:
         rows.append(Row(span, depth, (span.start_us - start_us) / 1e6))
-        for child in sorted(children.get(span.span_id, []), key=lambda s: s.start_us):
+        for child in sorted(children.get(span.span_id, []),
+                            key=lambda s: (s.start_us, s.duration_us)):
             place(child, depth + 1)
 
     for root in sorted(roots(trace), key=lambda s: s.start_us):
@@ -104,9 +112,10 @@ def write_png(trace: Trace, path: Path) -> Path:
     colours = {service: plt.get_cmap("tab10")(index % 10)
                for index, service in enumerate(services)}
     figure, axes = plt.subplots(figsize=(11, 0.45 * len(rows) + 1.6))
+    # A span of no length (an instant) still shows as a thin bar, however long the trace.
+    shortest_s = 0.004 * max(row.offset_s + row.duration_s for row in rows)
     for index, row in enumerate(rows):
-        # A span of no length (an instant) still shows as a thin bar.
-        axes.barh(index, max(row.duration_s, 0.02), left=row.offset_s,
+        axes.barh(index, max(row.duration_s, shortest_s), left=row.offset_s,
                   color=colours[row.span.service])
     axes.set_yticks(range(len(rows)))
     axes.set_yticklabels(["  " * row.depth + row.span.name for row in rows], fontsize=8)
@@ -114,7 +123,8 @@ def write_png(trace: Trace, path: Path) -> Path:
     axes.set_xlabel("seconds after the trace's first span")
     axes.set_title(title(trace), fontsize=10)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[s]) for s in services]
-    axes.legend(handles, services, fontsize=7, loc="lower right")
+    # Beside the bars, not over them.
+    axes.legend(handles, services, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

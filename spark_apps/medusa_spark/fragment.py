@@ -87,14 +87,17 @@ class FragmentWiring:
     def global_name(self) -> str:
         return f"{self.network}/{self.fragment.name}"
 
-    def sunion_config(self, resume_from: dict[str, Any] | None = None) -> SUnionConfig:
-        """The fragment's SUnion: its inputs, wherever they live, into its source topic."""
+    def sunion_config(self, resume_from: dict[str, Any] | None = None,
+                      otlp_endpoint: str | None = None) -> SUnionConfig:
+        """The fragment's SUnion: its inputs, wherever they live, into its source topic;
+        its traces to ``otlp_endpoint``, if given."""
         return SUnionConfig(
             fragment=self.global_name,
             inputs=[SUnionInput(name=name, topic=stream.topic, bootstrap=stream.bootstrap)
                     for name, stream in sorted(self.inputs.items())],
             output_topic=self.source.topic, output_bootstrap=self.source.bootstrap,
-            bucket_ms=self.bucket_ms, max_delay_ms=self.max_delay_ms, resume_from=resume_from)
+            bucket_ms=self.bucket_ms, max_delay_ms=self.max_delay_ms, resume_from=resume_from,
+            otlp_endpoint=otlp_endpoint)
 
 
 def read_source(spark: SparkSession, source: KafkaStream) -> DataFrame:

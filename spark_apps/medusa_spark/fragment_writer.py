@@ -25,7 +25,9 @@ and the outputs' boundaries are marked with the period, so downstream SUnions ta
 them as tentative. A batch that holds a REDO not yet redone stops the query with
 ``ReconcileRequired``. After the roll-back, the writer writes UNDO on every output
 partition first, and REC_DONE once every output has promised the REDO's boundary (the
-corrections of everything it re-released are out by then).
+corrections of everything it re-released are out by then). The REDO's traceparent is kept
+in the DPC record, and the span ``REC_DONE <fragment>`` (from the query's restart until
+REC_DONE is written) joins the period's trace.
 
 When the input stops, no further batch comes to carry the last promise (a stateless
 query never runs a batch without data). So once the query is idle, with every
@@ -128,6 +130,8 @@ class FragmentWriter:
         self.wiring = wiring
         self.checkpoint = checkpoint
         self.dpc = DpcRecord.load(checkpoint) if checkpoint else DpcRecord()
+        self._started_ns = time.time_ns()
+        """When the query (re)started: after a roll-back, the start of its REC_DONE span."""
         self._tentative_epoch: int | None = None
         """Set while the results are TENTATIVE: the UP_FAILURE period they belong to."""
         self._undo_written = False
@@ -293,12 +297,17 @@ class FragmentWriter:
 
     def _dpc_before(self, table: pa.Table, batch_id: int) -> int | None:
         """Reads the batch's DPC marks before anything of it is written (see
-        ``DpcRecord.before_batch``). Returns the REDO seen, if any."""
+        ``DpcRecord.read_batch``). Returns the REDO seen, if any."""
         redo = _largest(table, REDO)
-        if redo is not None and redo > self.dpc.skip_epoch:
+        dpc = self.dpc
+        if redo is not None and redo > dpc.skip_epoch:
+            dpc.redo_traceparent = redo_traceparent(table, redo)
+            self._save_dpc()  # the roll-back and the restarted query join that trace
             raise ReconcileRequired(self.wiring.global_name, redo, batch_id)
-        changed = self.dpc.read_batch(batch_id, _largest(table, EPOCH))
-        if changed:
+        if redo == dpc.skip_epoch and dpc.reconciling and dpc.redo_traceparent is None:
+            dpc.redo_traceparent = redo_traceparent(table, redo)
+            self._save_dpc()
+        if dpc.read_batch(batch_id, _largest(table, EPOCH)):
             self._save_dpc()
         self._tentative_epoch = self.dpc.tentative_in(batch_id)
         return redo
@@ -313,8 +322,23 @@ class FragmentWriter:
                    for box in self.wiring.outputs)
 
     def _rec_done_written(self) -> None:
+        self._trace_rec_done()
         self.dpc.rec_done()
         self._save_dpc()
+
+    def _trace_rec_done(self) -> None:
+        """The reconciliation's last stage, in the trace of the period it corrects: from
+        the query's restart until its REC_DONE is written."""
+        if self.standby:
+            return
+        dpc = self.dpc
+        attributes: dict[str, str | int] = {"medusa.fragment": self.wiring.global_name,
+                                            "medusa.dpc.epoch": dpc.skip_epoch}
+        if dpc.rolled_back_batches is not None:
+            attributes["medusa.dpc.rolled_back_batches"] = dpc.rolled_back_batches
+        trace.get_tracer("medusa").start_span(
+            f"REC_DONE {self.wiring.global_name}", context=context_of(dpc.redo_traceparent),
+            start_time=self._started_ns, attributes=attributes).end()
 
     def _marks(self, kind: TupleType) -> list[OutRecord]:
         """An UNDO (back to the last stable tuple) or a REC_DONE on every output partition."""
@@ -445,6 +469,13 @@ class FragmentWriter:
         headers.append((TRACEPARENT_HEADER, own.encode()))
         return OutRecord(record.topic, record.tuple_id, record.value, headers, record.key,
                          record.partition)
+
+
+def redo_traceparent(table: pa.Table, epoch: int) -> str | None:
+    """The traceparent on a batch's BOUNDARY records of the REDO of ``epoch``, if any."""
+    marked = table.filter(pc.and_(pc.equal(table.column(REDO), epoch),
+                                  pc.is_valid(table.column(TRACE))))
+    return str(marked.column(TRACE)[0].as_py()) if marked.num_rows else None
 
 
 def _largest(table: pa.Table, name: str) -> int | None:

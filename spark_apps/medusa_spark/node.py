@@ -323,7 +323,7 @@ class Node:
 
     def _start_sunion(self, name: str, wiring: FragmentWiring,
                       resume: dict[str, Any] | None = None) -> SUnionProcess:
-        config = wiring.sunion_config(resume)
+        config = wiring.sunion_config(resume, self.endpoints.otlp_endpoint or None)
         folder = self.work_dir / "sunion" / f"{wiring.topic_prefix}{name}".replace("/", "_")
         return SUnionProcess(config, folder).start()
 
@@ -397,13 +397,17 @@ class Node:
         since = record.tentative_since_batch
         last = last_committed_batch(run.checkpoint)
         to_batch = (since - 1) if since is not None else (last if last is not None else -1)
-        with self.tracer.start_as_current_span(f"reconcile {hosted.name}", attributes={
-                "medusa.fragment": hosted.name, "medusa.node": self.global_name,
-                "medusa.dpc.epoch": request.epoch, "medusa.checkpoint.rolled_back_to": to_batch,
-                "medusa.checkpoint.last_committed": -1 if last is None else last}):
+        attributes: dict[str, str | int] = {
+            "medusa.fragment": hosted.name, "medusa.node": self.global_name,
+            "medusa.dpc.epoch": request.epoch, "medusa.checkpoint.rolled_back_to": to_batch,
+            "medusa.checkpoint.last_committed": -1 if last is None else last}
+        # A stage of the failure's trace, which the SUnion's REDO named.
+        with self.tracer.start_as_current_span(f"reconcile {hosted.name}", attributes=attributes,
+                                               context=context_of(record.redo_traceparent)):
             deleted = rollback(run.checkpoint, to_batch)
             record.skip_epoch = max(record.skip_epoch, request.epoch)
             record.tentative_since_batch = None
+            record.rolled_back_batches = (last - to_batch) if last is not None else 0
             record.save(run.checkpoint)
             hosted.run = start_fragment(self.spark, network.plan, run.wiring, run.checkpoint)
         hosted.reconciliations += 1

@@ -15,6 +15,9 @@ of that batch and stops the query with ``ReconcileRequired``; the node then
    their tentative results), the corrected results as they come, and REC_DONE after the
    batch that holds the REDO's boundaries.
 
+The REDO's boundaries carry the SUnion's trace of the period (``redo_traceparent``): the
+node's ``reconcile`` span and the writer's ``REC_DONE`` span join it.
+
 The record lives beside the checkpoint (``medusa-dpc.json``) and moves with it, so a node
 that takes the fragment over in the middle of a failure or a reconciliation goes on.
 """
@@ -62,6 +65,10 @@ class DpcRecord:
     redo_through: int | None = None
     """The stime the REDO re-released through: REC_DONE waits until every output has
     promised as much (its corrections are all out)."""
+    redo_traceparent: str | None = None
+    """The W3C traceparent the REDO being redone carries: its period's trace."""
+    rolled_back_batches: int | None = None
+    """How many committed batches the roll-back for that REDO dropped."""
 
     @property
     def reconciling(self) -> bool:
@@ -89,6 +96,8 @@ class DpcRecord:
         """REC_DONE of the period redone is written."""
         self.rec_done_epoch = self.skip_epoch
         self.redo_through = None
+        self.redo_traceparent = None
+        self.rolled_back_batches = None
         # A newer period read while redoing (a failure during stabilization) keeps its first
         # batch: the redo's results since then were tentative too, and its own roll-back
         # must go back that far.

@@ -30,7 +30,8 @@ rows (filter, union) pass it on, so the tuple's trace reaches the sink."""
 EPOCH = "_epoch"
 """The UP_FAILURE period a SUnion record belongs to (``medusa.tentative``), else null."""
 REDO = "_redo"
-"""On the BOUNDARY records of a SUnion's REDO: the period it corrects, else null."""
+"""On the BOUNDARY records of a SUnion's REDO: the period it corrects, else null (their
+``_trace`` is the SUnion's trace of that period)."""
 RAW, RAW_HEADERS, REASON, SOURCE = "_raw", "_raw_headers", "_reason", "_source"
 """Set on INVALID rows only: the original value and headers, why it is unusable, its topic."""
 BOUNDARY = "BOUNDARY"
@@ -114,9 +115,9 @@ def decode_input(source: DataFrame, name: str, stream: KafkaStream) -> DataFrame
 
 def control_rows(source: DataFrame, inputs: dict[str, KafkaStream]) -> DataFrame:
     """The SUnion's records that are not tuples for boxes, in one pass over them: its
-    BOUNDARY records (with their DPC marks), and the tuples of ``inputs`` (name ->
-    stream) that cannot be used, as INVALID rows with the raw record, the reason and the
-    stream's own topic, for its dead-letter topic."""
+    BOUNDARY records (with their DPC marks, and a REDO's traceparent), and the tuples of
+    ``inputs`` (name -> stream) that cannot be used, as INVALID rows with the raw record,
+    the reason and the stream's own topic, for its dead-letter topic."""
     reason: Column = F.lit(None).cast("string")
     topic: Column = F.lit(None).cast("string")
     for name, stream in sorted(inputs.items(), reverse=True):
@@ -130,6 +131,7 @@ def control_rows(source: DataFrame, inputs: dict[str, KafkaStream]) -> DataFrame
         ID, STIME,
         F.when(is_boundary, F.col(EPOCH)).alias(EPOCH),
         F.when(is_boundary, F.col(REDO)).alias(REDO),
+        F.when(is_boundary & F.col(REDO).isNotNull(), F.col(TRACE)).alias(TRACE),
         F.when(unusable, F.col("_bytes")).alias(RAW),
         F.when(unusable, F.col("_headers")).alias(RAW_HEADERS),
         F.when(unusable, reason).alias(REASON),

@@ -3,13 +3,15 @@ per window by a fragment on beta with an availability bound. The link between al
 beta is cut twice (toxiproxy): once for less than D (nothing tentative may come of it),
 then for much longer (tentative results while it lasts; after it heals, UNDO, the
 corrected results and REC_DONE, and a stable view equal to the fault-free reference,
-tuple for tuple)."""
+tuple for tuple). The long cut is one trace in Jaeger, from the SUnion's delay to the
+writer's REC_DONE."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,7 +19,9 @@ import pytest
 from medusa.catalog.client import CatalogClient
 from medusa.envelope import TupleType
 from medusa.faults import Links
+from medusa.jaeger_client import Trace
 from medusa.stable_view import stable_view
+from medusa.trace_view import recent, roots
 from medusa_apps.bench.dpc_partition import Fault, ScenarioRun, deployed_pair, run_scenario
 from tests.federation_processes import NodeProcess, federation_env, running
 
@@ -135,3 +139,37 @@ def test_medusa_verify_finds_the_output_equal_to_the_reference(dpc_run: Scenario
                                  for i, v in wrong.items()))
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 1 and changed in done.stdout + done.stderr
+
+
+def _partition_trace(query_url: str, network: str, spans: list[str],
+                     timeout_s: float = 90.0) -> Trace:
+    """The newest partition trace of a fragment of ``network`` with every span named."""
+    deadline = time.monotonic() + timeout_s
+    seen: list[list[str]] = []
+    while time.monotonic() < deadline:
+        found = [t for t in recent(query_url, "partition", 10, 3600)
+                 if any(r.name.startswith(f"up-failure {network}/") for r in roots(t))]
+        seen = [sorted(s.name.split(" ")[0] for s in t.spans) for t in found]
+        complete = [t for t in found if all(t.named(name) for name in spans)]
+        if complete:
+            return complete[0]
+        time.sleep(2)
+    raise AssertionError(f"no partition trace of {network} with {spans}; found {seen}")
+
+
+def test_the_long_failure_is_one_trace_from_the_delay_to_rec_done(dpc_run: ScenarioRun,
+                                                                   federation, node) -> None:
+    network = "alpha/" + dpc_run.topic.split(".", 1)[0]  # as deployed_pair names it
+    stages = ["delay", "tentative release", "heal", "stabilization", "reconcile", "REC_DONE"]
+    found = _partition_trace(federation.jaeger_query_url, network, stages)
+    [root] = roots(found)
+    assert root.service == "medusa-sunion"
+    for stage in stages:
+        assert found.parent(found.one(stage)) == root, stage
+    heal, reconcile, rec_done = (found.one(n) for n in ("heal", "reconcile", "REC_DONE"))
+    for span in (reconcile, rec_done):
+        assert span.service == f"medusa-node {node.global_name}"
+    assert heal.start_us <= reconcile.start_us <= rec_done.start_us
+    epoch = found.one("tentative release").attributes["medusa.dpc.epoch"]
+    assert rec_done.attributes["medusa.dpc.epoch"] == epoch
+    assert rec_done.attributes["medusa.dpc.rolled_back_batches"] >= 1

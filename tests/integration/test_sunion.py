@@ -1,6 +1,7 @@
 """The SUnion against the real Kafka: two inputs on two clusters merged bucket by bucket,
 each tuple exactly once and never behind a boundary that passed it, also across a kill -9;
-unusable records dead-lettered on their input's cluster."""
+unusable records dead-lettered on their input's cluster; an input that fails for longer
+than D is one trace in Jaeger, whose context the REDO carries."""
 
 from __future__ import annotations
 
@@ -18,19 +19,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import httpx
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from medusa import trace_view
 from medusa.dead_letters import BOX_HEADER, OFFSET_HEADER, REASON_HEADER, dead_letter_topic
 from medusa.envelope import (
     ID_HEADER,
+    REDO_HEADER,
     STIME_HEADER,
+    TRACEPARENT_HEADER,
     TYPE_HEADER,
     Envelope,
     Headers,
     TupleType,
 )
+from medusa.jaeger_client import Trace
 from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
 from medusa.sensors import SensorReading, sensor_readings, to_dict
@@ -46,6 +52,7 @@ from medusa.sunion import (
 )
 from medusa.sunion.service import transactional_id
 from medusa.topics import ensure_topics
+from tests.federation_processes import federation_env
 
 pytestmark = pytest.mark.integration
 
@@ -266,12 +273,16 @@ class Feeder:
     last_stime: int = BASE_MS
     stop: threading.Event = field(default_factory=threading.Event)
     failure: list[BaseException] = field(default_factory=list)
+    paused: set[str] = field(default_factory=set)
+    """Inputs whose producer is stopped for now (no tuple, no boundary): a failed input."""
 
     def run(self) -> None:
         try:
             step = 0
             while not self.stop.is_set():
                 for name, producer in self.producers.items():
+                    if name in self.paused:
+                        continue
                     for sensor in range(5):
                         stime = BASE_MS + step * 20
                         tuple_id = f"{name}/{sensor}/{step}"
@@ -543,3 +554,102 @@ def test_positions_are_found_behind_a_large_aborted_transaction(clusters, topic)
             reader.close()
         assert second.state()["records_out"] == 2
     assert [r.tuple_id for r in _tuples(records)] == ["t1", "t2", "t3"]
+
+
+def _partition_trace(query_url: str, trace_id: int, spans: list[str],
+                     timeout_s: float = 90.0) -> Trace:
+    """The partition trace ``trace_id`` as ``medusa trace --kind partition`` finds it, once
+    it has every span named."""
+    deadline = time.monotonic() + timeout_s
+    seen: list[list[str]] = []
+    while time.monotonic() < deadline:
+        try:
+            recent = trace_view.recent(query_url, "partition", 20, 900)
+        except httpx.HTTPError:
+            recent = []
+        seen = [sorted(s.name for s in t.spans) for t in recent]
+        for found in recent:
+            if int(found.trace_id, 16) == trace_id and \
+                    all(found.named(name) for name in spans):
+                return found
+        time.sleep(1)
+    raise AssertionError(f"no partition trace {trace_id:032x} with {spans} in Jaeger within "
+                         f"{timeout_s:.0f}s; found {seen}")
+
+
+def test_an_up_failure_period_is_one_trace_in_jaeger(federation, clusters, registry, topic,
+                                                      tmp_path) -> None:
+    alpha, beta = clusters
+    topic_a, topic_b, output = f"{topic}.a", f"{topic}.b", f"{topic}.out"
+    ensure_topics({"bootstrap.servers": alpha}, [topic_a], partitions=1)
+    ensure_topics({"bootstrap.servers": beta}, [topic_b], partitions=1)
+    fragment = f"alpha/test/trace-{uuid.uuid4().hex[:8]}"
+    state_file = tmp_path / "state.json"
+    config = SUnionConfig(fragment=fragment, output_topic=output, output_bootstrap=alpha,
+                          bucket_ms=200, max_delay_ms=2000, state_file=str(state_file),
+                          otlp_endpoint=federation.otlp_endpoint,
+                          inputs=[SUnionInput(name="a", topic=topic_a, bootstrap=alpha),
+                                  SUnionInput(name="b", topic=topic_b, bootstrap=beta)])
+    producers = {"a": _sensor_producer(alpha, registry, topic_a),
+                 "b": _sensor_producer(beta, registry, topic_b)}
+    feeder = Feeder(producers)
+    feeding = threading.Thread(target=feeder.run, name="feeder", daemon=True)
+    sunion = _start_sunion(config, tmp_path, "sunion")
+
+    def state() -> dict[str, Any]:
+        return _state(state_file)
+
+    try:
+        feeding.start()
+        _wait_for(lambda: state().get("transactions", 0) >= 3, "the first stable releases")
+        tentative_before, redos_before = state()["tentative_releases"], state()["redos"]
+        feeder.paused.add("b")  # input b fails: a bucket waits D, then goes out TENTATIVE
+        _wait_for(lambda: state()["tentative_releases"] > tentative_before,
+                  "a tentative release after D")
+        feeder.paused.discard("b")  # and comes back: the REDO
+        _wait_for(lambda: state()["redos"] > redos_before, "the REDO")
+        reader = OutputReader(alpha, output)
+        try:
+            records = reader.read_until(
+                lambda rs: any(REDO_HEADER in r.headers for r in rs), "the REDO's boundary")
+        finally:
+            reader.close()
+    finally:
+        feeder.stop.set()
+        feeding.join(30)
+        sunion.send_signal(signal.SIGTERM)
+        exited = sunion.wait(60)
+        for producer in producers.values():
+            producer.close()
+    assert exited == 0, (tmp_path / "sunion.log").read_text()[-2000:]
+    assert not feeder.failure, f"feeding failed: {feeder.failure[0]!r}"
+
+    redo = [r for r in records if REDO_HEADER in r.headers][-1]
+    _, trace_id, root_id, _ = redo.headers[TRACEPARENT_HEADER].decode().split("-")
+    stages = ["delay", "tentative release", "heal", "stabilization"]
+    found = _partition_trace(federation.jaeger_query_url, int(trace_id, 16), stages)
+    rows = trace_view.timeline(found)
+    assert [(row.span.name, row.depth) for row in rows] == [
+        (f"up-failure {fragment}", 0), *((stage, 1) for stage in stages)]
+    root = rows[0].span
+    assert root.service == "medusa-sunion" and int(root.span_id, 16) == int(root_id, 16), \
+        "the REDO's boundary carries the root's context"
+    delay, tentative, heal, stabilization = (row.span for row in rows[1:])
+    assert delay.start_us == root.start_us
+    assert delay.start_us <= tentative.start_us <= heal.start_us <= stabilization.start_us
+    assert delay.attributes["medusa.dpc.delay_ms"] == 2000
+    assert "b[0]" in delay.attributes["medusa.dpc.failed_inputs"]
+    assert tentative.attributes["medusa.dpc.epoch"] == int(redo.headers[REDO_HEADER])
+    assert tentative.attributes["medusa.dpc.tentative_releases"] >= 1
+
+    png = tmp_path / "partition.png"
+    shown = subprocess.run(
+        [sys.executable, "-m", "medusa_apps", "trace", "--kind", "partition", "--last", "5",
+         "--png", str(png)], capture_output=True, text=True, timeout=120, check=False,
+        env={**federation_env(federation, tmp_path), "COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.split(f"up-failure {fragment} (trace {found.trace_id})", 1)
+    assert len(lines) == 2, shown.stdout
+    for stage in stages:
+        assert f"{stage}  [medusa-sunion]" in lines[1], f"{stage} not shown:\n{shown.stdout}"
+    assert png.read_bytes()[:4] == b"\x89PNG"

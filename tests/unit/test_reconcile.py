@@ -1,13 +1,17 @@
 """DPC's checkpoint roll-back on a checkpoint laid out as Spark writes it, and the DPC
-record kept beside it."""
+record kept beside it, with the REDO's traceparent the reconciliation's spans join."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
-from medusa_spark.reconcile import DpcRecord, RollbackError, rollback
+from medusa_spark.fragment_writer import redo_traceparent
+from medusa_spark.reconcile import RECORD_FILE, DpcRecord, RollbackError, rollback
+from medusa_spark.streams import REDO, TRACE
 
 pytestmark = pytest.mark.unit
 
@@ -49,12 +53,17 @@ def test_rollback_before_the_first_batch_and_past_what_is_kept(tmp_path: Path) -
         rollback(str(tmp_path), 7)
 
 
+TRACEPARENT = "00-7ab6c69024106c5fb0cf9935a62951fe-1de5f4b86b38a442-01"
+
+
 def test_the_dpc_record_survives_beside_the_checkpoint(tmp_path: Path) -> None:
     assert DpcRecord.load(str(tmp_path)) == DpcRecord()
-    record = DpcRecord(tentative_since_batch=5, tentative_epoch=2, skip_epoch=2)
+    record = DpcRecord(tentative_since_batch=5, tentative_epoch=2, skip_epoch=2,
+                       redo_traceparent=TRACEPARENT, rolled_back_batches=6)
     record.save(str(tmp_path))
     loaded = DpcRecord.load(str(tmp_path))
     assert loaded == record and loaded.reconciling
+    assert loaded.redo_traceparent == TRACEPARENT and loaded.rolled_back_batches == 6
 
 
 def test_a_period_makes_results_tentative_from_its_first_batch_until_rec_done() -> None:
@@ -79,3 +88,22 @@ def test_a_failure_during_stabilization_keeps_its_first_batch_past_the_rec_done(
     record.rec_done()  # of period 1
     assert record.tentative_since_batch == 4, "period 2's roll-back must reach batch 3 again"
     assert not record.read_batch(6, 2) and record.tentative_in(6) == 2
+
+
+
+def test_a_record_written_before_the_trace_fields_still_loads(tmp_path: Path) -> None:
+    (tmp_path / RECORD_FILE).write_text(json.dumps(
+        {"tentative_since_batch": None, "tentative_epoch": 1, "skip_epoch": 1,
+         "rec_done_epoch": 0, "redo_through": 4000}))
+    loaded = DpcRecord.load(str(tmp_path))
+    assert loaded.reconciling and loaded.redo_traceparent is None
+
+
+def test_the_redo_traceparent_is_read_from_the_redo_boundaries_of_a_batch() -> None:
+    batch = pa.table({
+        REDO: pa.array([None, None, 2, 2, None], pa.int32()),
+        TRACE: pa.array(["00-sampled-tuple", None, None, TRACEPARENT, None], pa.string()),
+    })
+    assert redo_traceparent(batch, 2) == TRACEPARENT
+    assert redo_traceparent(batch, 3) is None
+    assert redo_traceparent(batch.slice(0, 3), 2) is None, "a REDO from an untraced SUnion"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from medusa.jaeger_client import Trace, TracedSpan
-from medusa.trace_view import text_lines, timeline, write_png
+from medusa.trace_view import KINDS, text_lines, timeline, write_png
 
 pytestmark = pytest.mark.unit
 
@@ -53,3 +53,20 @@ def test_text_lines_show_start_duration_bar_name_and_service() -> None:
 def test_the_png_is_written(tmp_path) -> None:
     path = write_png(FAILURE, tmp_path / "failure.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_partition_trace_shows_an_instant_before_the_span_that_starts_with_it() -> None:
+    sunion, node = "medusa-sunion", "medusa-node beta/node-1"
+    partition = Trace("t3", [
+        _span("s", "stabilization", "r", 9.0, 1.5, sunion),
+        _span("h", "heal", "r", 9.0, 0.0, sunion),
+        _span("r", "up-failure beta/net/pair", None, 0.0, 10.5, sunion),
+        _span("c", "REC_DONE beta/net/pair", "r", 12.0, 4.0, node),
+        _span("d", "delay", "r", 0.0, 3.0, sunion),
+        _span("t", "tentative release", "r", 3.0, 0.01, sunion),
+        _span("k", "reconcile beta/net/pair", "r", 11.0, 0.5, node),
+    ])
+    assert [(row.span.name.split()[0], row.depth) for row in timeline(partition)] == [
+        ("up-failure", 0), ("delay", 1), ("tentative", 1), ("heal", 1), ("stabilization", 1),
+        ("reconcile", 1), ("REC_DONE", 1)]
+    assert KINDS["partition"] == ("medusa-sunion", "up-failure ")

@@ -13,6 +13,7 @@ import sys
 import threading
 from types import FrameType
 
+from medusa import tracing
 from medusa.sunion.config import load_config
 from medusa.sunion.service import SUnion, SUnionError
 
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = load_config(args.config)
+    if config.otlp_endpoint:
+        tracing.configure("medusa-sunion", config.otlp_endpoint)
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
@@ -41,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     except SUnionError as error:
         log.error("%s", error)
         return 1
+    finally:
+        tracing.shutdown()  # the last period's trace goes out before the process ends
     return 0
 
 

@@ -147,6 +147,10 @@ class Release:
     uncorrected: list[HeldTuple] = field(default_factory=list)
     """Upstream TENTATIVE tuples a stable release passed with no UNDO withdrawing them:
     left out (the upstream broke the protocol), to be dead-lettered."""
+    waited_since: float | None = None
+    """When its first bucket began to wait for a lagging partition (the Buckets' clock);
+    None when it went out without waiting. On the first TENTATIVE release of a period,
+    the start of the delay D."""
 
 
 @dataclass(frozen=True)
@@ -414,8 +418,9 @@ class Buckets:
                     (uncorrected if held.tentative else tuples).append(held)
             self.released_through = self.stable_through = through
             self.failed.clear()
-        self._waiting_since = None
-        return Release(through, tuples, self.positions(), kind, self.epoch, uncorrected)
+        waited_since, self._waiting_since = self._waiting_since, None
+        return Release(through, tuples, self.positions(), kind, self.epoch, uncorrected,
+                       waited_since)
 
     def _floor(self, stime: int) -> int:
         return (stime // self.bucket_ms) * self.bucket_ms

@@ -41,6 +41,9 @@ class SUnionConfig(BaseModel):
     record its last committed batch read on the old cluster."""
     state_file: str | None = None
     """Where ``SUnion.state()`` is written as JSON about every second (atomically)."""
+    otlp_endpoint: str | None = None
+    """Where the SUnion's traces go (OTLP gRPC, the federation's Jaeger), one per UP_FAILURE
+    period; None: not traced."""
 
     @model_validator(mode="after")
     def _inputs_distinct(self) -> SUnionConfig:

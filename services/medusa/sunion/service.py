@@ -35,6 +35,8 @@ asks the fragment's query to reconcile (the REC_REQUEST). From an upstream fragm
 TENTATIVE tuple is held as tentative, a marked BOUNDARY advances only the partition's
 tentative boundary, an UNDO withdraws the partition's tentative tuples, and a REC_DONE
 needs nothing (the stable boundaries that follow it say the rest).
+Each UP_FAILURE period is one trace (``failure_trace``); the REDO's BOUNDARY records carry
+its root's ``traceparent``, so the query's reconciliation joins it.
 
 Dead letters go to ``<input topic>.dlq`` on the input's cluster: inside the
 release's transaction when that is the output's cluster (exactly once); otherwise
@@ -73,6 +75,7 @@ from medusa.envelope import (
     REDO_HEADER,
     STIME_HEADER,
     TENTATIVE_HEADER,
+    TRACEPARENT_HEADER,
     TYPE_HEADER,
     boundary,
 )
@@ -87,6 +90,7 @@ from medusa.sunion.buckets import (
     restored_partitions,
 )
 from medusa.sunion.config import SUnionConfig, SUnionInput
+from medusa.sunion.failure_trace import UpFailureTracer
 from medusa.topics import ensure_topics
 
 INPUT_HEADER = "medusa.input"
@@ -254,6 +258,7 @@ class SUnion:
         self._input_name_bytes = {i.name: i.name.encode() for i in config.inputs}
         self._quiet_until: dict[str, float] = {}
         self._fenced = False
+        self._failure_trace = UpFailureTracer(config.fragment, config.max_delay_ms)
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -371,6 +376,7 @@ class SUnion:
                         with self._lock:
                             self._take(cluster, messages)
                 with self._lock:
+                    self._failure_trace.observe(buckets)
                     release = buckets.release()
                     if release is not None:
                         reannounced = 0
@@ -515,9 +521,10 @@ class SUnion:
         letters = self._pending_letters
         self._pending_letters = []
         positions = json.dumps(release.positions, separators=(",", ":")).encode()
+        redo_trace = self._failure_trace.taken(release)
         for attempt in range(1, 4):
             try:
-                self._transaction(release, letters, positions)
+                self._transaction(release, letters, positions, redo_trace)
                 break
             except KafkaException as failure:
                 error = failure.args[0]
@@ -536,6 +543,8 @@ class SUnion:
                             self.config.fragment, error.str())
         self.counters.transactions += 1
         self.counters.records_out += len(release.tuples)
+        assert self._buckets is not None
+        self._failure_trace.written(release, self._buckets)
         if release.kind is ReleaseKind.TENTATIVE:
             self.counters.tentative_releases += 1
             self.counters.tentative_tuples += len(release.tuples)
@@ -548,7 +557,8 @@ class SUnion:
                   release.through, len(release.tuples))
 
     def _transaction(self, release: Release, letters: Sequence[DeadLetter],
-                     positions: bytes) -> None:
+                     positions: bytes, redo_trace: str | None = None) -> None:
+        """``redo_trace``: the traceparent of the period a REDO ends, on its boundaries."""
         producer = self._producer
         assert producer is not None
         topic = self.config.output_topic
@@ -580,6 +590,8 @@ class SUnion:
             extra.append((TENTATIVE_HEADER, epoch))
         elif release.kind is ReleaseKind.REDO:
             extra.append((REDO_HEADER, epoch))
+            if redo_trace is not None:
+                extra.append((TRACEPARENT_HEADER, redo_trace.encode()))
         for partition in range(partitions):
             envelope = boundary(source, partition, release.through)
             produce(topic, None, None, partition, headers=envelope.headers(extra))
