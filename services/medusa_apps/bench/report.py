@@ -164,7 +164,7 @@ def dpc_timeline_plot(path: Path, title: str, events: dict[str, list[float]],
     fault-free one, against D. Faults are shaded. Times in seconds since the input began."""
     path.parent.mkdir(parents=True, exist_ok=True)
     figure, (records_axes, delay_axes) = plt.subplots(
-        2, 1, figsize=(10, 5.5), sharex=True, gridspec_kw={"height_ratios": [1.2, 1]})
+        2, 1, figsize=(11.5, 5.5), sharex=True, gridspec_kw={"height_ratios": [1.2, 1]})
     rows = [kind for kind in DPC_KINDS if kind in events]
     for row, kind in enumerate(rows):
         records_axes.scatter(events[kind], [row] * len(events[kind]), marker="|", s=120,
@@ -183,7 +183,7 @@ def dpc_timeline_plot(path: Path, title: str, events: dict[str, list[float]],
     for axes in (records_axes, delay_axes):
         for began, ended in faults:
             axes.axvspan(began, ended, color="grey", alpha=0.15)
-    delay_axes.legend(loc="upper left", fontsize=8)
+    delay_axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     records_axes.set_title(title + " (shaded: the partition)", fontsize=11)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
