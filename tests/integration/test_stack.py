@@ -26,7 +26,7 @@ def launched(local_federation):
 def test_status_reports_every_component_answering(launched) -> None:
     rows = {row.name: row for row in launcher.status(launched.layout)}
     assert set(rows) == {"kafka-alpha", "kafka-beta", "registry", "jaeger", "catalog",
-                         "detector"}
+                         "detector", "toxiproxy"}
     assert all(row.running and row.answering for row in rows.values()), rows
 
 
@@ -41,7 +41,7 @@ def test_a_second_up_is_harmless(launched) -> None:
     launcher.up(launched.layout, report=messages.append)
     after = {row.name: row.pid for row in launcher.status(launched.layout)}
     assert before == after
-    assert sum("already running" in m for m in messages) == 6
+    assert sum("already running" in m for m in messages) == 7
 
 
 def test_a_taken_port_is_named_in_the_error(tmp_path) -> None:
