@@ -165,3 +165,35 @@ def test_the_image_installs_with_the_same_scripts_as_a_developer_machine() -> No
     assert "pip install" not in run_lines and "mvn " not in run_lines
     for script in in_image:
         assert (REPO_ROOT / "infra" / script).is_file(), script
+
+
+def _listeners(value: str) -> dict[str, str]:
+    return dict(part.split("://", 1) for part in value.split(","))
+
+
+def test_the_links_run_through_toxiproxy_to_a_listener_advertised_at_the_proxy(
+        compose) -> None:
+    services = compose["services"]
+    proxy = services["toxiproxy"]
+    mounted = next(v.split(":")[0] for v in proxy["volumes"] if v.endswith(":ro"))
+    links = {p["name"]: p for p in json.loads((REPO_ROOT / mounted).read_text())}
+    assert "-config=/config/links.json" in proxy["command"]
+    for name, service in _medusa_services(compose).items():
+        named = dict(part.split("=", 1) for part in
+                     service["environment"]["MEDUSA_EXTERNAL_KAFKA_LINKS"].split(","))
+        assert service["environment"]["MEDUSA_EXTERNAL_TOXIPROXY_URL"] == \
+            "http://toxiproxy:8474", name
+        assert set(named) == set(links) == {"alpha-from-beta", "beta-from-alpha"}
+        for link, bootstrap in named.items():
+            cluster, viewer = link.split("-from-")
+            host, port = bootstrap.split(":")
+            assert host == "toxiproxy" and links[link]["listen"].endswith(f":{port}")
+            kafka = services[f"kafka-{cluster}"]["environment"]
+            listener = f"FROM_{viewer.upper()}"
+            upstream_host, upstream_port = links[link]["upstream"].split(":")
+            assert upstream_host == f"kafka-{cluster}"
+            assert _listeners(kafka["KAFKA_LISTENERS"])[listener] == f":{upstream_port}"
+            assert _listeners(kafka["KAFKA_ADVERTISED_LISTENERS"])[listener] == bootstrap
+            assert f"{listener}:PLAINTEXT" in kafka["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"]
+    for node in (n for n in services if n.startswith("node-")):
+        assert services[node]["depends_on"]["toxiproxy"]["condition"] == "service_healthy"
