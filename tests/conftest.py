@@ -143,3 +143,18 @@ def test_tracing(federation: Endpoints):  # type: ignore[no-untyped-def]
     tracing.configure("medusa-tests", federation.otlp_endpoint)
     yield trace.get_tracer_provider()
     tracing.shutdown()
+
+
+@pytest.fixture(scope="module")
+def links(federation: Endpoints):  # type: ignore[no-untyped-def]
+    """The proxies on the links between participants (medusa fault); every link is healed
+    when the module is done."""
+    from medusa.faults import Links
+
+    if not federation.toxiproxy_url:
+        pytest.skip("this federation has no proxies on its links (containers)")
+    with Links(federation.toxiproxy_url) as opened:
+        try:
+            yield opened
+        finally:
+            opened.heal()

@@ -39,17 +39,6 @@ however slow the machine's batches are."""
 
 
 @pytest.fixture(scope="module")
-def links(federation) -> Iterator[Links]:
-    if not federation.toxiproxy_url:
-        pytest.skip("this federation has no proxies on its links (containers)")
-    with Links(federation.toxiproxy_url) as opened:
-        try:
-            yield opened
-        finally:
-            opened.heal()
-
-
-@pytest.fixture(scope="module")
 def node(federation, tmp_path_factory) -> Iterator[NodeProcess]:
     run_dir = tmp_path_factory.mktemp("dpc-node")
     started = NodeProcess("dpc-b1", "beta", federation, run_dir)

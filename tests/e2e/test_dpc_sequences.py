@@ -13,7 +13,6 @@ import pytest
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.envelope import TupleType
-from medusa.faults import Links
 from medusa_apps.bench.dpc_partition import Fault, ScenarioRun, deployed_pair, run_scenario
 from tests.federation_processes import NodeProcess, running
 
@@ -27,17 +26,6 @@ SECOND_FOR_S = 10.0
 THIRD = (50.0, 75.0)
 KILL_AFTER_S = 3.0
 """Into the third failure: the node dies, and starts again (Spark's start takes a while)."""
-
-
-@pytest.fixture(scope="module")
-def links(federation) -> Iterator[Links]:
-    if not federation.toxiproxy_url:
-        pytest.skip("this federation has no proxies on its links (containers)")
-    with Links(federation.toxiproxy_url) as opened:
-        try:
-            yield opened
-        finally:
-            opened.heal()
 
 
 @pytest.fixture(scope="module")

@@ -8,28 +8,15 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from medusa.faults import Links
 from medusa.topics import ensure_topics
 from tests.federation_processes import federation_env
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def links(federation) -> Iterator[Links]:
-    if not federation.toxiproxy_url:
-        pytest.skip("this federation has no proxies on its links (containers)")
-    with Links(federation.toxiproxy_url) as opened:
-        try:
-            yield opened
-        finally:
-            opened.heal()
 
 
 def _values(consumer: Consumer, wanted: int, within_s: float) -> list[bytes]:
