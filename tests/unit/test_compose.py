@@ -24,7 +24,8 @@ COMPOSE = REPO_ROOT / "docker-compose.yml"
 DOCKERFILE = REPO_ROOT / "infra" / "Dockerfile"
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
 ENDPOINT_VARIABLES = ("MEDUSA_EXTERNAL_KAFKA", "MEDUSA_EXTERNAL_REGISTRY_URL",
-                      "MEDUSA_EXTERNAL_OTLP_ENDPOINT", "MEDUSA_EXTERNAL_CATALOG_URL")
+                      "MEDUSA_EXTERNAL_OTLP_ENDPOINT", "MEDUSA_EXTERNAL_CATALOG_URL",
+                      "MEDUSA_EXTERNAL_KAFKA_LINKS", "MEDUSA_EXTERNAL_TOXIPROXY_URL")
 
 
 def _dotenv() -> dict[str, str]:
@@ -67,7 +68,7 @@ def test_every_variable_it_uses_is_set_in_dotenv() -> None:
     values = _dotenv()
     used = {match.group(1) for match in VARIABLE.finditer(COMPOSE.read_text())}
     assert used <= set(values), f"not in .env: {sorted(used - set(values))}"
-    for tag in ("KAFKA_TAG", "APICURIO_TAG", "JAEGER_TAG"):
+    for tag in ("KAFKA_TAG", "APICURIO_TAG", "JAEGER_TAG", "TOXIPROXY_TAG"):
         assert values[tag] and values[tag] != "latest", f"{tag}: pin a version"
 
 
@@ -167,33 +168,112 @@ def test_the_image_installs_with_the_same_scripts_as_a_developer_machine() -> No
         assert (REPO_ROOT / "infra" / script).is_file(), script
 
 
-def _listeners(value: str) -> dict[str, str]:
-    return dict(part.split("://", 1) for part in value.split(","))
+def _pairs(value: str, separator: str) -> dict[str, str]:
+    """``a=x,b=y`` (or ``A://x,B://y``, ``A:x,B:y``) as a mapping."""
+    return dict(part.split(separator, 1) for part in value.split(","))
 
 
-def test_the_links_run_through_toxiproxy_to_a_listener_advertised_at_the_proxy(
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def _go_flag(command: list[str], name: str, default: str | None = None) -> str:
+    """The value a Go program's ``flag`` package reads: ``-name=value`` or ``-name value``."""
+    for index, argument in enumerate(command):
+        for dashes in ("-", "--"):
+            if argument == f"{dashes}{name}":
+                return command[index + 1]
+            if argument.startswith(f"{dashes}{name}="):
+                return argument.split("=", 1)[1]
+    assert default is not None, f"no -{name} in {shlex.join(command)}"
+    return default
+
+
+def test_toxiproxy_runs_the_version_the_local_federation_builds(compose) -> None:
+    pinned = re.search(r"^TOXIPROXY_VERSION=v(\S+)$",
+                       (REPO_ROOT / "infra" / "install_go_tools.sh").read_text(), re.MULTILINE)
+    assert pinned, "infra/install_go_tools.sh pins no TOXIPROXY_VERSION"
+    assert compose["services"]["toxiproxy"]["image"] == \
+        f"ghcr.io/shopify/toxiproxy:{pinned.group(1)}"
+
+
+def test_toxiproxy_serves_its_api_to_the_services_and_the_host_only(compose) -> None:
+    proxy = compose["services"]["toxiproxy"]
+    command = [str(argument) for argument in proxy["command"]]
+    assert _go_flag(command, "host") == "0.0.0.0", "the other containers could not reach it"
+    api_port = int(_go_flag(command, "port", "8474"))
+    for name, service in _medusa_services(compose).items():
+        url = service["environment"]["MEDUSA_EXTERNAL_TOXIPROXY_URL"]
+        assert url == f"http://toxiproxy:{api_port}", name
+    assert [str(port) for port in proxy["ports"]] == \
+        [f"127.0.0.1:{_dotenv()['TOXIPROXY_PORT']}:{api_port}"]
+    # The image is FROM scratch with /toxiproxy and /toxiproxy-cli (Shopify/toxiproxy's
+    # Dockerfile): no shell, so the check runs the CLI, which exits 1 when the API does
+    # not answer and asks http://localhost:8474 unless told otherwise.
+    test = [str(argument) for argument in proxy["healthcheck"]["test"]]
+    assert test[:2] == ["CMD", "/toxiproxy-cli"] and test[-1] == "list"
+    if api_port != 8474:
+        assert f"http://localhost:{api_port}" in test, "the health check asks the wrong port"
+
+
+def test_every_kafka_listener_is_mapped_advertised_and_on_a_port_of_its_own(compose) -> None:
+    for name, service in compose["services"].items():
+        environment = service.get("environment", {})
+        if "KAFKA_LISTENERS" not in environment:
+            continue
+        listeners = _pairs(environment["KAFKA_LISTENERS"], "://")
+        advertised = _pairs(environment["KAFKA_ADVERTISED_LISTENERS"], "://")
+        protocols = _pairs(environment["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"], ":")
+        ports = [_host_port(address)[1] for address in listeners.values()]
+        assert len(ports) == len(set(ports)), f"{name}: two listeners on one port"
+        assert set(advertised) <= set(listeners), f"{name}: advertises no listener"
+        assert set(listeners) <= set(protocols), f"{name}: a listener without a protocol"
+
+
+def test_every_link_runs_through_toxiproxy_to_a_listener_advertised_at_its_proxy(
         compose) -> None:
     services = compose["services"]
     proxy = services["toxiproxy"]
-    mounted = next(v.split(":")[0] for v in proxy["volumes"] if v.endswith(":ro"))
-    links = {p["name"]: p for p in json.loads((REPO_ROOT / mounted).read_text())}
-    assert "-config=/config/links.json" in proxy["command"]
+    config = _go_flag([str(argument) for argument in proxy["command"]], "config")
+    mounts = {volume.split(":")[1]: volume.split(":") for volume in proxy["volumes"]}
+    assert config in mounts, f"toxiproxy reads {config}, which no volume mounts"
+    source, _, *options = mounts[config]
+    assert options == ["ro"], f"{config}: mount it read-only"
+    proxies = {p["name"]: p for p in json.loads((REPO_ROOT / source).read_text())}
+    api_port = int(_go_flag([str(a) for a in proxy["command"]], "port", "8474"))
+    listen_ports = [_host_port(p["listen"])[1] for p in proxies.values()]
+    assert len(set(listen_ports)) == len(proxies) and api_port not in listen_ports
     for name, service in _medusa_services(compose).items():
-        named = dict(part.split("=", 1) for part in
-                     service["environment"]["MEDUSA_EXTERNAL_KAFKA_LINKS"].split(","))
-        assert service["environment"]["MEDUSA_EXTERNAL_TOXIPROXY_URL"] == \
-            "http://toxiproxy:8474", name
-        assert set(named) == set(links) == {"alpha-from-beta", "beta-from-alpha"}
-        for link, bootstrap in named.items():
+        environment = service["environment"]
+        kafka = _pairs(environment["MEDUSA_EXTERNAL_KAFKA"], "=")
+        links = _pairs(environment["MEDUSA_EXTERNAL_KAFKA_LINKS"], "=")
+        # One link per ordered pair of participants (as the local launcher's LinkLayout),
+        # each a proxy that toxiproxy creates at start-up.
+        assert set(links) == {f"{c}-from-{v}" for c in kafka for v in kafka if c != v}, name
+        assert set(links) == set(proxies), f"{name}: the links are not {source}'s proxies"
+        for link, bootstrap in links.items():
             cluster, viewer = link.split("-from-")
-            host, port = bootstrap.split(":")
-            assert host == "toxiproxy" and links[link]["listen"].endswith(f":{port}")
-            kafka = services[f"kafka-{cluster}"]["environment"]
+            proxy_host, proxy_port = _host_port(bootstrap)
+            listen_host, listen_port = _host_port(proxies[link]["listen"])
+            assert proxy_host == "toxiproxy", f"{name}: {link} bypasses toxiproxy"
+            assert listen_host in ("0.0.0.0", "[::]", ""), f"{link}: others cannot reach it"
+            assert listen_port == proxy_port, f"{name}: {link} is at {bootstrap}"
+            assert proxies[link].get("enabled", True), f"{link} starts cut"
+            # The proxy forwards to the cluster's listener for the viewer, which tells the
+            # viewer's clients to come back through the proxy, never around it.
+            kafka_service = _host_port(kafka[cluster])[0]
+            upstream_host, upstream_port = _host_port(proxies[link]["upstream"])
+            assert upstream_host == kafka_service, f"{link} forwards to {upstream_host}"
+            kafka_environment = services[kafka_service]["environment"]
             listener = f"FROM_{viewer.upper()}"
-            upstream_host, upstream_port = links[link]["upstream"].split(":")
-            assert upstream_host == f"kafka-{cluster}"
-            assert _listeners(kafka["KAFKA_LISTENERS"])[listener] == f":{upstream_port}"
-            assert _listeners(kafka["KAFKA_ADVERTISED_LISTENERS"])[listener] == bootstrap
-            assert f"{listener}:PLAINTEXT" in kafka["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"]
-    for node in (n for n in services if n.startswith("node-")):
+            listeners = _pairs(kafka_environment["KAFKA_LISTENERS"], "://")
+            assert listener in listeners, f"{kafka_service} has no listener {listener}"
+            assert _host_port(listeners[listener])[1] == upstream_port, link
+            advertised = _pairs(kafka_environment["KAFKA_ADVERTISED_LISTENERS"], "://")
+            assert advertised[listener] == bootstrap, f"{kafka_service}: {listener}"
+            protocols = _pairs(kafka_environment["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"], ":")
+            assert protocols[listener] == "PLAINTEXT", f"{kafka_service}: {listener}"
+    nodes = [n for n in services if n.startswith("node-")]
+    for node in nodes:
         assert services[node]["depends_on"]["toxiproxy"]["condition"] == "service_healthy"
