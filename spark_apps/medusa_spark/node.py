@@ -134,6 +134,8 @@ class NetworkPlan:
     plan: Plan
     topics: NetworkTopics
     fragments: dict[str, Fragment]
+    delays: dict[str, int | None]
+    """DPC's delay D of each fragment (``fragment_delays``), once per network version."""
     wiring: dict[str, FragmentWiring] = field(default_factory=dict)
 
 
@@ -232,7 +234,7 @@ class Node:
             raise NetworkError(f"network {entry.spec['network']} has no fragment {short!r}")
         return fragment_wiring(network.topics, entry.spec["network"], fragment,
                                bootstrap or self.bootstrap,
-                               fragment_delays(network.plan, network.fragments)[short])
+                               network.delays[short])
 
     def _follow(self, name: str, entry: Entry, network: NetworkPlan) -> None:
         hosted = self.hosted.get(name)
@@ -546,7 +548,8 @@ class Node:
         fragments = fragments_of(plan, member)
         # Topics and schemas exist since the deploy; this only looks them up.
         topics = network_topics(plan, fragments, self.endpoints, self.registry, announce=False)
-        self._plans[network_name] = NetworkPlan(entry.version, plan, topics, fragments)
+        self._plans[network_name] = NetworkPlan(entry.version, plan, topics, fragments,
+                                                fragment_delays(plan, fragments))
         return self._plans[network_name]
 
     def _hand_over(self, name: str, keep_placement: bool = False) -> None:
