@@ -280,18 +280,14 @@ class FragmentWriter:
         if self.dpc.reconciling and redo == self.dpc.skip_epoch and newest is not None:
             self.dpc.redo_through = max(newest, self.dpc.redo_through or 0)
             self._save_dpc()
-        if self.dpc.reconciling and not self._undo_written:
+        undo = self.dpc.reconciling and not self._undo_written
+        if undo:
             records[:0] = self._marks(TupleType.UNDO)
-        rec_done = self._rec_done_due()
-        if rec_done:
-            records += self._marks(TupleType.REC_DONE)
         # Every output, even with nothing to write: a batch opens (and fences) its outputs.
-        self.results_written += self._write(records, every_output=True)
+        self.results_written += self._write_then_rec_done(records, every_output=True)
         if tentative:
             self.tentative_written += sum(record.tentative for record in records)
-        self._undo_written = self._undo_written or self.dpc.reconciling
-        if rec_done:
-            self._rec_done_written()
+        self._undo_written = self._undo_written or undo
 
     # -- DPC --------------------------------------------------------------------------------
 
@@ -321,10 +317,16 @@ class FragmentWriter:
         return all(self._emitted.get(box, -1) >= through - (self._lag_ms[box] or 0)
                    for box in self.wiring.outputs)
 
-    def _rec_done_written(self) -> None:
-        self._trace_rec_done()
-        self.dpc.rec_done()
-        self._save_dpc()
+    def _write_then_rec_done(self, records: list[OutRecord], every_output: bool = False) -> int:
+        """Writes the records (see ``_write``), with REC_DONE after them once it is due."""
+        rec_done = self._rec_done_due()
+        written = self._write([*records, *self._marks(TupleType.REC_DONE)] if rec_done
+                              else records, every_output)
+        if rec_done:
+            self._trace_rec_done()
+            self.dpc.rec_done()
+            self._save_dpc()
+        return written
 
     def _trace_rec_done(self) -> None:
         """The reconciliation's last stage, in the trace of the period it corrects: from
@@ -425,12 +427,7 @@ class FragmentWriter:
                 else:
                     promise = min(newest, watermark_ms + duration_ms(SOURCE_DELAY)) - lag
                 records += self._promise(box, promise)
-            rec_done = self._rec_done_due()
-            if rec_done:
-                records += self._marks(TupleType.REC_DONE)
-            self._write(records)
-            if rec_done:
-                self._rec_done_written()
+            self._write_then_rec_done(records)
             return len(records)
 
     def _dead_letters(self, table: pa.Table, rows: list[int]) -> None:
