@@ -163,7 +163,9 @@ class ScenarioRun:
                 if i in got and {k: got[i][k] for k in v} != v}
 
 
-class _Recorder:
+class OutputRecorder:
+    """Reads a topic from its beginning into an ``OutputLog`` as it is written."""
+
     def __init__(self, kafka_config: dict[str, Any], registry: SchemaRegistryClient,
                  topic: str) -> None:
         self.log = OutputLog()
@@ -225,8 +227,8 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
     prefix = output_topic.split("medusa.")[0]
     with CatalogClient(catalog_url) as catalog:
         fragment = wait_running(catalog, network)
-    recorder = _Recorder({"bootstrap.servers": endpoints.bootstrap("beta")}, registry,
-                         output_topic)
+    recorder = OutputRecorder({"bootstrap.servers": endpoints.bootstrap("beta")}, registry,
+                              output_topic)
     inputs = {p: SteadyInput({"bootstrap.servers": endpoints.bootstrap(p)}, registry,
                              f"{prefix}{p}.sensors.readings", SENSORS, seconds)
               for p in ("alpha", "beta")}
