@@ -109,9 +109,13 @@ class Links:
                              f"(participants with links: {', '.join(known) or 'none'})")
         return wanted
 
-    def partition(self, first: str, second: str) -> list[str]:
-        """Cuts the link both ways; returns the proxies cut."""
+    def partition(self, first: str, second: str, one_way: bool = False) -> list[str]:
+        """Cuts the link both ways, or (``one_way``) only ``second``'s way to ``first``:
+        ``second``'s services lose ``first``'s Kafka while ``first``'s still reach
+        ``second``'s. Returns the proxies cut."""
         names = self.between(first, second)
+        if one_way:
+            names = [f"{first}-from-{second}"]
         for name in names:
             self._call("POST", f"/proxies/{name}", {"enabled": False})
         return names

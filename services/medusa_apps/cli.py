@@ -847,12 +847,17 @@ def fault_partition(
     second: Annotated[str, typer.Argument(help="Another participant, e.g. beta.")],
     for_: Annotated[str | None, typer.Option(
         "--for", help="Heal after this long (30s, 2m); without it the link stays cut.")] = None,
+    one_way: Annotated[bool, typer.Option(
+        "--one-way", help="Cut only SECOND's way to FIRST: SECOND loses FIRST's Kafka, FIRST "
+                          "still reaches SECOND's.")] = False,
 ) -> None:
     """Cut the link between two participants, both ways: neither reaches the other's Kafka."""
     with _links() as links:
         try:
-            links.partition(first, second)
-            _hold_then_heal(links, first, second, for_, f"{first} and {second} are cut off")
+            links.partition(first, second, one_way)
+            cut = (f"{second} cannot reach {first}" if one_way
+                   else f"{first} and {second} are cut off")
+            _hold_then_heal(links, first, second, for_, cut)
         except MedusaError as error:
             raise _fail(str(error), 2) from None
 

@@ -93,6 +93,13 @@ def test_the_cli_cuts_heals_and_explains(federation, links, tmp_path) -> None:
     assert "healed the link between alpha and beta" in cut.stdout
     assert {s.condition for s in links.states()} == {"up"}
 
+    one_way = _medusa(federation, tmp_path, "fault", "partition", "alpha", "beta", "--one-way")
+    assert one_way.returncode == 0, one_way.stderr
+    assert "beta cannot reach alpha" in one_way.stdout
+    assert {s.name: s.condition for s in links.states()} == {
+        "alpha-from-beta": "cut", "beta-from-alpha": "up"}
+    links.heal()
+
     slowed = _medusa(federation, tmp_path, "fault", "slow", "alpha", "beta", "--latency", "2s")
     assert slowed.returncode == 0, slowed.stderr
     status = _medusa(federation, tmp_path, "fault", "status")
