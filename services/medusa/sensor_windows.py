@@ -53,6 +53,43 @@ def pair_network_yaml(name: str, topic_prefix: str, availability_bound: str) -> 
     return yaml.safe_dump(raw, sort_keys=False)
 
 
+CHAIN_WINDOW_MS = 20_000
+
+
+def chain_network_yaml(name: str, topic_prefix: str, availability_bound: str) -> str:
+    """The pair example with a second fragment downstream, on alpha: per sensor and 20-second
+    window, the sums of beta's 10-second results (what beta marks tentative, alpha's results
+    inherit; what beta corrects, alpha corrects)."""
+    raw = yaml.safe_load(pair_network_yaml(name, topic_prefix, availability_bound))
+    raw["boxes"]["per_sensor_20s"] = {
+        "type": "aggregate", "participant": "alpha", "key": ["sensor_id"],
+        "params": {
+            "window": {"type": "tumbling", "size": f"{CHAIN_WINDOW_MS // 1000} seconds"},
+            "group_by": ["sensor_id"],
+            "aggregates": {"windows": {"count": "readings"}, "readings": {"sum": "readings"},
+                           "total": {"sum": "total"}},
+            "fields": {"sensor_id": "sensor_id", "windows": "windows", "readings": "readings",
+                       "total": "ROUND(total, 6)",
+                       "window_start_ms": "unix_millis(window_start)"}}}
+    raw["arrows"].append({"from": "per_sensor", "to": "per_sensor_20s"})
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+def chain_reference(readings: list[SensorReading]) -> dict[str, dict[str, Any]]:
+    """Result id -> result of the chain's per_sensor_20s box, computed in plain Python."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for result in reference(readings).values():
+        start = result["window_start_ms"]
+        groups[(result["sensor_id"], start - start % CHAIN_WINDOW_MS)].append(result)
+    return {
+        f"per_sensor_20s/{sensor}/{start}": {
+            "sensor_id": sensor, "windows": len(results),
+            "readings": sum(r["readings"] for r in results),
+            "total": round(sum(r["total"] for r in results), 6), "window_start_ms": start}
+        for (sensor, start), results in groups.items()
+    }
+
+
 def reference(readings: list[SensorReading]) -> dict[str, dict[str, Any]]:
     """Result id -> result of the per_sensor box, computed in plain Python."""
     groups: dict[tuple[str, int], list[float]] = defaultdict(list)

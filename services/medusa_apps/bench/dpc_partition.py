@@ -31,6 +31,8 @@ from medusa.catalog.model import Kind
 from medusa.consuming import ConsumedTuple, TupleConsumer
 from medusa.envelope import TupleType
 from medusa.sensor_windows import STIME_ORIGIN_MS, WINDOW_MS, SteadyInput, pair_network_yaml
+from medusa.sensor_windows import reference as pair_reference
+from medusa.sensors import SensorReading
 from medusa.stable_view import stable_view
 from medusa.stack.endpoints import Endpoints
 
@@ -190,12 +192,13 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def wait_running(catalog: CatalogClient, network: str, timeout_s: float = 240.0) -> str:
+def wait_running(catalog: CatalogClient, network: str, timeout_s: float = 240.0) -> list[str]:
+    """Waits until every fragment of ``network`` runs; returns their names."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for entry in catalog.list(Kind.FRAGMENTS, network=network):
-            if entry.spec.get("phase") == "running":
-                return entry.name
+        entries = catalog.list(Kind.FRAGMENTS, network=network)
+        if entries and all(e.spec.get("phase") == "running" for e in entries):
+            return sorted(e.name for e in entries)
         time.sleep(0.5)
     raise TimeoutError(f"{network} did not run within {timeout_s:.0f}s")
 
@@ -205,14 +208,26 @@ def deployed_pair(endpoints: Endpoints, registry: SchemaRegistryClient, spark: A
                   catalog: CatalogClient, node: str, bound: str) -> Iterator[tuple[str, str]]:
     """The pair network on topics of its own, both boxes on ``node`` (a node of beta);
     yields (its catalog name, its output topic) and undeploys it afterwards."""
+    with deployed(endpoints, registry, spark, catalog, pair_network_yaml, bound,
+                  {"merged": node, "per_sensor": node}, "per_sensor") as deployment:
+        yield deployment
+
+
+@contextmanager
+def deployed(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
+             catalog: CatalogClient, network_yaml: Callable[[str, str, str], str], bound: str,
+             placement: dict[str, str], output_box: str) -> Iterator[tuple[str, str]]:
+    """A network of alpha (``network_yaml(name, topic prefix, bound)``) on topics of its own,
+    its boxes on the nodes ``placement`` names; yields (its catalog name, the topic of
+    ``output_box``) and undeploys it afterwards."""
     from medusa_spark.deploy import deploy, undeploy
 
     name = f"dpc-{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
-    deploy(pair_network_yaml(name, f"{name}.", bound), name, endpoints, registry, spark,
-           catalog, {"merged": node, "per_sensor": node})
+    deploy(network_yaml(name, f"{name}.", bound), name, endpoints, registry, spark, catalog,
+           placement)
     try:
-        yield network, f"{name}.medusa.{name}.per_sensor"
+        yield network, f"{name}.medusa.{name}.{output_box}"
     finally:
         undeploy(catalog, network)
 
@@ -220,15 +235,20 @@ def deployed_pair(endpoints: Endpoints, registry: SchemaRegistryClient, spark: A
 def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_url: str,
                  network: str, output_topic: str, seconds: int, faults: list[Fault],
                  say: Callable[[str], None] = lambda _: None,
-                 settle_timeout_s: float = 240.0) -> ScenarioRun:
+                 settle_timeout_s: float = 240.0, output_participant: str = "beta",
+                 reference: Callable[[list[SensorReading]], dict[str, dict[str, Any]]] =
+                 pair_reference) -> ScenarioRun:
     """Steady input on both participants for ``seconds``, the faults on their timeline,
-    then waits until the output's stable view holds every expected result with nothing
-    left to reconcile."""
+    then waits until the output's stable view (on ``output_participant``'s cluster) holds
+    every result ``reference`` expects of the input, with nothing left to reconcile. The DPC
+    state sampled is that of the fragment writing the output (on a node of
+    ``output_participant``)."""
     prefix = output_topic.split("medusa.")[0]
     with CatalogClient(catalog_url) as catalog:
-        fragment = wait_running(catalog, network)
-    recorder = OutputRecorder({"bootstrap.servers": endpoints.bootstrap("beta")}, registry,
-                              output_topic)
+        fragment = next(name for name in wait_running(catalog, network)
+                        if name.rsplit("/", 1)[1].startswith(f"{output_participant}-"))
+    recorder = OutputRecorder({"bootstrap.servers": endpoints.bootstrap(output_participant)},
+                              registry, output_topic)
     inputs = {p: SteadyInput({"bootstrap.servers": endpoints.bootstrap(p)}, registry,
                              f"{prefix}{p}.sensors.readings", SENSORS, seconds)
               for p in ("alpha", "beta")}
@@ -270,7 +290,7 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
                 raise TimeoutError("the steady input did not finish")
             if steady.error is not None:
                 raise steady.error
-        expected = _reference(inputs)
+        expected = reference([*inputs["alpha"].sent, *inputs["beta"].sent])
         say("input done; waiting for the stable view to be complete")
         deadline = time.monotonic() + settle_timeout_s
         while time.monotonic() < deadline:
@@ -286,12 +306,6 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
         sampling.set()
         sampler.join(5)
         recorder.close()
-
-
-def _reference(inputs: dict[str, SteadyInput]) -> dict[str, dict[str, Any]]:
-    from medusa.sensor_windows import reference
-
-    return reference([*inputs["alpha"].sent, *inputs["beta"].sent])
 
 
 # -- the benchmark ---------------------------------------------------------------------
