@@ -30,7 +30,9 @@ from medusa.stable_view import stable_view
 from medusa_apps.bench.dpc_partition import FaultWindow, OutputRecorder, wait_running
 from tests.federation_processes import NodeProcess, running
 
-pytestmark = pytest.mark.e2e
+# The shared run (the first test's set-up) takes minutes: a batch of this network takes
+# tens of seconds on a small machine, and the cut lasts until beta has answered from one.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 OUTPUTS = ("segment_statistics", "toll_notifications", "accident_alerts",
            "tow_truck_dispatches")
