@@ -105,10 +105,18 @@ def test_two_writers_of_one_version_cannot_both_win(catalog) -> None:
      "spec.phase"),
     (Kind.FRAGMENTS, "alpha/counts/f0", {"network": "beta/counts", "boxes": ["hot"],
                                          "node": "alpha/node-1"}, "not beta/counts"),
-    (Kind.CONTRACTS, "alpha/c1", {"parties": ["beta", "gamma"], "price": 1},
-     "must be one of its parties"),
-    (Kind.CONTRACTS, "alpha/c1", {"parties": ["alpha", "beta"], "price": 1, "delta": 2},
+    (Kind.CONTRACTS, "alpha/c1", {"origin": "beta", "host": "alpha", "price": 1,
+                                  "movable": ["beta/counts"], "proposed_by": "beta"},
+     "who must have proposed it"),
+    (Kind.CONTRACTS, "alpha/c1", {"origin": "alpha", "host": "beta", "price": 1, "delta": 2,
+                                  "movable": ["alpha/counts"], "proposed_by": "alpha"},
      "delta must not exceed price"),
+    (Kind.CONTRACTS, "alpha/c1", {"origin": "alpha", "host": "beta", "price": 1,
+                                  "movable": ["beta/counts"], "proposed_by": "alpha"},
+     "not load of the origin"),
+    (Kind.CONTRACTS, "alpha/c1", {"origin": "alpha", "host": "omega", "price": 1,
+                                  "movable": ["alpha/counts"], "proposed_by": "alpha"},
+     "host: there is no participant 'omega'"),
 ])
 def test_bad_writes_are_refused_with_a_reason(catalog, kind, name, spec, message) -> None:
     with pytest.raises(CatalogError) as refused:

@@ -98,11 +98,11 @@ class References:
         if isinstance(spec, FragmentSpec):
             self._check_fragment(name, spec)
         if isinstance(spec, ContractSpec):
-            if participant not in spec.parties:
-                raise HTTPException(422, f"parties: the contract is filed under {participant!r}, "
-                                         "which must be one of its parties")
-            for party in spec.parties:
-                self.require(Kind.PARTICIPANTS, party, "parties")
+            if participant != spec.proposed_by:
+                raise HTTPException(422, f"proposed_by: the contract is filed under "
+                                         f"{participant!r}, who must have proposed it")
+            for field, party in (("origin", spec.origin), ("host", spec.host)):
+                self.require(Kind.PARTICIPANTS, party, field)
 
     def _check_network(self, name: str, spec: NetworkSpec) -> None:
         try:

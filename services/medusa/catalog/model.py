@@ -122,22 +122,56 @@ class FragmentSpec(Spec):
     TENTATIVE; ``STABILIZATION`` while it reconciles; set by the node that runs it."""
 
 
-class ContractSpec(Spec):
-    """Terms under which load may move between two participants (used by load management)."""
+ContractStatus = Literal["proposed", "active", "revoked"]
+MOVABLE_NAME = rf"^{PART}/{PART}(/{PART})?$"
+"""A network (participant/network) or one fragment of it (participant/network/fragment)."""
 
-    parties: list[PartName] = Field(min_length=2, max_length=2)
+
+class ContractSpec(Spec):
+    """Terms under which ``origin`` may move load to ``host`` (BPM): ``origin`` pays a unit
+    price within [price - delta, price] per unit of load and period. Proposed by one party,
+    it is active only once the other accepted it; revoked, it ends at the end of its
+    current period (``ends_at``), and load under it returns."""
+
+    origin: PartName
+    """The participant whose load moves, and who pays."""
+    host: PartName
+    """The participant that runs it, and is paid."""
     price: float = Field(ge=0, le=1e12)
-    """The upper end p of the price range [p - delta, p], per unit of load."""
+    """The upper end p of the price range [p - delta, p], per unit of load and period."""
     delta: float = Field(0.0, ge=0, le=1e12)
-    movable: list[str] = Field(default_factory=list, max_length=10_000)
-    """Global names of the boxes and streams that may move under this contract."""
+    movable: list[Annotated[str, Field(pattern=MOVABLE_NAME)]] = Field(min_length=1,
+                                                                       max_length=10_000)
+    """Networks or fragments of ``origin`` that may move under it."""
+    period_s: float = Field(3600.0, gt=0, le=1e9)
+    """Load is paid for per period; a revoked contract ends with its period."""
+    proposed_by: PartName
+    status: ContractStatus = "proposed"
+    accepted_at: int | None = Field(None, ge=0)
+    """Milliseconds since the epoch; its periods are counted from here."""
+    ends_at: int | None = Field(None, ge=0)
+    """Once revoked: when it ends (the end of the period it was revoked in)."""
+
+    @property
+    def parties(self) -> tuple[str, str]:
+        return self.origin, self.host
 
     @model_validator(mode="after")
     def _consistent(self) -> ContractSpec:
-        if self.parties[0] == self.parties[1]:
-            raise ValueError("a contract needs two different parties")
+        if self.origin == self.host:
+            raise ValueError("a contract needs two different parties (origin and host)")
         if self.delta > self.price:
             raise ValueError("delta must not exceed price (the range is [price - delta, price])")
+        if self.proposed_by not in self.parties:
+            raise ValueError(f"proposed_by: {self.proposed_by!r} is neither the origin nor "
+                             "the host")
+        for name in self.movable:
+            if name.split("/", 1)[0] != self.origin:
+                raise ValueError(f"movable: {name} is not load of the origin {self.origin!r}")
+        if self.status == "active" and self.accepted_at is None:
+            raise ValueError("accepted_at: an active contract says when it was accepted")
+        if self.status == "revoked" and self.ends_at is None:
+            raise ValueError("ends_at: a revoked contract says when it ends")
         return self
 
 
