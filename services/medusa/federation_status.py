@@ -16,6 +16,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
+from medusa.load import cost_of_removing, participant_loads
 from medusa.registry import SERDE_CONFIG
 from medusa.schemas import NODE_LOAD_TOPIC
 from medusa.settings import kafka_config
@@ -77,6 +78,10 @@ class FragmentStatus:
     """STABLE, UP_FAILURE or STABILIZATION (DPC)."""
     tentative_results: int = 0
     corrections: int = 0
+    load: float | None = None
+    """Share of one processing slot it needs (``medusa.load``)."""
+    marginal_cost: float | None = None
+    """How much its participant's cost D(u) would fall without it."""
     error: str | None = None
     """The failure of its query, from the catalog and from the node's report (both, when
     they differ); None when it runs."""
@@ -92,6 +97,8 @@ class NodeStatus:
     fragments: int
     utilisation: float | None = None
     report_age_s: float | None = None
+    capacity: float | None = None
+    load: float | None = None
 
 
 @dataclass
@@ -169,16 +176,30 @@ def build_status(participants: list[Entry], nodes: list[Entry], fragments: list[
                  reports: dict[str, dict[str, Any]], now_ms: float) -> FederationStatus:
     """The status from the catalog's entries and the nodes' latest load reports."""
     status = FederationStatus()
-    status.participants = [{"name": p.name, **p.spec} for p in participants]
+    # Load and cost count the nodes that are up (a failed node's last report is stale).
+    loads = participant_loads(reports[n.name] for n in nodes
+                              if n.name in reports and n.spec.get("status", "up") == "up")
+    for p in participants:
+        load = loads.get(p.name)
+        status.participants.append({
+            "name": p.name, **p.spec,
+            "capacity": load.capacity if load else None, "load": load.load if load else None,
+            "utilisation": load.utilisation if load else None,
+            "cost": load.cost if load else None})
     for node in nodes:
         report = reports.get(node.name)
         status.nodes.append(NodeStatus(
             node.name, node.spec.get("status", "?"), node.spec.get("secondary"),
             sum(f.spec.get("node") == node.name for f in fragments),
             report["utilisation"] if report else None,
-            round((now_ms - _millis(report["reported_at"])) / 1000, 1) if report else None))
+            round((now_ms - _millis(report["reported_at"])) / 1000, 1) if report else None,
+            report.get("capacity") if report else None, report.get("load") if report else None))
     for fragment in sorted(fragments, key=lambda f: f.name):
-        status.fragments.append(_fragment_status(fragment, reports))
+        shown = _fragment_status(fragment, reports)
+        owner = loads.get(str(fragment.spec.get("node", "")).split("/", 1)[0])
+        if shown.load is not None and owner is not None:
+            shown.marginal_cost = cost_of_removing(owner.load, owner.capacity, shown.load)
+        status.fragments.append(shown)
     return status
 
 
@@ -203,6 +224,7 @@ def _fragment_status(entry: Entry, reports: dict[str, dict[str, Any]]) -> Fragme
         fragment.dpc_state = load.get("dpc_state") or fragment.dpc_state
         fragment.tentative_results = int(load.get("tentative_results") or 0)
         fragment.corrections = int(load.get("corrections") or 0)
+        fragment.load = load.get("load")
         errors.append(load.get("error"))
         fragment.sunion = _sunion_status(load.get("sunion"))
     distinct = [e for i, e in enumerate(errors) if e and e not in errors[:i]]

@@ -195,21 +195,27 @@ def federation_tables(federation: Any) -> list[Any]:
     def number(value: float | None, pattern: str = "{:,.0f}") -> str:
         return "-" if value is None else pattern.format(value)
 
-    participants = Table(title="participants")
-    for column in ("participant", "Kafka", "registry"):
-        participants.add_column(column, overflow="fold")
+    participants = Table(title="participants (load in processing slots; cost D(u) = u/(1-u))")
+    for column in ("participant", "Kafka", "registry", "load / capacity", "utilisation",
+                   "cost"):
+        participants.add_column(column, overflow="fold", justify="right" if column in (
+            "load / capacity", "utilisation", "cost") else "left")
     for p in federation.participants:
-        participants.add_row(Text(p["name"]), Text(p["kafka_bootstrap"]),
-                             Text(p.get("registry_url") or "-"))
+        participants.add_row(
+            Text(p["name"]), Text(p["kafka_bootstrap"]), Text(p.get("registry_url") or "-"),
+            "-" if p.get("capacity") is None else f"{p['load']:.2f} / {p['capacity']:g}",
+            number(p.get("utilisation"), "{:.0%}"), number(p.get("cost"), "{:.2f}"))
 
     nodes = Table(title="nodes")
     name_column(nodes, "node", [n.name for n in federation.nodes])
-    for column in ("status", "secondary", "fragments", "utilisation", "last report"):
-        nodes.add_column(column, justify="right" if column in ("fragments", "utilisation")
-                         else "left", overflow="fold")
+    for column in ("status", "secondary", "fragments", "load / capacity", "utilisation",
+                   "last report"):
+        nodes.add_column(column, justify="right" if column in (
+            "fragments", "load / capacity", "utilisation") else "left", overflow="fold")
     for n in federation.nodes:
         nodes.add_row(Text(n.name), Text(n.status, "red" if n.status == "failed" else ""),
                       Text(n.secondary or "-"), str(n.fragments),
+                      "-" if n.capacity is None else f"{n.load or 0:.2f} / {n.capacity:g}",
                       "-" if n.utilisation is None else f"{n.utilisation:.0%}",
                       "-" if n.report_age_s is None else f"{n.report_age_s:.0f}s ago")
 
@@ -239,7 +245,7 @@ def _network_tables(network: str, members: list[Any], name_column: Any, number: 
     fragments.add_column("phase", overflow="fold")
     fragments.add_column("HA", overflow="fold")
     fragments.add_column("DPC", overflow="fold")
-    for column in ("in/s", "out/s", "batch ms", "lag", "restarts"):
+    for column in ("in/s", "out/s", "batch ms", "lag", "restarts", "load", "marginal cost"):
         fragments.add_column(column, justify="right", overflow="fold")
     for f in members:
         phase = Text(f.phase, PHASE_STYLES.get(f.phase, ""))
@@ -257,11 +263,12 @@ def _network_tables(network: str, members: list[Any], name_column: Any, number: 
             dpc.append(f" ({f.tentative_results} tentative, {f.corrections} corrected)", "dim")
         fragments.add_row(Text(local(f.name), "bold"), Text(f.node), phase, Text(ha), dpc,
                           number(f.input_rate), number(f.processing_rate),
-                          number(f.batch_duration_ms), number(f.lag), str(f.restarts))
+                          number(f.batch_duration_ms), number(f.lag), str(f.restarts),
+                          number(f.load, "{:.2f}"), number(f.marginal_cost, "{:.2f}"))
         for index, box in enumerate(f.boxes):
             fragments.add_row(Text(f"  {local(box.name)}", "dim"), "", "", "", "",
                               number(box.input_rate), number(box.processing_rate), "", "", "",
-                              end_section=index == len(f.boxes) - 1)
+                              "", "", end_section=index == len(f.boxes) - 1)
     # Errors go under the table, whole lines in red: a column would squeeze the names.
     errors = [Text.assemble((f"{f.name}: ", "bold red"), (_shortened(f.error), "red"))
               for f in members if f.error]
@@ -558,6 +565,9 @@ def node(
     heartbeat_interval: Annotated[float | None, typer.Option(
         min=0.01, help="Seconds between heartbeats [default: MEDUSA_HA_HEARTBEAT_INTERVAL_S, "
                        "else 0.5].")] = None,
+    capacity: Annotated[float | None, typer.Option(
+        min=0.01, help="Processing slots, in the unit of a fragment's load (BPM prices load "
+                       "against it) [default: measured, Spark's cores].")] = None,
 ) -> None:
     """Run a node: a SparkSession hosting the fragments the catalog places on it, until stopped."""
     import signal
@@ -590,9 +600,11 @@ def node(
     root = checkpoint_root or str(settings.run_dir / "checkpoints" / participant / name)
     running = Node(name, participant, endpoints, registry_client(endpoints.registry_url), spark,
                    root, catalog, secondary,
-                   heartbeat_interval_s=heartbeat_interval or ha.heartbeat_interval_s)
+                   heartbeat_interval_s=heartbeat_interval or ha.heartbeat_interval_s,
+                   capacity=capacity)
     signal.signal(signal.SIGTERM, lambda *_: running.stop())
-    console.print(f"node {running.global_name} on {master}, checkpoints in {root}")
+    console.print(f"node {running.global_name} on {master} (capacity {running.capacity:g}), "
+                  f"checkpoints in {root}")
     try:
         running.run()
     except KeyboardInterrupt:

@@ -45,6 +45,7 @@ from pyspark.sql import SparkSession
 from medusa.catalog.client import CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.errors import MedusaError
+from medusa.load import DEFAULT_WINDOW_S, BatchSample, fragment_load, utilisation
 from medusa.producing import TupleProducer
 from medusa.schemas import (
     HEARTBEAT_TOPIC,
@@ -145,7 +146,8 @@ class Node:
                  catalog: CatalogClient, secondary: str | None = None,
                  poll_interval_s: float = 1.0, metrics_interval_s: float = 5.0,
                  heartbeat_interval_s: float = 0.5, max_restarts: int = 5,
-                 work_dir: Path | None = None) -> None:
+                 work_dir: Path | None = None, capacity: float | None = None,
+                 load_window_s: float = DEFAULT_WINDOW_S) -> None:
         self.name = name
         self.participant = participant
         # Other participants' clusters through the links, so a cut link cuts this node off.
@@ -159,6 +161,9 @@ class Node:
         self.metrics_interval_s = metrics_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
         self.max_restarts = max_restarts
+        # Processing slots, in the unit of a fragment's load: measured as Spark's cores.
+        self.capacity = capacity or float(spark.sparkContext.defaultParallelism)
+        self.load_window_s = load_window_s
         self.work_dir = work_dir or StackSettings().run_dir / "nodes" / participant / name
         self.tracer = trace.get_tracer("medusa")
         self.hosted: dict[str, HostedFragment] = {}
@@ -601,6 +606,9 @@ class Node:
                           "commit_ms": op.get("commitTimeMs")}
                          for op in progress.get("stateOperators", [])]
             sunion = hosted.sunion.state() if hosted.sunion is not None else {}
+            samples = [BatchSample.of(json.loads(p.json)) for p in run.query.recentProgress]
+            load = fragment_load([s for s in samples if s is not None], int(time.time() * 1000),
+                                 self.load_window_s)
             fragments.append({
                 "fragment": hosted.name, "state": state, "dpc_state": dpc_state(hosted, sunion),
                 "tentative_results": run.writer.tentative_written,
@@ -608,6 +616,7 @@ class Node:
                 "input_rate": float(progress.get("inputRowsPerSecond") or 0.0),
                 "processing_rate": float(progress.get("processedRowsPerSecond") or 0.0),
                 "batch_duration_ms": int(progress.get("batchDuration") or 0),
+                "load": round(load.load, 4),
                 "lag": lag, "restarts": hosted.restarts,
                 "error": failure or self.errors.get(hosted.name),
                 "operators": json.dumps({"operators": operators,
@@ -645,12 +654,12 @@ class Node:
                            boundary_interval_s=self.metrics_interval_s) as producer:
             while not self._stop.wait(self.metrics_interval_s):
                 fragments, boxes = self.fragment_loads()
-                busy_ms = sum(f["batch_duration_ms"] for f in fragments)
+                load = sum(f["load"] for f in fragments)
                 now = int(time.time() * 1000)
                 report = {
                     "node": self.global_name, "participant": self.participant,
-                    "reported_at": now,
-                    "utilisation": min(1.0, busy_ms / (self.metrics_interval_s * 1000)),
+                    "reported_at": now, "capacity": self.capacity, "load": load,
+                    "utilisation": utilisation(load, self.capacity),
                     "boxes": boxes, "fragments": fragments,
                 }
                 producer.produce(report, f"{self.global_name}/load/{now}", now,

@@ -41,17 +41,19 @@ def _federation() -> tuple[list[Entry], list[Entry], list[Entry], dict[str, dict
                   "1": {"boundary": 1, "position": 12, "lag": 2}}}}}
     reports = {
         "alpha/node-1": {
-            "node": "alpha/node-1", "reported_at": 99_000, "utilisation": 0.42,
+            "node": "alpha/node-1", "participant": "alpha", "reported_at": 99_000,
+            "capacity": 2.0, "load": 0.5, "utilisation": 0.25,
             "boxes": [{"box": f"{NETWORK}/positions", "input_rate": 1200.0,
                        "processing_rate": 1180.0, "batch_duration_ms": 800, "lag": 3},
                       {"box": f"{NETWORK}/segment_stats", "input_rate": 1180.0,
                        "processing_rate": 12.5, "batch_duration_ms": 800, "lag": 3}],
             "fragments": [{"fragment": POSITIONS, "state": "running", "input_rate": 1200.0,
                            "processing_rate": 1150.0, "batch_duration_ms": 800, "lag": 3,
-                           "restarts": 1, "error": None, "operators": "[]",
+                           "load": 0.5, "restarts": 1, "error": None, "operators": "[]",
                            "sunion": json.dumps(sunion)}]},
         "alpha/node-2": {  # the replica's standby, and the failed fragment
-            "node": "alpha/node-2", "reported_at": 90_000, "utilisation": 0.1, "boxes": [],
+            "node": "alpha/node-2", "participant": "alpha", "reported_at": 90_000,
+            "capacity": 2.0, "load": 0.0, "utilisation": 0.0, "boxes": [],
             "fragments": [{"fragment": POSITIONS, "state": "standby", "input_rate": 0.0,
                            "processing_rate": 0.0, "batch_duration_ms": 0, "lag": 0,
                            "restarts": 0, "error": None, "operators": "[]", "sunion": "{}"},
@@ -84,6 +86,20 @@ def test_fragments_carry_their_rates_errors_sunion_and_boxes_from_the_nodes_repo
     assert as_json["fragments"][1]["error"].startswith("StreamingQueryException")
 
 
+def test_load_utilisation_and_cost_per_node_participant_and_fragment() -> None:
+    status = build_status(*_federation(), now_ms=100_000)
+    assert [(n.name, n.capacity, n.load, n.utilisation) for n in status.nodes] == [
+        ("alpha/node-1", 2.0, 0.5, 0.25), ("alpha/node-2", 2.0, 0.0, 0.0)]
+    alpha = next(p for p in status.participants if p["name"] == "alpha")
+    assert (alpha["capacity"], alpha["load"], alpha["utilisation"]) == (4.0, 0.5, 0.125)
+    assert alpha["cost"] == pytest.approx(0.125 / 0.875)
+    positions = status.fragments[0]
+    assert positions.load == 0.5
+    assert positions.marginal_cost == pytest.approx(0.125 / 0.875)  # alone on alpha
+    rendered = _rendered(status)
+    assert "0.50 / 4" in rendered and "12%" in rendered and "0.14" in rendered
+
+
 def test_a_move_shows_the_old_node_until_the_new_one_runs_it_and_no_report_shows_dashes() -> None:
     participants, nodes, fragments, reports = _federation()
     moving = _entry(Kind.FRAGMENTS, POSITIONS, **{**fragments[0].spec, "node": "alpha/node-3",
@@ -111,6 +127,13 @@ def test_the_tables_show_whole_names_and_a_failed_query_in_red() -> None:
     assert "1,150" in text and "1,180" in text and "517" in text and "1700000060000" in text
     html = console.export_html(inline_styles=True)
     assert '#800000">StreamingQueryException' in html  # red
+
+
+def _rendered(status) -> str:  # type: ignore[no-untyped-def]
+    console = Console(record=True, width=200)
+    for table in federation_tables(status):
+        console.print(table)
+    return console.export_text()
 
 
 def test_a_catalog_that_does_not_answer_is_said_so() -> None:
