@@ -1,0 +1,109 @@
+"""What a participant's BPM agent decides, from loads and contracts alone (no I/O).
+
+- **Offer.** Of its own fragments running on its own nodes, it offers the one whose marginal
+  cost most exceeds what moving it would cost (the contract's price times the fragment's
+  load) to the host of an in-force contract that covers it, at the contract's price p (the
+  top of the range: the offer most attractive to the host). At most one offer at a time.
+- **Accept.** A host accepts an offer only under an in-force contract naming it as host
+  and covering the fragment, at a price within [p - delta, p], and only when its own
+  marginal cost of taking the fragment is below what it is paid.
+- **Return.** A fragment running at a partner goes back when the contract no longer is in
+  force, or when the origin could now run it for less than it pays, with a margin so that
+  a fragment does not bounce back and forth on noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from medusa.contracts import Contract
+from medusa.load import ParticipantLoad
+
+RETURN_MARGIN = 0.8
+"""Load returns when running it at home costs less than this share of what is paid."""
+
+
+@dataclass(frozen=True)
+class Offer:
+    fragment: str
+    origin: str
+    host: str
+    contract: str
+    unit_price: float
+    load: float
+
+    @property
+    def payment(self) -> float:
+        """What the origin pays per period for the fragment's load at this price."""
+        return self.unit_price * self.load
+
+
+@dataclass(frozen=True)
+class Decision:
+    accepted: bool
+    reason: str
+
+
+def choose_offer(me: ParticipantLoad, hosted_here: Iterable[str],
+                 contracts: Iterable[Contract], at_ms: int) -> Offer | None:
+    """The offer to make now, if any. ``hosted_here``: fragments running on my nodes."""
+    best: tuple[float, Offer] | None = None
+    for fragment in sorted(hosted_here):
+        if fragment.split("/", 1)[0] != me.participant:
+            continue  # a partner's load that I host: not mine to offer
+        load = me.fragments.get(fragment, 0.0)
+        if load <= 0:
+            continue
+        marginal = me.marginal_cost(fragment)
+        for contract in contracts:
+            if contract.spec.origin != me.participant or not contract.covers(fragment) \
+                    or contract.state(at_ms) != "active":
+                continue
+            offer = Offer(fragment, me.participant, contract.spec.host, contract.name,
+                          contract.spec.price, load)
+            excess = marginal - offer.payment
+            if excess > 0 and (best is None or excess > best[0]):
+                best = (excess, offer)
+    return best[1] if best else None
+
+
+def decide(host: ParticipantLoad, offer: Offer, contract: Contract | None,
+           at_ms: int) -> Decision:
+    """Whether ``host`` takes ``offer``, and why."""
+    if contract is None or contract.name != offer.contract:
+        return Decision(False, f"no contract {offer.contract}")
+    spec = contract.spec
+    if host.participant != spec.host:
+        return Decision(False, f"contract {contract.name} names {spec.host} as its host, "
+                               f"not {host.participant}")
+    if (spec.origin, spec.host) != (offer.origin, offer.host):
+        return Decision(False, f"contract {contract.name} is from {spec.origin} to "
+                               f"{spec.host}, not from {offer.origin} to {offer.host}")
+    if contract.state(at_ms) != "active":
+        return Decision(False, f"contract {contract.name} is {contract.state(at_ms)}")
+    if not contract.covers(offer.fragment):
+        return Decision(False, f"contract {contract.name} does not cover {offer.fragment}")
+    if not contract.in_range(offer.unit_price):
+        return Decision(False, f"price {offer.unit_price:g} is outside the contract's range "
+                               f"[{contract.low:g}, {spec.price:g}]")
+    taking = host.cost_of_taking(offer.load)
+    if taking >= offer.payment:
+        return Decision(False, f"taking it would cost {taking:.3f}, more than the "
+                               f"{offer.payment:.3f} paid")
+    return Decision(True, f"taking it costs {taking:.3f}, less than the {offer.payment:.3f} "
+                          "paid")
+
+
+def should_return(origin: ParticipantLoad, fragment: str, load: float,
+                  contract: Contract | None, at_ms: int) -> str | None:
+    """Why a fragment of ``origin`` running at a partner goes home now (None: it stays)."""
+    if contract is None or not contract.in_force(at_ms):
+        return "its contract is no longer in force"
+    if contract.state(at_ms) == "ending":
+        return None  # paid to the end of the period; it returns when the contract ends
+    at_home = origin.cost_of_taking(load)
+    paid = contract.spec.price * load
+    if at_home < RETURN_MARGIN * paid:
+        return f"running it at home costs {at_home:.3f}, less than the {paid:.3f} paid"
+    return None
