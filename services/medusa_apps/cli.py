@@ -872,6 +872,41 @@ def _contract_action(action: Any) -> Any:
             raise _fail(message, 2) from None
 
 
+@app.command("bpm")
+def bpm(
+    participant: Annotated[str, typer.Option(help="The participant this agent acts for.")],
+    interval: Annotated[float, typer.Option(min=0.5, help="Seconds between steps.")] = 5.0,
+    offer_timeout: Annotated[float, typer.Option(
+        min=1, help="Seconds an offer waits for an answer before it is withdrawn.")] = 60.0,
+) -> None:
+    """Run a participant's BPM agent until stopped: it offers load to partners under active
+    contracts, answers their offers, moves accepted load and brings it home."""
+    import contextlib
+    import signal
+    import threading
+
+    from medusa.catalog.client import CatalogClient
+    from medusa.federation_status import latest_load_reports
+    from medusa.registry import registry_client
+    from medusa.stack.endpoints import resolve
+    from medusa_apps.bpm_agent import BpmAgent
+
+    _service_logging()
+    endpoints = resolve(StackSettings())
+    if participant not in endpoints.kafka:
+        raise _fail(f"--participant: no participant {participant!r} "
+                    f"(known: {', '.join(endpoints.kafka)})", 2)
+    registry = registry_client(endpoints.registry_url)
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    with CatalogClient(endpoints.catalog_url) as catalog:
+        agent = BpmAgent(participant, catalog, lambda: latest_load_reports(endpoints, registry),
+                         offer_timeout_s=offer_timeout)
+        console.print(f"BPM agent of {participant}: a step every {interval:g}s")
+        with contextlib.suppress(KeyboardInterrupt):
+            agent.run(interval, stopped.is_set)
+
+
 @contract_app.command("propose")
 def contract_propose(
     origin: Annotated[str, typer.Argument(help="Whose load may move (and who pays), e.g. alpha.")],
@@ -1112,7 +1147,7 @@ def check_network_structure(definition: str) -> None:
 @catalog_app.command("show")
 def catalog_show(
     kind: Annotated[str, typer.Argument(
-        help="participants, nodes, streams, networks, fragments or contracts.")],
+        help="participants, nodes, streams, networks, fragments, contracts or offers.")],
     name: Annotated[str | None, typer.Argument(help="One entity, e.g. alpha/node-1.")] = None,
 ) -> None:
     """Print catalog entries as JSON."""

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from medusa.contracts import Contract
@@ -46,8 +47,10 @@ class Decision:
 
 
 def choose_offer(me: ParticipantLoad, hosted_here: Iterable[str],
-                 contracts: Iterable[Contract], at_ms: int) -> Offer | None:
-    """The offer to make now, if any. ``hosted_here``: fragments running on my nodes."""
+                 contracts: Iterable[Contract], at_ms: int,
+                 excluded: AbstractSet[tuple[str, str]] = frozenset()) -> Offer | None:
+    """The offer to make now, if any. ``hosted_here``: fragments running on my nodes;
+    ``excluded``: (fragment, host) pairs not to offer now (refused a moment ago)."""
     best: tuple[float, Offer] | None = None
     for fragment in sorted(hosted_here):
         if fragment.split("/", 1)[0] != me.participant:
@@ -58,7 +61,8 @@ def choose_offer(me: ParticipantLoad, hosted_here: Iterable[str],
         marginal = me.marginal_cost(fragment)
         for contract in contracts:
             if contract.spec.origin != me.participant or not contract.covers(fragment) \
-                    or contract.state(at_ms) != "active":
+                    or contract.state(at_ms) != "active" \
+                    or (fragment, contract.spec.host) in excluded:
                 continue
             offer = Offer(fragment, me.participant, contract.spec.host, contract.name,
                           contract.spec.price, load)

@@ -25,6 +25,7 @@ from medusa.catalog.model import (
     Kind,
     NetworkSpec,
     NodeSpec,
+    OfferSpec,
     Spec,
     StreamSpec,
 )
@@ -103,6 +104,12 @@ class References:
                                          f"{participant!r}, who must have proposed it")
             for field, party in (("origin", spec.origin), ("host", spec.host)):
                 self.require(Kind.PARTICIPANTS, party, field)
+        if isinstance(spec, OfferSpec):
+            if participant != spec.origin:
+                raise HTTPException(422, f"origin: the offer is filed under {participant!r}, "
+                                         "who must be its origin")
+            self.require(Kind.PARTICIPANTS, spec.host, "host")
+            self.require(Kind.CONTRACTS, spec.contract, "contract")
 
     def _check_network(self, name: str, spec: NetworkSpec) -> None:
         try:

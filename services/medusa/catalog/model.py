@@ -1,4 +1,4 @@
-"""What the catalog holds: one versioned entry per named entity, of six kinds.
+"""What the catalog holds: one versioned entry per named entity, of seven kinds.
 
 Every name is global: ``participant/entity`` (a participant's own name is just
 ``participant``; a fragment is ``participant/network/fragment``).
@@ -27,6 +27,7 @@ class Kind(StrEnum):
     NETWORKS = "networks"
     FRAGMENTS = "fragments"
     CONTRACTS = "contracts"
+    OFFERS = "offers"
 
     @property
     def singular(self) -> str:
@@ -175,6 +176,43 @@ class ContractSpec(Spec):
         return self
 
 
+OfferStatus = Literal["open", "accepted", "refused", "withdrawn", "done"]
+FRAGMENT_NAME = rf"^{PART}/{PART}/{PART}$"
+
+
+class OfferSpec(Spec):
+    """BPM: ``origin`` offers ``host`` one of its fragments under a contract, at a unit price.
+
+    ``open`` until the host's agent answers: ``accepted`` (naming the node that takes it) or
+    ``refused`` (with the reason); the origin's agent then moves the fragment (``done``), or
+    withdraws an offer left unanswered (``withdrawn``).
+    """
+
+    fragment: str = Field(pattern=FRAGMENT_NAME)
+    origin: PartName
+    host: PartName
+    contract: str = Field(pattern=rf"^{PART}/{PART}$")
+    unit_price: float = Field(ge=0, le=1e12)
+    load: float = Field(ge=0, le=1e6)
+    """The fragment's load when offered, in processing slots."""
+    status: OfferStatus = "open"
+    reason: str = Field("", max_length=2000)
+    node: NodeName | None = None
+    """Once accepted: the host's node that takes the fragment."""
+    made_at: int = Field(0, ge=0)
+    decided_at: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> OfferSpec:
+        if self.origin == self.host:
+            raise ValueError("an offer goes from one participant to another")
+        if self.fragment.split("/", 1)[0] != self.origin:
+            raise ValueError(f"fragment: {self.fragment} is not load of {self.origin}")
+        if self.status == "accepted" and self.node is None:
+            raise ValueError("node: an accepted offer names the node that takes it")
+        return self
+
+
 SPECS: dict[Kind, type[Spec]] = {
     Kind.PARTICIPANTS: ParticipantSpec,
     Kind.NODES: NodeSpec,
@@ -182,6 +220,7 @@ SPECS: dict[Kind, type[Spec]] = {
     Kind.NETWORKS: NetworkSpec,
     Kind.FRAGMENTS: FragmentSpec,
     Kind.CONTRACTS: ContractSpec,
+    Kind.OFFERS: OfferSpec,
 }
 
 

@@ -1,0 +1,172 @@
+"""`medusa bpm`: one participant's load-management agent (BPM).
+
+Each step it reads the nodes' newest load reports and the catalog, then does at most one
+thing, in this order:
+1. as a host, answers the open offers made to it (``medusa.bpm.policy.decide``): accepted
+   offers name the least loaded of its nodes that are up;
+2. as an origin with an offer in flight, moves the fragment of an accepted offer to the
+   node named (``done``), or withdraws an offer left unanswered too long; nothing else
+   happens while one is in flight or a fragment of its own is moving;
+3. brings a fragment of its own home from a partner when its contract is over, or home
+   is cheaper (``should_return``);
+4. offers the fragment whose marginal cost most exceeds its price (``choose_offer``).
+Offers are catalog entries (kind ``offers``), filed under the origin.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from medusa.bpm.policy import Offer, choose_offer, decide, should_return
+from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Entry, Kind, OfferSpec
+from medusa.contracts import Contract, contracts, now_ms
+from medusa.load import ParticipantLoad, participant_loads
+
+log = logging.getLogger("medusa.bpm")
+
+Reports = Callable[[], Mapping[str, Mapping[str, Any]]]
+Mover = Callable[[CatalogClient, str, str], object]
+
+
+def _move(catalog: CatalogClient, fragment: str, node: str) -> object:
+    from medusa_spark.deploy import move
+
+    return move(catalog, fragment, node, report=lambda line: log.info("%s", line.strip()))
+
+
+class BpmAgent:
+    def __init__(self, participant: str, catalog: CatalogClient, reports: Reports,
+                 offer_timeout_s: float = 60.0, offer_backoff_s: float = 60.0,
+                 move: Mover = _move) -> None:
+        self.participant = participant
+        self.catalog = catalog
+        self.reports = reports
+        self.offer_timeout_ms = int(offer_timeout_s * 1000)
+        self.offer_backoff_ms = int(offer_backoff_s * 1000)
+        self.move = move
+
+    def step(self, at_ms: int | None = None) -> str | None:
+        """Does at most one thing; says what (None: nothing to do)."""
+        now = now_ms() if at_ms is None else at_ms
+        nodes = self.catalog.list(Kind.NODES)
+        up = {n.name for n in nodes if n.spec.get("status", "up") == "up"}
+        reports = self.reports()
+        loads = participant_loads(r for name, r in reports.items() if name in up)
+        me = loads.get(self.participant) or ParticipantLoad(self.participant, 0.0, 0.0, {})
+        fragments = self.catalog.list(Kind.FRAGMENTS)
+        known = {c.name: c for c in contracts(self.catalog)}
+        offers = [(e, OfferSpec.model_validate(e.spec)) for e in self.catalog.list(Kind.OFFERS)]
+        for entry, offer in offers:
+            if offer.host == self.participant and offer.status == "open":
+                return self._answer(entry, offer, me, known.get(offer.contract), nodes,
+                                    reports, now)
+        for entry, offer in offers:
+            if offer.origin == self.participant and offer.status in ("open", "accepted"):
+                return self._follow(entry, offer, now)
+        mine = [f for f in fragments if f.name.startswith(f"{self.participant}/")]
+        if any(f.spec.get("phase") in ("moving", "released") for f in mine):
+            return None  # one move at a time
+        away = [f for f in mine if not str(f.spec.get("node")).startswith(
+            f"{self.participant}/") and f.spec.get("phase") == "running"]
+        for fragment in away:
+            returned = self._maybe_return(fragment, me, loads, known, nodes, reports, now)
+            if returned:
+                return returned
+        hosted_here = [f.name for f in mine if f.spec.get("phase") == "running"
+                       and str(f.spec.get("node")).startswith(f"{self.participant}/")]
+        # A refused or unanswered offer is not made again before the backoff has passed.
+        recent = {(o.fragment, o.host) for _, o in offers if o.origin == self.participant
+                  and o.status in ("refused", "withdrawn")
+                  and now - (o.decided_at or o.made_at) < self.offer_backoff_ms}
+        chosen = choose_offer(me, hosted_here, known.values(), now, recent)
+        return self._offer(chosen, now) if chosen is not None else None
+
+    def _answer(self, entry: Entry, offer: OfferSpec, me: ParticipantLoad,
+                contract: Contract | None, nodes: list[Entry],
+                reports: Mapping[str, Mapping[str, Any]], now: int) -> str:
+        decision = decide(me, Offer(offer.fragment, offer.origin, offer.host, offer.contract,
+                                    offer.unit_price, offer.load), contract, now)
+        node = _least_loaded(self.participant, nodes, reports) if decision.accepted else None
+        accepted = decision.accepted and node is not None
+        reason = decision.reason if node is not None or not decision.accepted else \
+            f"{self.participant} has no node up to take it"
+        spec = {**entry.spec, "status": "accepted" if accepted else "refused",
+                "reason": reason, "node": node, "decided_at": now}
+        self.catalog.put(Kind.OFFERS, entry.name, spec, entry.version)
+        verdict = f"accepted, on {node}" if accepted else "refused"
+        log.info("offer %s of %s: %s (%s)", entry.name, offer.fragment, verdict, reason)
+        return f"{verdict} offer {entry.name}: {reason}"
+
+    def _follow(self, entry: Entry, offer: OfferSpec, now: int) -> str | None:
+        if offer.status == "open":
+            if now - offer.made_at < self.offer_timeout_ms:
+                return None
+            self.catalog.put(Kind.OFFERS, entry.name, {
+                **entry.spec, "status": "withdrawn", "reason": "no answer in time",
+                "decided_at": now}, entry.version)
+            return f"withdrew offer {entry.name}: no answer in time"
+        assert offer.node is not None
+        log.info("moving %s to %s under %s at %g a unit", offer.fragment, offer.node,
+                 offer.contract, offer.unit_price)
+        self.move(self.catalog, offer.fragment, offer.node)
+        self.catalog.update(Kind.OFFERS, entry.name,
+                            lambda spec: None if spec is None else {**spec, "status": "done"})
+        return f"moved {offer.fragment} to {offer.node} under {offer.contract}"
+
+    def _maybe_return(self, fragment: Entry, me: ParticipantLoad,
+                      loads: Mapping[str, ParticipantLoad], known: Mapping[str, Contract],
+                      nodes: list[Entry], reports: Mapping[str, Mapping[str, Any]],
+                      now: int) -> str | None:
+        host = str(fragment.spec["node"]).split("/", 1)[0]
+        load = loads[host].fragments.get(fragment.name, 0.0) if host in loads else 0.0
+        under = [c for c in known.values() if c.spec.origin == self.participant
+                 and c.spec.host == host and c.covers(fragment.name) and c.in_force(now)]
+        why = should_return(me, fragment.name, load, under[0] if under else None, now)
+        if why is None:
+            return None
+        home = _least_loaded(self.participant, nodes, reports)
+        if home is None:
+            return None
+        log.info("bringing %s home from %s to %s: %s", fragment.name, host, home, why)
+        self.move(self.catalog, fragment.name, home)
+        return f"brought {fragment.name} home to {home}: {why}"
+
+    def _offer(self, offer: Offer, now: int) -> str:
+        name = f"{self.participant}/offer-{uuid.uuid4().hex[:8]}"
+        spec = OfferSpec(fragment=offer.fragment, origin=offer.origin, host=offer.host,
+                         contract=offer.contract, unit_price=offer.unit_price,
+                         load=round(offer.load, 6), made_at=now)
+        self.catalog.put(Kind.OFFERS, name, spec.model_dump(mode="json"))
+        log.info("offered %s (load %.3f) to %s under %s at %g a unit", offer.fragment,
+                 offer.load, offer.host, offer.contract, offer.unit_price)
+        return f"offered {offer.fragment} to {offer.host} under {offer.contract}"
+
+    def run(self, interval_s: float, stop: Callable[[], bool]) -> None:
+        while not stop():
+            try:
+                done = self.step()
+                if done:
+                    log.info("%s", done)
+            except Exception as error:  # the catalog or Kafka away: retried next step
+                log.warning("bpm %s: %s; retrying", self.participant, error)
+            time.sleep(interval_s)
+
+
+def _least_loaded(participant: str, nodes: list[Entry],
+                  reports: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The participant's node that is up with the most capacity left (reported nodes first)."""
+    candidates = [n.name for n in nodes if n.participant == participant
+                  and n.spec.get("status", "up") == "up"]
+
+    def spare(name: str) -> tuple[bool, float, str]:
+        report = reports.get(name)
+        if report is None or not report.get("capacity"):
+            return (False, 0.0, name)
+        return (True, float(report["capacity"]) - float(report.get("load") or 0.0), name)
+
+    return max(candidates, key=spare, default=None)
