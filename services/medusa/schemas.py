@@ -18,6 +18,8 @@ NODE_LOAD_TOPIC = "medusa.node-load"
 """Where nodes publish their per-box load reports."""
 HEARTBEAT_TOPIC = "medusa.heartbeats"
 """Where nodes publish their heartbeats, on their own participant's cluster."""
+LEDGER_TOPIC = "medusa.ledger"
+"""BPM's payments, on the paying participant's cluster."""
 HEARTBEAT_TOPIC_CONFIG = {"retention.ms": str(3_600_000)}
 """Heartbeats matter for seconds; an hour is kept for looking back."""
 
@@ -34,6 +36,7 @@ DEFAULT_TOPICS: dict[str, str] = {
     "sensors.readings": "sensor_reading",
     HEARTBEAT_TOPIC: "heartbeat",
     NODE_LOAD_TOPIC: "node_load_report",
+    LEDGER_TOPIC: "ledger_entry",
 }
 
 

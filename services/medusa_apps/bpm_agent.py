@@ -18,9 +18,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from medusa.bpm.ledger import Ledger, Payment, hosting_amount
 from medusa.bpm.policy import Offer, choose_offer, decide, should_return
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Entry, Kind, OfferSpec
@@ -42,12 +43,22 @@ def _move(catalog: CatalogClient, fragment: str, node: str) -> object:
 class BpmAgent:
     def __init__(self, participant: str, catalog: CatalogClient, reports: Reports,
                  offer_timeout_s: float = 60.0, offer_backoff_s: float = 60.0,
-                 move: Mover = _move) -> None:
+                 move: Mover = _move, ledger: Ledger | None = None,
+                 paid: Iterable[Mapping[str, Any]] = ()) -> None:
+        """``ledger``: where it pays (None: it pays nothing); ``paid``: the ledger's entries
+        so far, so that a restarted agent pays each stretch of hosting once."""
         self.participant = participant
         self.catalog = catalog
         self.reports = reports
         self.offer_timeout_ms = int(offer_timeout_s * 1000)
         self.offer_backoff_ms = int(offer_backoff_s * 1000)
+        self.ledger = ledger
+        self.paid_until: dict[tuple[str, str], int] = {}
+        """(contract, fragment) -> until when its hosting is paid."""
+        for item in paid:
+            if item["origin"] == participant:
+                key = (str(item["contract"]), str(item["fragment"]))
+                self.paid_until[key] = max(self.paid_until.get(key, 0), _ms(item["to_ms"]))
         self.move = move
 
     def step(self, at_ms: int | None = None) -> str | None:
@@ -60,19 +71,21 @@ class BpmAgent:
         me = loads.get(self.participant) or ParticipantLoad(self.participant, 0.0, 0.0, {})
         fragments = self.catalog.list(Kind.FRAGMENTS)
         known = {c.name: c for c in contracts(self.catalog)}
-        offers = [(e, OfferSpec.model_validate(e.spec)) for e in self.catalog.list(Kind.OFFERS)]
+        offers = self._offers()
         for entry, offer in offers:
             if offer.host == self.participant and offer.status == "open":
                 return self._answer(entry, offer, me, known.get(offer.contract), nodes,
                                     reports, now)
         for entry, offer in offers:
             if offer.origin == self.participant and offer.status in ("open", "accepted"):
-                return self._follow(entry, offer, now)
+                return self._follow(entry, offer, now, at_ms)
         mine = [f for f in fragments if f.name.startswith(f"{self.participant}/")]
         if any(f.spec.get("phase") in ("moving", "released") for f in mine):
             return None  # one move at a time
         away = [f for f in mine if not str(f.spec.get("node")).startswith(
             f"{self.participant}/") and f.spec.get("phase") == "running"]
+        for fragment in away:
+            self._pay_periods(fragment, offers, known, now)
         for fragment in away:
             returned = self._maybe_return(fragment, me, loads, known, nodes, reports, now)
             if returned:
@@ -85,6 +98,9 @@ class BpmAgent:
                   and now - (o.decided_at or o.made_at) < self.offer_backoff_ms}
         chosen = choose_offer(me, hosted_here, known.values(), now, recent)
         return self._offer(chosen, now) if chosen is not None else None
+
+    def _offers(self) -> list[tuple[Entry, OfferSpec]]:
+        return [(e, OfferSpec.model_validate(e.spec)) for e in self.catalog.list(Kind.OFFERS)]
 
     def _answer(self, entry: Entry, offer: OfferSpec, me: ParticipantLoad,
                 contract: Contract | None, nodes: list[Entry],
@@ -102,7 +118,8 @@ class BpmAgent:
         log.info("offer %s of %s: %s (%s)", entry.name, offer.fragment, verdict, reason)
         return f"{verdict} offer {entry.name}: {reason}"
 
-    def _follow(self, entry: Entry, offer: OfferSpec, now: int) -> str | None:
+    def _follow(self, entry: Entry, offer: OfferSpec, now: int, at_ms: int | None
+                ) -> str | None:
         if offer.status == "open":
             if now - offer.made_at < self.offer_timeout_ms:
                 return None
@@ -111,12 +128,62 @@ class BpmAgent:
                 "decided_at": now}, entry.version)
             return f"withdrew offer {entry.name}: no answer in time"
         assert offer.node is not None
-        log.info("moving %s to %s under %s at %g a unit", offer.fragment, offer.node,
-                 offer.contract, offer.unit_price)
-        self.move(self.catalog, offer.fragment, offer.node)
-        self.catalog.update(Kind.OFFERS, entry.name,
-                            lambda spec: None if spec is None else {**spec, "status": "done"})
+        current = self.catalog.get(Kind.FRAGMENTS, offer.fragment)
+        if current is None:
+            self.catalog.put(Kind.OFFERS, entry.name, {
+                **entry.spec, "status": "withdrawn", "reason": "the fragment is gone"},
+                entry.version)
+            return f"withdrew offer {entry.name}: {offer.fragment} is gone"
+        if current.spec.get("node") != offer.node:  # else moved before a restart
+            log.info("moving %s to %s under %s at %g a unit", offer.fragment, offer.node,
+                     offer.contract, offer.unit_price)
+            self.move(self.catalog, offer.fragment, offer.node)
+        moved = now_ms() if at_ms is None else at_ms
+        self.catalog.update(Kind.OFFERS, entry.name, lambda spec: None if spec is None else {
+            **spec, "status": "done", "decided_at": spec.get("decided_at") or moved})
+        payment = Payment("move", offer.contract, offer.origin, offer.host, offer.fragment,
+                          offer.unit_price, offer.load, moved, moved)
+        self._pay(payment, offer.unit_price * offer.load)
+        self.paid_until[(offer.contract, offer.fragment)] = moved
         return f"moved {offer.fragment} to {offer.node} under {offer.contract}"
+
+    def _pay(self, payment: Payment, amount: float) -> None:
+        if self.ledger is not None:
+            self.ledger.pay(payment, amount)
+        log.info("paid %s %.4f for %s of %s under %s", payment.host, amount, payment.kind,
+                 payment.fragment, payment.contract)
+
+    def _terms(self, fragment: Entry, offers: list[tuple[Entry, OfferSpec]]
+               ) -> OfferSpec | None:
+        """The accepted offer under which a fragment of mine runs where it runs now."""
+        host = str(fragment.spec["node"]).split("/", 1)[0]
+        done = [o for _, o in offers if o.fragment == fragment.name and o.host == host
+                and o.status == "done"]
+        return max(done, key=lambda o: o.made_at, default=None)
+
+    def _pay_periods(self, fragment: Entry, offers: list[tuple[Entry, OfferSpec]],
+                     known: Mapping[str, Contract], now: int, until_now: bool = False) -> None:
+        """Pays each period of hosting that has ended (and, ``until_now``, the stretch
+        since)."""
+        terms = self._terms(fragment, offers)
+        contract = known.get(terms.contract) if terms is not None else None
+        if terms is None or contract is None or contract.spec.accepted_at is None:
+            return
+        key = (terms.contract, fragment.name)
+        start = self.paid_until.get(key, terms.decided_at or terms.made_at)
+        while True:
+            end = contract.period_end(start)
+            if contract.spec.ends_at is not None:
+                end = min(end, contract.spec.ends_at)
+            if end > now:
+                end = now if until_now else start
+            if end <= start:
+                return
+            payment = Payment("hosting", terms.contract, terms.origin, terms.host,
+                              fragment.name, terms.unit_price, terms.load, start, end)
+            self._pay(payment, hosting_amount(terms.unit_price, terms.load, start, end,
+                                              contract.spec.period_s))
+            self.paid_until[key] = start = end
 
     def _maybe_return(self, fragment: Entry, me: ParticipantLoad,
                       loads: Mapping[str, ParticipantLoad], known: Mapping[str, Contract],
@@ -134,6 +201,7 @@ class BpmAgent:
             return None
         log.info("bringing %s home from %s to %s: %s", fragment.name, host, home, why)
         self.move(self.catalog, fragment.name, home)
+        self._pay_periods(fragment, self._offers(), known, now, until_now=True)
         return f"brought {fragment.name} home to {home}: {why}"
 
     def _offer(self, offer: Offer, now: int) -> str:
@@ -155,6 +223,10 @@ class BpmAgent:
             except Exception as error:  # the catalog or Kafka away: retried next step
                 log.warning("bpm %s: %s; retrying", self.participant, error)
             time.sleep(interval_s)
+
+
+def _ms(value: Any) -> int:
+    return int(value.timestamp() * 1000) if hasattr(value, "timestamp") else int(value)
 
 
 def _least_loaded(participant: str, nodes: list[Entry],

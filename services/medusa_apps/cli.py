@@ -885,9 +885,11 @@ def bpm(
     import signal
     import threading
 
+    from medusa.bpm.ledger import Ledger, read_entries
     from medusa.catalog.client import CatalogClient
     from medusa.federation_status import latest_load_reports
     from medusa.registry import registry_client
+    from medusa.settings import kafka_config
     from medusa.stack.endpoints import resolve
     from medusa_apps.bpm_agent import BpmAgent
 
@@ -899,12 +901,59 @@ def bpm(
     registry = registry_client(endpoints.registry_url)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    own = kafka_config(endpoints.bootstrap(participant))
+    # What it paid before a restart, so that no stretch of hosting is paid twice.
+    paid = read_entries([own], registry)
+    ledger = Ledger(own, registry, participant)
     with CatalogClient(endpoints.catalog_url) as catalog:
         agent = BpmAgent(participant, catalog, lambda: latest_load_reports(endpoints, registry),
-                         offer_timeout_s=offer_timeout)
-        console.print(f"BPM agent of {participant}: a step every {interval:g}s")
-        with contextlib.suppress(KeyboardInterrupt):
-            agent.run(interval, stopped.is_set)
+                         offer_timeout_s=offer_timeout, ledger=ledger, paid=paid)
+        console.print(f"BPM agent of {participant}: a step every {interval:g}s, "
+                      f"{len(paid)} ledger entries read")
+        try:
+            with contextlib.suppress(KeyboardInterrupt):
+                agent.run(interval, stopped.is_set)
+        finally:
+            ledger.close()
+
+
+@app.command("ledger")
+def ledger_command(
+    entries: Annotated[int, typer.Option(min=0, help="How many of the newest entries to list.")
+                       ] = 20,
+) -> None:
+    """BPM's ledger: balances per participant and per contract, and the newest payments."""
+    from medusa.bpm.ledger import balances, read_entries
+    from medusa.registry import registry_client
+    from medusa.settings import kafka_config
+    from medusa.stack.endpoints import resolve
+
+    endpoints = resolve(StackSettings())
+    found = read_entries([kafka_config(b) for b in endpoints.kafka.values()],
+                         registry_client(endpoints.registry_url))
+    totals = balances(found)
+    participants = Table(title="balances (received minus paid)")
+    participants.add_column("participant")
+    participants.add_column("balance", justify="right")
+    for name in sorted(set(endpoints.kafka) | set(totals.participants)):
+        participants.add_row(name, f"{totals.participants.get(name, 0.0):,.4f}")
+    contracts = Table(title="paid per contract")
+    contracts.add_column("contract")
+    contracts.add_column("paid", justify="right")
+    for name, amount in sorted(totals.contracts.items()):
+        contracts.add_row(name, f"{amount:,.4f}")
+    newest = Table(title=f"newest payments ({min(entries, len(found))} of {len(found)})")
+    for column in ("at", "kind", "contract", "origin -> host", "fragment", "unit price",
+                   "load", "amount"):
+        newest.add_column(column, justify="right" if column in (
+            "unit price", "load", "amount") else "left")
+    for item in found[-entries:] if entries else []:
+        newest.add_row(_clock(item["to_ms"]), item["kind"], item["contract"],
+                       f"{item['origin']} -> {item['host']}", item["fragment"],
+                       f"{item['unit_price']:g}", f"{item['load']:.3f}",
+                       f"{item['amount']:,.4f}")
+    for table in (participants, contracts, newest):
+        console.print(table)
 
 
 @contract_app.command("propose")

@@ -7,16 +7,20 @@ fragment in the catalog: the moves themselves are tested with Spark in the e2e t
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from medusa.bpm.ledger import Ledger, balances, read_entries
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.contracts import accept, propose, revoke
 from medusa_apps.bpm_agent import BpmAgent
-from tests.federation_processes import CatalogProcess
+from tests.federation_processes import CatalogProcess, federation_env
 from tests.integration.test_catalog import NETWORK
 
 pytestmark = pytest.mark.integration
@@ -27,8 +31,9 @@ FRAGMENT = "alpha/counts/f0"
 class Federation:
     """Fixed load reports, and moves that retarget the fragment in the catalog."""
 
-    def __init__(self, catalog: CatalogClient) -> None:
+    def __init__(self, catalog: CatalogClient, ledger: Ledger) -> None:
         self.catalog = catalog
+        self.ledger = ledger
         self.reports: dict[str, dict[str, Any]] = {}
         self.moves: list[tuple[str, str]] = []
         self.load(alpha=0.95, beta=0.0)
@@ -51,7 +56,7 @@ class Federation:
 
     def agent(self, participant: str, **options: Any) -> BpmAgent:
         return BpmAgent(participant, self.catalog, lambda: self.reports, move=self.move,
-                        **options)
+                        ledger=self.ledger if participant == "alpha" else None, **options)
 
     def node_of_fragment(self) -> str:
         entry = self.catalog.get(Kind.FRAGMENTS, FRAGMENT)
@@ -60,8 +65,9 @@ class Federation:
 
 
 @pytest.fixture
-def federated(federation, tmp_path) -> Iterator[Federation]:
+def federated(federation, registry, tmp_path) -> Iterator[Federation]:
     process = CatalogProcess(federation, tmp_path).start()
+    ledger = Ledger({"bootstrap.servers": federation.bootstrap("alpha")}, registry, "alpha")
     try:
         with CatalogClient(process.url) as catalog:
             for node in ("alpha/n1", "beta/n1"):
@@ -69,19 +75,23 @@ def federated(federation, tmp_path) -> Iterator[Federation]:
             catalog.put(Kind.NETWORKS, "alpha/counts", {"definition": NETWORK})
             catalog.put(Kind.FRAGMENTS, FRAGMENT, {"network": "alpha/counts", "boxes": ["hot"],
                                                    "node": "alpha/n1", "phase": "running"})
-            yield Federation(catalog)
+            yield Federation(catalog, ledger)
     finally:
+        ledger.close()
         process.stop()
 
 
 def _contract(catalog: CatalogClient, price: float = 10.0, delta: float = 2.0) -> str:
-    made = propose(catalog, "c1", origin="alpha", host="beta", price=price, delta=delta,
+    # Named apart: the ledger topic outlives this test's catalog.
+    made = propose(catalog, f"c-{uuid.uuid4().hex[:8]}", origin="alpha", host="beta",
+                   price=price, delta=delta,
                    movable=["alpha/counts"], period_s=3600, by="alpha")
     accept(catalog, made.name, by="beta")
     return made.name
 
 
-def test_an_overloaded_origin_offers_the_host_accepts_and_the_fragment_moves(federated) -> None:
+def test_an_overloaded_origin_offers_the_host_accepts_and_the_fragment_moves(
+        federated, federation, registry, tmp_path) -> None:
     contract = _contract(federated.catalog)
     alpha, beta = federated.agent("alpha"), federated.agent("beta")
     assert (alpha.step() or "").startswith(f"offered {FRAGMENT} to beta under {contract}")
@@ -104,6 +114,32 @@ def test_an_overloaded_origin_offers_the_host_accepts_and_the_fragment_moves(fed
     assert alpha.step(at_ms=ends - 1) is None
     assert "its contract is no longer in force" in (alpha.step(at_ms=ends) or "")
     assert federated.node_of_fragment() == "alpha/n1"
+
+    # The ledger: the move at the unit price times the load, and the hosting from the move
+    # to the contract's end, pro rata of its one-hour period; once each, even read again.
+    entries = [e for e in read_entries([{"bootstrap.servers": federation.bootstrap(p)}
+                                        for p in ("alpha", "beta")], registry)
+               if e["contract"] == contract]
+    assert [e["kind"] for e in entries] == ["move", "hosting"], [
+        (e["kind"], e["from_ms"], e["to_ms"], e["amount"]) for e in entries]
+    move, hosting = entries
+    assert move["amount"] == pytest.approx(9.0)
+    assert hosting["to_ms"] == ends and hosting["from_ms"] == move["to_ms"]
+    held_ms = hosting["to_ms"] - hosting["from_ms"]
+    assert hosting["amount"] == pytest.approx(10.0 * 0.9 * held_ms / 3_600_000)
+    paid = balances(entries)
+    assert paid.participants["beta"] == pytest.approx(-paid.participants["alpha"])
+    assert paid.contracts[contract] == pytest.approx(move["amount"] + hosting["amount"])
+    # A restarted agent that read the ledger pays nothing twice.
+    again = BpmAgent("alpha", federated.catalog, lambda: federated.reports,
+                     move=federated.move, ledger=federated.ledger, paid=entries)
+    assert again.paid_until[(contract, FRAGMENT)] == ends
+    shown = subprocess.run([sys.executable, "-m", "medusa_apps", "ledger"], capture_output=True,
+                           text=True, timeout=120, check=False,
+                           env={**federation_env(federation, tmp_path), "COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if contract in line)
+    assert f"{paid.contracts[contract]:,.4f}" in row
 
 
 def test_nothing_moves_without_a_contract_or_when_the_host_would_lose(federated) -> None:
