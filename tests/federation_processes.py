@@ -83,7 +83,8 @@ class NodeProcess:
     """``medusa node`` as its own process, like a node on another machine."""
 
     def __init__(self, name: str, participant: str, endpoints: Endpoints, run_dir: Path,
-                 secondary: str | None = None, master: str = "local[1]") -> None:
+                 secondary: str | None = None, master: str = "local[1]",
+                 options: tuple[str, ...] = ()) -> None:
         self.name, self.participant = name, participant
         self.catalog_url = endpoints.catalog_url
         self.env = federation_env(endpoints, run_dir)
@@ -93,6 +94,7 @@ class NodeProcess:
                         "--checkpoint-root", str(run_dir / "checkpoints" / participant / name)]
         if secondary:
             self.command += ["--secondary", secondary]
+        self.command += list(options)
         self.process: subprocess.Popen[bytes] | None = None
         self._incarnation: str | None = None
 

@@ -44,6 +44,7 @@ class BpmAgent:
     def __init__(self, participant: str, catalog: CatalogClient, reports: Reports,
                  offer_timeout_s: float = 60.0, offer_backoff_s: float = 60.0,
                  move: Mover = _move, ledger: Ledger | None = None,
+                 report_max_age_s: float = 30.0,
                  paid: Iterable[Mapping[str, Any]] = ()) -> None:
         """``ledger``: where it pays (None: it pays nothing); ``paid``: the ledger's entries
         so far, so that a restarted agent pays each stretch of hosting once."""
@@ -52,6 +53,7 @@ class BpmAgent:
         self.reports = reports
         self.offer_timeout_ms = int(offer_timeout_s * 1000)
         self.offer_backoff_ms = int(offer_backoff_s * 1000)
+        self.report_max_age_ms = int(report_max_age_s * 1000)
         self.ledger = ledger
         self.paid_until: dict[tuple[str, str], int] = {}
         """(contract, fragment) -> until when its hosting is paid."""
@@ -66,7 +68,9 @@ class BpmAgent:
         now = now_ms() if at_ms is None else at_ms
         nodes = self.catalog.list(Kind.NODES)
         up = {n.name for n in nodes if n.spec.get("status", "up") == "up"}
-        reports = self.reports()
+        # A node that stopped reporting (stopped, or cut off) counts for nothing.
+        reports = {name: r for name, r in self.reports().items()
+                   if now - _ms(r.get("reported_at", now)) <= self.report_max_age_ms}
         loads = participant_loads(r for name, r in reports.items() if name in up)
         me = loads.get(self.participant) or ParticipantLoad(self.participant, 0.0, 0.0, {})
         fragments = self.catalog.list(Kind.FRAGMENTS)

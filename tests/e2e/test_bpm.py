@@ -1,0 +1,163 @@
+"""BPM on the real stack: alpha's node is given a tiny capacity, so the sensor-windows
+fragment it runs overloads it; beta's node has room. With a contract from alpha to beta,
+the two participants' agents (`medusa bpm`, real processes) move the fragment to beta under
+continuous input: offer, acceptance, hand-over. Every result reaches the output exactly
+once, equal to the reference (by tuple id); the fragment moves once and stays; the offer
+and the ledger record the move at the contract's price."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from medusa.bpm.ledger import read_entries
+from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
+from medusa.contracts import accept, propose, revoke
+from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
+from medusa_spark.deploy import deploy, undeploy
+from tests.federation_processes import NodeProcess, federation_env, running
+
+pytestmark = pytest.mark.e2e
+
+SENSORS = 8
+SECONDS = 90
+PRICE, DELTA = 10.0, 2.0
+ALPHA_NODE, BETA_NODE = "alpha/bpm-a1", "beta/bpm-b1"
+
+
+@pytest.fixture(scope="module")
+def nodes(federation, tmp_path_factory) -> Iterator[dict[str, NodeProcess]]:
+    run_dir = tmp_path_factory.mktemp("bpm-nodes")
+    started = {
+        ALPHA_NODE: NodeProcess("bpm-a1", "alpha", federation, run_dir,
+                                options=("--capacity", "0.02")),
+        BETA_NODE: NodeProcess("bpm-b1", "beta", federation, run_dir,
+                               options=("--capacity", "8")),
+    }
+    with running(started):
+        yield started
+
+
+@dataclass
+class BpmRun:
+    network: str
+    fragment: str
+    contract: str
+    expected: dict[str, dict]
+    results: list[str]
+    """Result ids in the order written."""
+    nodes_seen: list[str]
+    """Where the fragment ran, each change as the catalog showed it."""
+    offers: list[dict]
+    agents_log: str
+
+
+def _agent(federation, tmp_path, participant: str) -> subprocess.Popen[bytes]:
+    log = (tmp_path / f"bpm-{participant}.log").open("ab")
+    return subprocess.Popen([sys.executable, "-m", "medusa_apps", "bpm", "--participant",
+                             participant, "--interval", "2", "--offer-timeout", "30"],
+                            stdout=log, stderr=subprocess.STDOUT,
+                            env=federation_env(federation, tmp_path))
+
+
+@pytest.fixture(scope="module")
+def bpm_run(federation, nodes, spark, registry_module, tmp_path_factory) -> Iterator[BpmRun]:
+    run_dir = tmp_path_factory.mktemp("bpm-agents")
+    name = f"bpm-{uuid.uuid4().hex[:6]}"
+    prefix = f"{name}."
+    network = f"alpha/{name}"
+    results_topic = f"{prefix}medusa.{name}.per_sensor"
+    alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
+    with CatalogClient(federation.catalog_url) as catalog:
+        deploy(network_yaml(name, prefix), name, federation, registry_module, spark, catalog,
+               {"plausible": ALPHA_NODE, "per_sensor": ALPHA_NODE})
+        [fragment] = _wait_running(catalog, network)
+        contract = propose(catalog, f"bpm-{uuid.uuid4().hex[:6]}", origin="alpha",
+                           host="beta", price=PRICE, delta=DELTA, movable=[network],
+                           period_s=3600, by="alpha")
+        accept(catalog, contract.name, by="beta")
+        watch = OutputWatch(alpha,
+                            registry_module, [results_topic]).start()
+        steady = SteadyInput(alpha, registry_module, f"{prefix}sensors.readings", SENSORS,
+                             SECONDS)
+        expected = reference(steady.readings())
+        agents = [_agent(federation, run_dir, p) for p in ("alpha", "beta")]
+        seen: list[str] = []
+        try:
+            steady.start()
+            deadline = time.monotonic() + SECONDS + 120
+            while time.monotonic() < deadline and not steady.finished.is_set():
+                entry = catalog.get(Kind.FRAGMENTS, fragment)
+                node = str(entry.spec.get("node")) if entry else "-"
+                if not seen or seen[-1] != node:
+                    seen.append(node)
+                time.sleep(0.5)
+            assert steady.finished.wait(120), "the input did not finish"
+            assert steady.error is None, steady.error
+            watch.wait_for(results_topic, set(expected), timeout_s=240)
+            watch.stop()
+        finally:
+            for agent in agents:
+                agent.terminate()
+                agent.wait(30)
+            revoke(catalog, contract.name, by="alpha")
+        offers = [e.spec for e in catalog.list(Kind.OFFERS)
+                  if e.spec.get("contract") == contract.name]
+        logs = "\n".join(p.read_text() for p in run_dir.glob("bpm-*.log"))
+        yield BpmRun(network, fragment, contract.name, expected, watch.ids(results_topic),
+                     seen, offers, logs)
+        undeploy(catalog, network, report=lambda _: None)
+
+
+def _wait_running(catalog: CatalogClient, network: str, timeout_s: float = 240.0) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        entries = catalog.list(Kind.FRAGMENTS, network=network)
+        if entries and all(e.spec.get("phase") == "running" for e in entries):
+            return [e.name for e in entries]
+        time.sleep(0.5)
+    raise TimeoutError(f"{network} did not run within {timeout_s:.0f}s")
+
+
+def test_the_overloaded_fragment_moves_to_the_partner_once_and_stays(bpm_run: BpmRun) -> None:
+    assert bpm_run.nodes_seen[0] == ALPHA_NODE, bpm_run.nodes_seen
+    assert bpm_run.nodes_seen[-1] == BETA_NODE, (bpm_run.nodes_seen, bpm_run.agents_log[-3000:])
+    assert len(bpm_run.nodes_seen) == 2, f"moved more than once: {bpm_run.nodes_seen}"
+    done = [o for o in bpm_run.offers if o["status"] == "done"]
+    assert len(done) == 1, bpm_run.offers
+    assert done[0]["fragment"] == bpm_run.fragment and done[0]["node"] == BETA_NODE
+    assert PRICE - DELTA <= done[0]["unit_price"] <= PRICE
+
+
+def test_the_hand_over_loses_and_duplicates_nothing(bpm_run: BpmRun) -> None:
+    duplicated = [i for i, n in _counts(bpm_run.results).items() if n > 1]
+    missing = set(bpm_run.expected) - set(bpm_run.results)
+    assert not duplicated, f"results written twice across the move: {duplicated[:5]}"
+    assert not missing, f"results lost across the move: {sorted(missing)[:5]}"
+
+
+def test_the_ledger_records_the_move_at_the_contract_price(bpm_run: BpmRun, federation,
+                                                           registry_module) -> None:
+    entries = [e for e in read_entries([{"bootstrap.servers": federation.bootstrap(p)}
+                                        for p in ("alpha", "beta")], registry_module)
+               if e["contract"] == bpm_run.contract]
+    moves = [e for e in entries if e["kind"] == "move"]
+    assert len(moves) == 1, entries
+    [move] = moves
+    assert (move["origin"], move["host"], move["fragment"]) == ("alpha", "beta",
+                                                               bpm_run.fragment)
+    assert move["amount"] == pytest.approx(move["unit_price"] * move["load"])
+
+
+def _counts(ids: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for i in ids:
+        counts[i] = counts.get(i, 0) + 1
+    return counts
