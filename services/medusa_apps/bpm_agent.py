@@ -130,6 +130,7 @@ class BpmAgent:
             self.catalog.put(Kind.OFFERS, entry.name, {
                 **entry.spec, "status": "withdrawn", "reason": "no answer in time",
                 "decided_at": now}, entry.version)
+            log.info("withdrew offer %s of %s: no answer in time", entry.name, offer.fragment)
             return f"withdrew offer {entry.name}: no answer in time"
         assert offer.node is not None
         current = self.catalog.get(Kind.FRAGMENTS, offer.fragment)
@@ -221,9 +222,7 @@ class BpmAgent:
     def run(self, interval_s: float, stop: Callable[[], bool]) -> None:
         while not stop():
             try:
-                done = self.step()
-                if done:
-                    log.info("%s", done)
+                self.step()  # each action logs itself
             except Exception as error:  # the catalog or Kafka away: retried next step
                 log.warning("bpm %s: %s; retrying", self.participant, error)
             time.sleep(interval_s)

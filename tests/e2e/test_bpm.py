@@ -73,7 +73,7 @@ def bpm_run(federation, nodes, spark, registry_module, tmp_path_factory) -> Iter
     name = f"bpm-{uuid.uuid4().hex[:6]}"
     prefix = f"{name}."
     network = f"alpha/{name}"
-    results_topic = f"{prefix}medusa.{name}.per_sensor"
+    results_topic = f"{prefix}medusa.{name}.per_sensor"  # the example's boxes are beta's
     alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
     with CatalogClient(federation.catalog_url) as catalog:
         deploy(network_yaml(name, prefix), name, federation, registry_module, spark, catalog,
@@ -83,7 +83,7 @@ def bpm_run(federation, nodes, spark, registry_module, tmp_path_factory) -> Iter
                            host="beta", price=PRICE, delta=DELTA, movable=[network],
                            period_s=3600, by="alpha")
         accept(catalog, contract.name, by="beta")
-        watch = OutputWatch(alpha,
+        watch = OutputWatch({"bootstrap.servers": federation.bootstrap("beta")},
                             registry_module, [results_topic]).start()
         steady = SteadyInput(alpha, registry_module, f"{prefix}sensors.readings", SENSORS,
                              SECONDS)
