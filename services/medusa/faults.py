@@ -56,7 +56,7 @@ class LinkState:
 class Links:
     """The proxies on the links, at toxiproxy's API ``url``."""
 
-    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 15.0) -> None:
         if not url:
             raise FaultError("no proxies on the links between participants: the federation "
                              "was started without toxiproxy (set MEDUSA_EXTERNAL_TOXIPROXY_URL "
