@@ -18,8 +18,11 @@ FAILURE_ROOT = "node failure "
 PARTITION_ROOT = "up-failure "
 """The root span of a partition's trace (a fragment's SUnion in UP_FAILURE, until its REDO;
 see ``medusa.sunion.failure_trace``)."""
+MOVE_ROOT = "move "
+"""The root span of a BPM move's trace (the origin's agent, when it offers the fragment)."""
 KINDS = {"failure": ("medusa-detector", FAILURE_ROOT),
-         "partition": ("medusa-sunion", PARTITION_ROOT)}
+         "partition": ("medusa-sunion", PARTITION_ROOT),
+         "move": ("medusa-bpm", MOVE_ROOT)}
 """Kind of trace -> the service that starts it and its root span's name prefix."""
 
 

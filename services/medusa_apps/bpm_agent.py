@@ -21,23 +21,29 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from opentelemetry import trace
+
 from medusa.bpm.ledger import Ledger, Payment, hosting_amount
 from medusa.bpm.policy import Offer, choose_offer, decide, should_return
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Entry, Kind, OfferSpec
 from medusa.contracts import Contract, contracts, now_ms
 from medusa.load import ParticipantLoad, participant_loads
+from medusa.trace_view import MOVE_ROOT
+from medusa.tracing import context_of, traceparent
 
 log = logging.getLogger("medusa.bpm")
 
 Reports = Callable[[], Mapping[str, Mapping[str, Any]]]
-Mover = Callable[[CatalogClient, str, str], object]
+Mover = Callable[[CatalogClient, str, str, str | None], object]
+"""(catalog, fragment, node, traceparent the new node's hand-over continues)."""
 
 
-def _move(catalog: CatalogClient, fragment: str, node: str) -> object:
+def _move(catalog: CatalogClient, fragment: str, node: str, parent: str | None) -> object:
     from medusa_spark.deploy import move
 
-    return move(catalog, fragment, node, report=lambda line: log.info("%s", line.strip()))
+    return move(catalog, fragment, node, report=lambda line: log.info("%s", line.strip()),
+                trace_parent=parent)
 
 
 class BpmAgent:
@@ -62,6 +68,7 @@ class BpmAgent:
                 key = (str(item["contract"]), str(item["fragment"]))
                 self.paid_until[key] = max(self.paid_until.get(key, 0), _ms(item["to_ms"]))
         self.move = move
+        self.tracer = trace.get_tracer("medusa.bpm")
 
     def step(self, at_ms: int | None = None) -> str | None:
         """Does at most one thing; says what (None: nothing to do)."""
@@ -118,6 +125,10 @@ class BpmAgent:
         spec = {**entry.spec, "status": "accepted" if accepted else "refused",
                 "reason": reason, "node": node, "decided_at": now}
         self.catalog.put(Kind.OFFERS, entry.name, spec, entry.version)
+        self.tracer.start_span("accept" if accepted else "refuse",
+                               context=context_of(offer.trace), attributes={
+                                   "medusa.bpm.host": self.participant, "medusa.node": node or "",
+                                   "medusa.bpm.reason": reason}).end()
         verdict = f"accepted, on {node}" if accepted else "refused"
         log.info("offer %s of %s: %s (%s)", entry.name, offer.fragment, verdict, reason)
         return f"{verdict} offer {entry.name}: {reason}"
@@ -142,7 +153,11 @@ class BpmAgent:
         if current.spec.get("node") != offer.node:  # else moved before a restart
             log.info("moving %s to %s under %s at %g a unit", offer.fragment, offer.node,
                      offer.contract, offer.unit_price)
-            self.move(self.catalog, offer.fragment, offer.node)
+            with self.tracer.start_as_current_span(
+                    "hand-over", context=context_of(offer.trace),
+                    attributes={"medusa.fragment": offer.fragment,
+                                "medusa.node": offer.node}) as span:
+                self.move(self.catalog, offer.fragment, offer.node, traceparent(span))
         moved = now_ms() if at_ms is None else at_ms
         self.catalog.update(Kind.OFFERS, entry.name, lambda spec: None if spec is None else {
             **spec, "status": "done", "decided_at": spec.get("decided_at") or moved})
@@ -205,15 +220,26 @@ class BpmAgent:
         if home is None:
             return None
         log.info("bringing %s home from %s to %s: %s", fragment.name, host, home, why)
-        self.move(self.catalog, fragment.name, home)
+        with self.tracer.start_as_current_span(f"{MOVE_ROOT}{fragment.name}", attributes={
+                "medusa.fragment": fragment.name, "medusa.bpm.origin": self.participant,
+                "medusa.bpm.reason": why, "medusa.node": home}) as span:
+            self.move(self.catalog, fragment.name, home, traceparent(span))
         self._pay_periods(fragment, self._offers(), known, now, until_now=True)
         return f"brought {fragment.name} home to {home}: {why}"
 
     def _offer(self, offer: Offer, now: int) -> str:
         name = f"{self.participant}/offer-{uuid.uuid4().hex[:8]}"
+        # The move's trace: its root is the offer; the answer and the hand-over join it.
+        root = self.tracer.start_span(f"{MOVE_ROOT}{offer.fragment}", attributes={
+            "medusa.fragment": offer.fragment, "medusa.bpm.origin": offer.origin,
+            "medusa.bpm.host": offer.host, "medusa.bpm.contract": offer.contract,
+            "medusa.bpm.unit_price": offer.unit_price, "medusa.bpm.load": offer.load,
+            "medusa.bpm.offer": name})
+        self.tracer.start_span("offer", context=trace.set_span_in_context(root)).end()
+        root.end()
         spec = OfferSpec(fragment=offer.fragment, origin=offer.origin, host=offer.host,
                          contract=offer.contract, unit_price=offer.unit_price,
-                         load=round(offer.load, 6), made_at=now)
+                         load=round(offer.load, 6), made_at=now, trace=traceparent(root))
         self.catalog.put(Kind.OFFERS, name, spec.model_dump(mode="json"))
         log.info("offered %s (load %.3f) to %s under %s at %g a unit", offer.fragment,
                  offer.load, offer.host, offer.contract, offer.unit_price)

@@ -885,6 +885,7 @@ def bpm(
     import signal
     import threading
 
+    from medusa import tracing
     from medusa.bpm.ledger import Ledger, read_entries
     from medusa.catalog.client import CatalogClient
     from medusa.federation_status import latest_load_reports
@@ -898,6 +899,7 @@ def bpm(
     if participant not in endpoints.kafka:
         raise _fail(f"--participant: no participant {participant!r} "
                     f"(known: {', '.join(endpoints.kafka)})", 2)
+    tracing.configure("medusa-bpm", endpoints.otlp_endpoint)
     registry = registry_client(endpoints.registry_url)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
@@ -915,6 +917,7 @@ def bpm(
                 agent.run(interval, stopped.is_set)
         finally:
             ledger.close()
+            tracing.shutdown()
 
 
 @app.command("ledger")

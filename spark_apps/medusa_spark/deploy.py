@@ -41,11 +41,16 @@ def running_nodes(catalog: CatalogClient) -> list[NodeSlot]:
             for e in catalog.list(Kind.NODES) if e.spec.get("status") == "up"]
 
 
-def _placed_on(node: str) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
+def _placed_on(node: str, trace_parent: str | None = None
+               ) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
     def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
         if spec is None:
             return None
-        return retarget(spec, node)
+        placed = retarget(spec, node)
+        if placed is not None and trace_parent:
+            # The new node's hand-over and first output join the caller's trace.
+            placed["takeover_trace"] = trace_parent
+        return placed
     return change
 
 
@@ -259,9 +264,10 @@ class MoveResult:
 
 
 def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.0,
-         report: Report = print) -> MoveResult:
+         report: Report = print, trace_parent: str | None = None) -> MoveResult:
     """Moves a fragment (named, or by one of its boxes), with its state, to ``target``, and
-    waits until it runs there."""
+    waits until it runs there. ``trace_parent``: a traceparent the new node's hand-over
+    span continues."""
     entry = resolve_fragment(catalog, name)
     node = catalog.get(Kind.NODES, target)
     if node is None or node.spec.get("status") != "up":
@@ -270,7 +276,7 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
     if source == target:
         raise CatalogError(f"fragment {entry.name} runs on {target} already")
     started = time.monotonic()
-    catalog.update(Kind.FRAGMENTS, entry.name, _placed_on(target))
+    catalog.update(Kind.FRAGMENTS, entry.name, _placed_on(target, trace_parent))
     report(f"  {entry.name}: handing over from {source} to {target}")
     deadline = started + timeout_s
     last_phase = ""

@@ -161,3 +161,31 @@ def _counts(ids: list[str]) -> dict[str, int]:
     for i in ids:
         counts[i] = counts.get(i, 0) + 1
     return counts
+
+
+def test_the_move_is_one_trace_from_the_offer_to_the_first_output(bpm_run: BpmRun,
+                                                                    federation) -> None:
+    from medusa.trace_view import recent, roots
+
+    root_name = f"move {bpm_run.fragment}"
+    stages = ["offer", "accept", "hand-over", f"takeover {bpm_run.fragment}", "first output"]
+    deadline = time.monotonic() + 90
+    seen: list[list[str]] = []
+    while time.monotonic() < deadline:
+        found = [t for t in recent(federation.jaeger_query_url, "move", 10, 3600)
+                 if any(r.name == root_name for r in roots(t))]
+        seen = [sorted(s.name for s in t.spans) for t in found]
+        complete = [t for t in found if all(t.named(stage) for stage in stages)]
+        if complete:
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError(f"no move trace of {bpm_run.fragment} with {stages}: {seen}")
+    trace = complete[0]
+    [root] = roots(trace)
+    assert root.service == "medusa-bpm"
+    for stage in ("offer", "accept", "hand-over"):
+        assert trace.parent(trace.one(stage)) == root, stage
+    handover = trace.one("hand-over")
+    assert trace.parent(trace.one(f"takeover {bpm_run.fragment}")) == handover
+    assert trace.one(f"takeover {bpm_run.fragment}").service == f"medusa-node {BETA_NODE}"

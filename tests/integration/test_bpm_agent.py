@@ -49,7 +49,8 @@ class Federation:
                 "node": f"{participant}/n1", "participant": participant, "capacity": capacity,
                 "load": load, "fragments": fragments}
 
-    def move(self, catalog: CatalogClient, fragment: str, node: str) -> None:
+    def move(self, catalog: CatalogClient, fragment: str, node: str,
+             _parent: str | None) -> None:
         catalog.update(Kind.FRAGMENTS, fragment,
                        lambda spec: None if spec is None else {**spec, "node": node})
         self.moves.append((fragment, node))

@@ -201,6 +201,8 @@ class OfferSpec(Spec):
     """Once accepted: the host's node that takes the fragment."""
     made_at: int = Field(0, ge=0)
     decided_at: int | None = Field(None, ge=0)
+    trace: str | None = Field(None, max_length=200)
+    """W3C traceparent of the move's trace (offer, answer, hand-over, first output)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> OfferSpec:
