@@ -783,9 +783,10 @@ def trace_command(
                     ] = 1,
     kind: Annotated[str, typer.Option(
         "--kind", help="Which traces: failure (a node declared failed, its takeovers and "
-                       "their first outputs), or partition (a fragment's failed input: "
+                       "their first outputs), partition (a fragment's failed input: "
                        "its SUnion's delay, tentative release, heal and stabilization, "
-                       "then the reconciliation and REC_DONE).")] = "failure",
+                       "then the reconciliation and REC_DONE), or move (a BPM move: offer, "
+                       "answer, hand-over, first output at the partner).")] = "failure",
     lookback: Annotated[int, typer.Option(
         "--lookback", min=1, help="Seconds back to look for them.")] = 3600,
     png: Annotated[Path | None, typer.Option(
