@@ -56,7 +56,7 @@ batch of this network takes tens of seconds on a small machine), and at least a 
 AFTER_HEAL_S = 20.0
 IN_FLIGHT_S = 2 * SPEEDUP
 """Simulated seconds of alpha's reports that may have crossed just before the cut."""
-SETTLE_S = 400.0
+SETTLE_S = 1200.0
 
 
 @dataclass
