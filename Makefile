@@ -8,7 +8,7 @@ STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup up down status demo test test-unit test-integration bench lint clean
+.PHONY: help setup up down status demo test test-scenarios test-unit test-integration bench lint clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-17s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -34,6 +34,9 @@ demo: setup ## The main job: the local federation with the Linear Road example
 
 test: setup ## Run every test (unit, integration, e2e) against the real local stack
 	@$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-scenarios: setup ## Run the long end-to-end scenarios that `make test` leaves out
+	@$(BIN)/python -m pytest -m scenario $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## Run the in-memory unit tests only
 	@$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
