@@ -18,7 +18,7 @@ from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.load import cost_of_removing, participant_loads
 from medusa.registry import SERDE_CONFIG
-from medusa.schemas import NODE_LOAD_TOPIC
+from medusa.schemas import NODE_LOAD_TOPIC, epoch_ms
 from medusa.settings import kafka_config
 from medusa.stack.endpoints import Endpoints
 
@@ -156,10 +156,6 @@ def latest_load_reports(endpoints: Endpoints, registry: SchemaRegistryClient,
     return latest
 
 
-def _millis(value: Any) -> float:
-    return value.timestamp() * 1000 if hasattr(value, "timestamp") else float(value)
-
-
 def federation_status(endpoints: Endpoints, registry: SchemaRegistryClient) -> FederationStatus:
     try:
         with CatalogClient(endpoints.catalog_url, timeout_s=5) as catalog:
@@ -192,7 +188,7 @@ def build_status(participants: list[Entry], nodes: list[Entry], fragments: list[
             node.name, node.spec.get("status", "?"), node.spec.get("secondary"),
             sum(f.spec.get("node") == node.name for f in fragments),
             report["utilisation"] if report else None,
-            round((now_ms - _millis(report["reported_at"])) / 1000, 1) if report else None,
+            round((now_ms - epoch_ms(report["reported_at"])) / 1000, 1) if report else None,
             report.get("capacity") if report else None, report.get("load") if report else None))
     for fragment in sorted(fragments, key=lambda f: f.name):
         shown = _fragment_status(fragment, reports)

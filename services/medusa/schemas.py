@@ -54,6 +54,12 @@ class AvroSchema:
         return [field["name"] for field in json.loads(self.text)["fields"]]
 
 
+def epoch_ms(value: Any) -> int:
+    """An Avro ``timestamp-millis`` field in ms since the epoch, whether read (a datetime)
+    or as written (an int)."""
+    return int(value.timestamp() * 1000) if hasattr(value, "timestamp") else int(value)
+
+
 def subject_for(topic: str) -> str:
     return f"{topic}-value"
 

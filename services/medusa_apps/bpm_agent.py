@@ -29,6 +29,7 @@ from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Entry, Kind, OfferSpec
 from medusa.contracts import Contract, contracts, now_ms
 from medusa.load import ParticipantLoad, participant_loads
+from medusa.schemas import epoch_ms
 from medusa.trace_view import MOVE_ROOT
 from medusa.tracing import context_of, traceparent
 
@@ -66,7 +67,8 @@ class BpmAgent:
         for item in paid:
             if item["origin"] == participant:
                 key = (str(item["contract"]), str(item["fragment"]))
-                self.paid_until[key] = max(self.paid_until.get(key, 0), _ms(item["to_ms"]))
+                self.paid_until[key] = max(self.paid_until.get(key, 0),
+                                            epoch_ms(item["to_ms"]))
         self.move = move
         self.tracer = trace.get_tracer("medusa.bpm")
 
@@ -77,7 +79,7 @@ class BpmAgent:
         up = {n.name for n in nodes if n.spec.get("status", "up") == "up"}
         # A node that stopped reporting (stopped, or cut off) counts for nothing.
         reports = {name: r for name, r in self.reports().items()
-                   if now - _ms(r.get("reported_at", now)) <= self.report_max_age_ms}
+                   if now - epoch_ms(r.get("reported_at", now)) <= self.report_max_age_ms}
         loads = participant_loads(r for name, r in reports.items() if name in up)
         me = loads.get(self.participant) or ParticipantLoad(self.participant, 0.0, 0.0, {})
         fragments = self.catalog.list(Kind.FRAGMENTS)
@@ -252,10 +254,6 @@ class BpmAgent:
             except Exception as error:  # the catalog or Kafka away: retried next step
                 log.warning("bpm %s: %s; retrying", self.participant, error)
             time.sleep(interval_s)
-
-
-def _ms(value: Any) -> int:
-    return int(value.timestamp() * 1000) if hasattr(value, "timestamp") else int(value)
 
 
 def _least_loaded(participant: str, nodes: list[Entry],

@@ -20,7 +20,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from medusa.consuming import TupleConsumer
 from medusa.producing import TupleProducer
-from medusa.schemas import LEDGER_TOPIC, load_schema
+from medusa.schemas import LEDGER_TOPIC, epoch_ms, load_schema
 from medusa.topics import ensure_topics
 
 
@@ -92,13 +92,10 @@ def read_entries(kafka_configs: Iterable[dict[str, Any]], registry: SchemaRegist
             for consumed in consumer.drain(idle_s=idle_s, timeout_s=60):
                 if consumed.record.value is not None:
                     value = dict(consumed.record.value)
-                    value.update(from_ms=_ms(value["from_ms"]), to_ms=_ms(value["to_ms"]))
+                    value.update(from_ms=epoch_ms(value["from_ms"]),
+                                 to_ms=epoch_ms(value["to_ms"]))
                     seen.setdefault(consumed.record.tuple_id, value)
     return sorted(seen.values(), key=lambda e: (e["to_ms"], e["contract"]))
-
-
-def _ms(value: Any) -> int:
-    return int(value.timestamp() * 1000) if hasattr(value, "timestamp") else int(value)
 
 
 @dataclass(frozen=True)
