@@ -10,6 +10,7 @@ and the load under it returns to its origin. Periods are counted from the accept
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -101,12 +102,8 @@ def propose(catalog: CatalogClient, name: str, *, origin: str, host: str, price:
 def accept(catalog: CatalogClient, name: str, *, by: str, at_ms: int | None = None
            ) -> Contract:
     """The other party accepts a proposal: the contract is active from now on."""
-    at = now_ms() if at_ms is None else at_ms
 
-    def change(spec: dict[str, Any] | None) -> dict[str, Any]:
-        contract = _current(name, spec)
-        if by not in contract.parties:
-            raise ContractError(f"--by: {by!r} is not a party to contract {name}")
+    def accepted(contract: ContractSpec, at: int) -> dict[str, Any]:
         if by == contract.proposed_by:
             raise ContractError(f"contract {name} was proposed by {by}: the other party "
                                 f"({_other(contract, by)}) accepts it")
@@ -114,18 +111,14 @@ def accept(catalog: CatalogClient, name: str, *, by: str, at_ms: int | None = No
             raise ContractError(f"contract {name} is {contract.status}, not proposed")
         return {**contract.model_dump(mode="json"), "status": "active", "accepted_at": at}
 
-    return _write(catalog, name, change)
+    return _as_party(catalog, name, by, at_ms, accepted)
 
 
 def revoke(catalog: CatalogClient, name: str, *, by: str, at_ms: int | None = None
            ) -> Contract:
     """Either party revokes: a proposal ends now, an active contract with its period."""
-    at = now_ms() if at_ms is None else at_ms
 
-    def change(spec: dict[str, Any] | None) -> dict[str, Any]:
-        contract = _current(name, spec)
-        if by not in contract.parties:
-            raise ContractError(f"--by: {by!r} is not a party to contract {name}")
+    def revoked(contract: ContractSpec, at: int) -> dict[str, Any]:
         if contract.status == "revoked":
             raise ContractError(f"contract {name} is revoked already (it ends at "
                                 f"{contract.ends_at})")
@@ -133,7 +126,7 @@ def revoke(catalog: CatalogClient, name: str, *, by: str, at_ms: int | None = No
             Contract(name, contract, 0).period_end(at)
         return {**contract.model_dump(mode="json"), "status": "revoked", "ends_at": ends}
 
-    return _write(catalog, name, change)
+    return _as_party(catalog, name, by, at_ms, revoked)
 
 
 def contracts(catalog: CatalogClient, participant: str | None = None) -> list[Contract]:
@@ -152,7 +145,18 @@ def _other(contract: ContractSpec, party: str) -> str:
     return contract.host if party == contract.origin else contract.origin
 
 
-def _write(catalog: CatalogClient, name: str, change: Any) -> Contract:
+def _as_party(catalog: CatalogClient, name: str, by: str, at_ms: int | None,
+              step: Callable[[ContractSpec, int], dict[str, Any]]) -> Contract:
+    """Changes contract ``name`` as party ``by`` (read, checked, written; read again on a
+    conflict): ``step`` gives the new terms, or refuses."""
+    at = now_ms() if at_ms is None else at_ms
+
+    def change(spec: dict[str, Any] | None) -> dict[str, Any]:
+        contract = _current(name, spec)
+        if by not in contract.parties:
+            raise ContractError(f"--by: {by!r} is not a party to contract {name}")
+        return step(contract, at)
+
     entry = catalog.update(Kind.CONTRACTS, name, change)
     assert entry is not None
     return Contract.of(entry)

@@ -100,7 +100,8 @@ class BpmAgent:
         for fragment in away:
             self._pay_periods(fragment, offers, known, now)
         for fragment in away:
-            returned = self._maybe_return(fragment, me, loads, known, nodes, reports, now)
+            returned = self._maybe_return(fragment, me, loads, known, offers, nodes, reports,
+                                          now)
             if returned:
                 return returned
         hosted_here = [f.name for f in mine if f.spec.get("phase") == "running"
@@ -209,6 +210,7 @@ class BpmAgent:
 
     def _maybe_return(self, fragment: Entry, me: ParticipantLoad,
                       loads: Mapping[str, ParticipantLoad], known: Mapping[str, Contract],
+                      offers: list[tuple[Entry, OfferSpec]],
                       nodes: list[Entry], reports: Mapping[str, Mapping[str, Any]],
                       now: int) -> str | None:
         host = str(fragment.spec["node"]).split("/", 1)[0]
@@ -226,7 +228,7 @@ class BpmAgent:
                 "medusa.fragment": fragment.name, "medusa.bpm.origin": self.participant,
                 "medusa.bpm.reason": why, "medusa.node": home}) as span:
             self.move(self.catalog, fragment.name, home, traceparent(span))
-        self._pay_periods(fragment, self._offers(), known, now, until_now=True)
+        self._pay_periods(fragment, offers, known, now, until_now=True)
         return f"brought {fragment.name} home to {home}: {why}"
 
     def _offer(self, offer: Offer, now: int) -> str:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -137,7 +138,7 @@ def test_the_overloaded_fragment_moves_to_the_partner_once_and_stays(bpm_run: Bp
 
 
 def test_the_hand_over_loses_and_duplicates_nothing(bpm_run: BpmRun) -> None:
-    duplicated = [i for i, n in _counts(bpm_run.results).items() if n > 1]
+    duplicated = [i for i, n in Counter(bpm_run.results).items() if n > 1]
     missing = set(bpm_run.expected) - set(bpm_run.results)
     assert not duplicated, f"results written twice across the move: {duplicated[:5]}"
     assert not missing, f"results lost across the move: {sorted(missing)[:5]}"
@@ -154,13 +155,6 @@ def test_the_ledger_records_the_move_at_the_contract_price(bpm_run: BpmRun, fede
     assert (move["origin"], move["host"], move["fragment"]) == ("alpha", "beta",
                                                                bpm_run.fragment)
     assert move["amount"] == pytest.approx(move["unit_price"] * move["load"])
-
-
-def _counts(ids: list[str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for i in ids:
-        counts[i] = counts.get(i, 0) + 1
-    return counts
 
 
 def test_the_move_is_one_trace_from_the_offer_to_the_first_output(bpm_run: BpmRun,

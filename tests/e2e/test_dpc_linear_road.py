@@ -26,7 +26,7 @@ from medusa.linear_road.reference import ReferenceOutput, compute
 from medusa.linear_road.split import DIRECTION_OF, SplitInput, split_network_yaml
 from medusa.linear_road.traffic import TrafficProfile
 from medusa.progress import RateProgress
-from medusa.stable_view import stable_view
+from medusa.stable_view import StableView, stable_view
 from medusa_apps.bench.dpc_partition import FaultWindow, OutputRecorder, wait_running
 from tests.federation_processes import NodeProcess, running
 
@@ -75,8 +75,7 @@ def _row(value: dict) -> str:
     return json.dumps(row, sort_keys=True)
 
 
-def _differences(records: list[ConsumedTuple], want: list[dict]) -> tuple[Counter, Counter]:
-    view = stable_view(c.record for c in records)
+def _differences(view: StableView, want: list[dict]) -> tuple[Counter, Counter]:
     got = Counter(_row(r.value) for r in view.stable)
     expected = Counter(_row(row) for row in want)
     return expected - got, got - expected
@@ -194,7 +193,7 @@ def _print_timeline(run: SplitRun) -> None:
 
 def _settled(records: list[ConsumedTuple], want: list[dict]) -> bool:
     view = stable_view(c.record for c in records)
-    missing, _ = _differences(records, want)
+    missing, _ = _differences(view, want)
     return not missing and not view.tentative and not view.reconciling
 
 
@@ -232,10 +231,9 @@ def test_every_output_is_corrected_with_undo_then_rec_done(split_run: SplitRun) 
 
 @pytest.mark.parametrize("output", OUTPUTS)
 def test_the_stable_view_equals_the_reference(split_run: SplitRun, output: str) -> None:
-    records = split_run.records[output]
-    missing, extra = _differences(records, getattr(split_run.expected, output))
+    view = stable_view(c.record for c in split_run.records[output])
+    missing, extra = _differences(view, getattr(split_run.expected, output))
     assert not missing and not extra, (
         f"{output}: {sum(missing.values())} missing, e.g. {list(missing)[:3]}; "
         f"{sum(extra.values())} extra, e.g. {list(extra)[:3]}")
-    view = stable_view(c.record for c in records)
     assert view.tentative == [] and not view.reconciling
