@@ -29,6 +29,9 @@ TEST_PORTS = {
     "jaeger_health_port": 23133, "jaeger_metrics_port": 28888, "toxiproxy_port": 28474,
     "catalog_port": 28090,
     "detector_port": 28091,
+    # Three participants, for BPM's spike over two partners; the tests run their own BPM
+    # agents, so that no agent acts on another test's contracts.
+    "stack_participants": 3, "stack_bpm_agents": False,
 }
 
 

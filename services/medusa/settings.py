@@ -159,6 +159,10 @@ class StackSettings(BaseSettings):
     kafka_heap: str = "-Xms256m -Xmx768m"
     registry_heap: str = "-Xms128m -Xmx512m"
     startup_timeout_s: float = Field(120.0, gt=0)
+    stack_bpm_agents: bool = True
+    """Whether ``medusa up`` starts each participant's BPM agent (``medusa bpm``)."""
+    bpm_interval_s: float = Field(5.0, ge=0.5)
+    """Seconds between the started BPM agents' steps."""
 
     # Existing endpoints: when set, nothing is started for that component.
     # external_kafka: "alpha=host:9092,beta=host2:9092" (or a single bootstrap for one participant)

@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
@@ -249,12 +250,16 @@ class BpmAgent:
                  offer.load, offer.host, offer.contract, offer.unit_price)
         return f"offered {offer.fragment} to {offer.host} under {offer.contract}"
 
-    def run(self, interval_s: float, stop: Callable[[], bool]) -> None:
+    def run(self, interval_s: float, stop: Callable[[], bool],
+            alive_file: Path | None = None) -> None:
         while not stop():
             try:
                 self.step()  # each action logs itself
             except Exception as error:  # the catalog or Kafka away: retried next step
                 log.warning("bpm %s: %s; retrying", self.participant, error)
+            else:
+                if alive_file is not None:
+                    alive_file.touch()
             time.sleep(interval_s)
 
 

@@ -91,14 +91,18 @@ def install() -> None:
 def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = None,
        registry_port: RegistryPortOpt = None, run_dir: RunDirOpt = None,
        skip_install: Annotated[bool, typer.Option(
-           "--skip-install", help="Do not check the installation first.")] = False) -> None:
-    """Start the local federation: one Kafka cluster per participant, the registry, Jaeger."""
+           "--skip-install", help="Do not check the installation first.")] = False,
+       bpm: Annotated[bool, typer.Option(
+           "--bpm/--no-bpm", help="Start each participant's BPM agent.")] = True) -> None:
+    """Start the local federation: one Kafka cluster per participant, the registry, Jaeger,
+    the catalog, the failure detector and each participant's BPM agent."""
     from medusa.stack.install import install as run_install
     from medusa.stack.launcher import up as start_stack
     from medusa.stack.layout import StackLayout
 
     settings = _stack_settings(participants=participants, kafka_base_port=kafka_base_port,
-                               registry_port=registry_port, run_dir=run_dir)
+                               registry_port=registry_port, run_dir=run_dir,
+                               stack_bpm_agents=None if bpm else False)
     layout = StackLayout.from_settings(settings)
     try:
         if not skip_install:
@@ -122,6 +126,9 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
     table.add_row("Jaeger query API", endpoints.jaeger_query_url)
     table.add_row("catalog (HTTP API, /docs)", endpoints.catalog_url)
     table.add_row("failure detector (/nodes)", layout.detector_url)
+    for participant in layout.bpm_participants:
+        table.add_row(f"BPM agent of {participant} (medusa bpm)",
+                      str(layout.logs_dir / f"bpm-{participant}.log"))
     console.print(table)
 
 
@@ -879,6 +886,8 @@ def bpm(
     interval: Annotated[float, typer.Option(min=0.5, help="Seconds between steps.")] = 5.0,
     offer_timeout: Annotated[float, typer.Option(
         min=1, help="Seconds an offer waits for an answer before it is withdrawn.")] = 60.0,
+    alive_file: Annotated[Path | None, typer.Option(
+        help="A file touched every step, so that a supervisor sees the agent alive.")] = None,
 ) -> None:
     """Run a participant's BPM agent until stopped: it offers load to partners under active
     contracts, answers their offers, moves accepted load and brings it home."""
@@ -915,7 +924,7 @@ def bpm(
                       f"{len(paid)} ledger entries read")
         try:
             with contextlib.suppress(KeyboardInterrupt):
-                agent.run(interval, stopped.is_set)
+                agent.run(interval, stopped.is_set, alive_file)
         finally:
             ledger.close()
             tracing.shutdown()

@@ -25,14 +25,14 @@ def launched(local_federation):
 
 def test_status_reports_every_component_answering(launched) -> None:
     rows = {row.name: row for row in launcher.status(launched.layout)}
-    assert set(rows) == {"kafka-alpha", "kafka-beta", "registry", "jaeger", "catalog",
-                         "detector", "toxiproxy"}
+    assert set(rows) == {"kafka-alpha", "kafka-beta", "kafka-gamma", "registry", "jaeger",
+                         "catalog", "detector", "toxiproxy"}
     assert all(row.running and row.answering for row in rows.values()), rows
 
 
 def test_participants_are_separate_clusters(launched) -> None:
     ids = {p.cluster_id_file.read_text().strip() for p in launched.layout.participants}
-    assert len(ids) == 2
+    assert len(ids) == 3
 
 
 def test_a_second_up_is_harmless(launched) -> None:
@@ -41,7 +41,7 @@ def test_a_second_up_is_harmless(launched) -> None:
     launcher.up(launched.layout, report=messages.append)
     after = {row.name: row.pid for row in launcher.status(launched.layout)}
     assert before == after
-    assert sum("already running" in m for m in messages) == 7
+    assert sum("already running" in m for m in messages) == 8
 
 
 def test_a_taken_port_is_named_in_the_error(tmp_path) -> None:
@@ -94,12 +94,12 @@ def test_cli_up_status_down_on_a_one_participant_stack(launched, tmp_path) -> No
         status = json.loads(_medusa("status", "--json", env=env).stdout)["components"]
         assert {row["name"]: row["answering"] for row in status} == {
             "kafka-alpha": True, "registry": True, "jaeger": True, "catalog": True,
-            "detector": True}
+            "detector": True, "bpm-alpha": True}  # `up` starts the participant's BPM agent
         pids = [row["pid"] for row in status]
     finally:
         stopped = _medusa("down", env=env)
     assert stopped.returncode == 0
-    assert "stopped 5 process(es)" in stopped.stdout
+    assert "stopped 6 process(es)" in stopped.stdout
     assert all(processes.process_start_ticks(pid) is None for pid in pids)
     assert not processes.port_in_use(31092)
     status = json.loads(_medusa("status", "--json", env=env).stdout)

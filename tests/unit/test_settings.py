@@ -118,3 +118,19 @@ def test_spark_kafka_options_need_a_username_and_password_for_plain(kafka_env) -
     kafka_env.setenv("MEDUSA_KAFKA_SASL_MECHANISM", "PLAIN")
     with pytest.raises(KafkaSettingsError, match="MEDUSA_KAFKA_SASL_PASSWORD"):
         spark_kafka_options("h:9092")
+
+
+def test_up_starts_one_bpm_agent_per_participant_unless_told_not_to(tmp_path) -> None:
+    from medusa.stack.components import agent_components, health_checks
+
+    layout = StackLayout.from_settings(StackSettings(run_dir=tmp_path, stack_participants=3,
+                                                     bpm_interval_s=2))
+    agents = agent_components(layout)
+    assert [a.name for a in agents] == ["bpm-alpha", "bpm-beta", "bpm-gamma"]
+    assert agents[1].command[-6:] == ["--participant", "beta", "--interval", "2",
+                                      "--alive-file", str(tmp_path / "bpm-beta.alive")]
+    assert not agents[0].ready()  # no heartbeat yet
+    (tmp_path / "bpm-alpha.alive").touch()
+    assert agents[0].ready() and health_checks(layout)["bpm-alpha"][1]()
+    quiet = StackLayout.from_settings(StackSettings(run_dir=tmp_path, stack_bpm_agents=False))
+    assert agent_components(quiet) == [] and "bpm-alpha" not in health_checks(quiet)

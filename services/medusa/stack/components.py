@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -103,6 +104,14 @@ def http_ok(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
+def fresh(path: Path, within_s: float) -> bool:
+    """Whether a file was touched in the last ``within_s`` seconds (an agent's heartbeat)."""
+    try:
+        return time.time() - path.stat().st_mtime <= within_s
+    except OSError:
+        return False
+
+
 def health_checks(layout: StackLayout) -> dict[str, tuple[str, Callable[[], bool]]]:
     """Each component's endpoint and the check that says it answers; needs no installation."""
     checks: dict[str, tuple[str, Callable[[], bool]]] = {}
@@ -116,6 +125,10 @@ def health_checks(layout: StackLayout) -> dict[str, tuple[str, Callable[[], bool
     checks["catalog"] = (layout.catalog_url, lambda: http_ok(f"{layout.catalog_url}/health"))
     checks["detector"] = (layout.detector_url,
                           lambda: http_ok(f"{layout.detector_url}/health"))
+    for name in layout.bpm_participants:
+        alive = layout.bpm_alive_file(name)
+        checks[f"bpm-{name}"] = (f"{alive} (BPM agent)",
+                                        partial(fresh, alive, layout.bpm_alive_within_s))
     if layout.links:
         checks["toxiproxy"] = (layout.toxiproxy_url,
                                lambda: http_ok(f"{layout.toxiproxy_url}/version"))
@@ -249,6 +262,19 @@ def detector(layout: StackLayout) -> Component:
     )
 
 
+def bpm_agent(layout: StackLayout, participant: str) -> Component:
+    """A participant's BPM agent; it touches its heartbeat file every step."""
+    return Component(
+        name=f"bpm-{participant}",
+        command=[sys.executable, "-m", "medusa_apps", "bpm", "--participant", participant,
+                 "--interval", f"{layout.settings.bpm_interval_s:g}",
+                 "--alive-file", str(layout.bpm_alive_file(participant))],
+        env={"MEDUSA_RUN_DIR": str(layout.run_dir)},
+        endpoint=f"participant {participant}",
+        ready=health_checks(layout)[f"bpm-{participant}"][1],
+    )
+
+
 def toxiproxy(layout: StackLayout) -> Component:
     """The links between participants: one proxy per ordered pair, created at start-up."""
     config = layout.run_dir / "toxiproxy.json"
@@ -282,3 +308,8 @@ def link_components(layout: StackLayout) -> list[Component]:
 def service_components(layout: StackLayout) -> list[Component]:
     """What starts once Kafka answers (the registry keeps its data in Kafka)."""
     return [schema_registry(layout), jaeger(layout), catalog(layout), detector(layout)]
+
+
+def agent_components(layout: StackLayout) -> list[Component]:
+    """What starts once the catalog answers: each participant's BPM agent (if enabled)."""
+    return [bpm_agent(layout, participant) for participant in layout.bpm_participants]

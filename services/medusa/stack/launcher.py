@@ -19,6 +19,7 @@ from medusa.settings import StackSettings
 from medusa.stack import processes
 from medusa.stack.components import (
     Component,
+    agent_components,
     health_checks,
     kafka_components,
     link_components,
@@ -85,6 +86,8 @@ def _component_ports(layout: StackLayout, component: Component) -> list[int]:
         participant = layout.participant(component.name.removeprefix("kafka-"))
         return [participant.broker_port, participant.controller_port,
                 *(link.upstream_port for link in layout.links_to(participant))]
+    if component.name.startswith("bpm-"):
+        return []  # an agent binds no port
     prefix = {"registry": "schema registry", "jaeger": "Jaeger", "catalog": "catalog",
               "detector": "failure detector", "toxiproxy": "toxiproxy"}[
         component.name]
@@ -115,7 +118,7 @@ def up(layout: StackLayout, report: Report = print) -> Endpoints:
     """Start what is not running yet and wait until everything answers."""
     running = {name: p for name, p in _load_state(layout).items() if p.alive()}
     endpoints = local_endpoints(layout)
-    for stage in (kafka_components, link_components, service_components):
+    for stage in (kafka_components, link_components, service_components, agent_components):
         components = stage(layout)
         to_start = [c for c in components if c.name not in running]
         for component in to_start:

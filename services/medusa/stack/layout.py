@@ -122,6 +122,20 @@ class StackLayout:
         return self.settings.catalog_participant or self.participants[0].name
 
     @property
+    def bpm_participants(self) -> list[str]:
+        """The participants whose BPM agent ``up`` starts."""
+        return [p.name for p in self.participants] if self.settings.stack_bpm_agents else []
+
+    def bpm_alive_file(self, participant: str) -> Path:
+        return self.run_dir / f"bpm-{participant}.alive"
+
+    @property
+    def bpm_alive_within_s(self) -> float:
+        """An agent that has not stepped for this long does not answer (a step may wait
+        for a slow catalog)."""
+        return max(30.0, 3 * self.settings.bpm_interval_s)
+
+    @property
     def toxiproxy_url(self) -> str:
         return f"http://127.0.0.1:{self.settings.toxiproxy_port}"
 
