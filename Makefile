@@ -42,7 +42,7 @@ test-unit: $(STAMP) ## Run the in-memory unit tests only
 	@$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
 bench: setup ## Benchmarks, side by side in one run (JSON and plots in bench-results/)
-	@$(BIN)/medusa up --skip-install
+	@$(BIN)/medusa up --skip-install --participants 3
 	@$(BIN)/medusa bench $(BENCH_ARGS)
 
 lint: $(STAMP) ## ruff and mypy

@@ -33,14 +33,7 @@ def free_port(start: int = 28100, end: int = 28400) -> int:
 def federation_env(endpoints: Endpoints, run_dir: Path,
                    catalog_url: str | None = None) -> dict[str, str]:
     """Environment that points a child process at this test session's federation."""
-    return {**os.environ, "MEDUSA_RUN_DIR": str(run_dir),
-            "MEDUSA_EXTERNAL_CATALOG_URL": catalog_url or endpoints.catalog_url,
-            "MEDUSA_EXTERNAL_KAFKA": ",".join(f"{p}={b}" for p, b in endpoints.kafka.items()),
-            "MEDUSA_EXTERNAL_REGISTRY_URL": endpoints.registry_url,
-            "MEDUSA_EXTERNAL_OTLP_ENDPOINT": endpoints.otlp_endpoint,
-            "MEDUSA_EXTERNAL_JAEGER_QUERY_URL": endpoints.jaeger_query_url,
-            "MEDUSA_EXTERNAL_KAFKA_LINKS": ",".join(f"{n}={b}" for n, b in endpoints.links.items()),
-            "MEDUSA_EXTERNAL_TOXIPROXY_URL": endpoints.toxiproxy_url}
+    return endpoints.environment(run_dir, catalog_url)
 
 
 class CatalogProcess:

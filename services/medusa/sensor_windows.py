@@ -32,14 +32,18 @@ WINDOW_MS = 10_000
 
 
 def network_yaml(name: str, topic_prefix: str, ha: str | None = None,
-                 fragments: dict[str, str] | None = None, **overrides: Any) -> str:
+                 fragments: dict[str, str] | None = None, box_participant: str | None = None,
+                 **overrides: Any) -> str:
     """The example network under another name, on topics of its own (every box with
-    ``ha`` when given; ``fragments`` names the fragment of some boxes)."""
+    ``ha`` when given, and of ``box_participant``; ``fragments`` names the fragment of some
+    boxes)."""
     raw = yaml.safe_load(NETWORK.read_text())
     raw.update(name=name, topic_prefix=topic_prefix, **overrides)
     for box_name, box in raw["boxes"].items():
         if ha is not None:
             box["ha"] = ha
+        if box_participant is not None:
+            box["participant"] = box_participant
         if fragments and box_name in fragments:
             box["fragment"] = fragments[box_name]
     return yaml.safe_dump(raw, sort_keys=False)
@@ -124,6 +128,8 @@ class SteadyInput:
     """While set, nothing goes out (an input that fails); afterwards the rounds it held
     back go out at once, as a producer that buffered them would send them."""
     sent: list[SensorReading] = field(default_factory=list)
+    sent_at_ms: dict[int, int] = field(default_factory=dict)
+    """Stime of each round -> when it went out (wall clock, ms)."""
     finished: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -172,6 +178,7 @@ class SteadyInput:
                     producer.produce(reading, reading.tuple_id, stime, key=reading.sensor_id)
                     self.sent.append(reading)
                 producer.emit_boundaries(stime)
+                self.sent_at_ms[stime] = time.time_ns() // 1_000_000
                 last = stime
             # End of input: a boundary past the last window closes them all.
             producer.emit_boundaries(last + 60_000)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from medusa.settings import DEFAULT_PARTICIPANT_NAMES, StackSettings
@@ -42,6 +44,19 @@ class Endpoints:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def environment(self, run_dir: Path, catalog_url: str | None = None) -> dict[str, str]:
+        """The environment that points a child process (a node, an agent) at these
+        endpoints."""
+        return {**os.environ, "MEDUSA_RUN_DIR": str(run_dir),
+                "MEDUSA_EXTERNAL_CATALOG_URL": catalog_url or self.catalog_url,
+                "MEDUSA_EXTERNAL_KAFKA": ",".join(f"{p}={b}" for p, b in self.kafka.items()),
+                "MEDUSA_EXTERNAL_REGISTRY_URL": self.registry_url,
+                "MEDUSA_EXTERNAL_OTLP_ENDPOINT": self.otlp_endpoint,
+                "MEDUSA_EXTERNAL_JAEGER_QUERY_URL": self.jaeger_query_url,
+                "MEDUSA_EXTERNAL_KAFKA_LINKS": ",".join(f"{n}={b}"
+                                                        for n, b in self.links.items()),
+                "MEDUSA_EXTERNAL_TOXIPROXY_URL": self.toxiproxy_url}
 
 
 def parse_external_kafka(spec: str) -> dict[str, str]:

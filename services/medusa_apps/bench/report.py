@@ -188,3 +188,40 @@ def dpc_timeline_plot(path: Path, title: str, events: dict[str, list[float]],
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+PARTICIPANT_COLOURS = {"alpha": "#4c72b0", "beta": "#dd8452", "gamma": "#55a868"}
+
+
+def bpm_spike_plot(path: Path, title: str, utilisation: dict[str, list[tuple[float, float]]],
+                   latency: list[tuple[float, float]], marks: list[tuple[float, str]],
+                   spike_s: float) -> None:
+    """BPM through a spike: above, each participant's utilisation (1 = its capacity);
+    below, each result's latency; the spike's start shaded on, each move (and what the
+    scenario did) a vertical line. Times in seconds since the input began."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure, (load_axes, latency_axes) = plt.subplots(2, 1, figsize=(11.5, 6), sharex=True)
+    for participant, points in utilisation.items():
+        load_axes.plot([t for t, _ in points], [u for _, u in points], linewidth=1.5,
+                       color=PARTICIPANT_COLOURS.get(participant), label=participant)
+    load_axes.axhline(1.0, color="red", linestyle="--", linewidth=1, label="capacity")
+    load_axes.set_ylabel("utilisation (load / capacity)")
+    latency_axes.plot([t for t, _ in latency], [v for _, v in latency], "o", markersize=2.5,
+                      color="#4c72b0", label="result latency")
+    latency_axes.set_ylabel("latency (s)")
+    latency_axes.set_xlabel("seconds since the input began")
+    end = max([t for points in utilisation.values() for t, _ in points]
+              + [t for t, _ in latency] + [spike_s])
+    for axes in (load_axes, latency_axes):
+        axes.axvspan(spike_s, end, color="grey", alpha=0.1)
+        for at, _ in marks:
+            axes.axvline(at, color="black", linestyle=":", linewidth=1)
+    top = load_axes.get_ylim()[1]
+    for at, label in marks:
+        load_axes.text(at, top, f" {label}", rotation=90, va="top", fontsize=7)
+    load_axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    latency_axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    load_axes.set_title(title + " (shaded: the spike; dotted: moves)", fontsize=11)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -31,6 +31,7 @@ from medusa_apps.bench import producers
 from medusa_apps.bench.producers import Throughput
 from medusa_apps.bench.report import (
     bar_plot,
+    bpm_spike_plot,
     breakdown_plot,
     dpc_timeline_plot,
     failover_plot,
@@ -39,7 +40,7 @@ from medusa_apps.bench.report import (
     write_json,
 )
 
-PARTS = ("producers", "spark", "sunion", "linear-road", "move", "failover", "dpc")
+PARTS = ("producers", "spark", "sunion", "linear-road", "move", "failover", "dpc", "bpm")
 WARM_UP_RECORDS = 3000
 
 
@@ -64,7 +65,13 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
             failover: bool = True, only: Collection[str] | None = None) -> dict[str, Any]:
     from medusa.progress import RateProgress
     from medusa.sunion import bench as sunion_bench
-    from medusa_apps.bench import dpc_partition, linear_road_latency, move_pause, spark_paths
+    from medusa_apps.bench import (
+        bpm_spike,
+        dpc_partition,
+        linear_road_latency,
+        move_pause,
+        spark_paths,
+    )
     from medusa_apps.bench import failover as failover_bench
     from medusa_spark.session import spark_session
 
@@ -110,7 +117,8 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     outcomes: list[Any] = []
     load = None
     dpc = None
-    needs_spark = parts & {"spark", "linear-road", "move", "failover", "dpc"}
+    spike = None
+    needs_spark = parts & {"spark", "linear-road", "move", "failover", "dpc", "bpm"}
     spark = spark_session("medusa-bench") if needs_spark else None
     try:
         with tempfile.TemporaryDirectory(prefix="medusa-bench-") as scratch:
@@ -172,6 +180,11 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
                 f"(D = {dpc_partition.BENCH_DELAY_S:g} s)")
             with _part("dpc", errors, say):
                 dpc = dpc_partition.measure(endpoints, registry, spark, layout, say)
+        if "bpm" in parts and spark is not None:
+            say("BPM: a 3x input spike on alpha, with contracts to beta and gamma")
+            with _part("bpm", errors, say):
+                spike = bpm_spike.measure(endpoints, registry, spark, layout, layout.run_dir,
+                                          say)
     finally:
         if spark is not None:
             spark.stop()
@@ -217,6 +230,10 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         # gap_over_delay_s: the largest extra delay of a result over the fault-free one,
         # minus D (goal: at most 1 s).
         "dpc": dpc.summary() if dpc is not None else {"gap_over_delay_s": None},
+        # moves: how many the agents made; seconds_to_acceptable: from the spike until no
+        # participant is over capacity for good.
+        "bpm": spike.summary() if spike is not None else {"moves": None,
+                                                          "seconds_to_acceptable": None},
         "errors": errors,
     }
     write_json(out / "bench.json", result)
@@ -254,6 +271,16 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
             f"{figures['delay_s']:g} s), {figures['tentative_results']} tentative, "
             f"{figures['corrections']} corrected, heal to REC_DONE "
             f"{figures['heal_to_rec_done_s']} s, lost {figures['lost']}, duplicated "
+            f"{figures['duplicated']}")
+    if spike is not None:
+        bpm_spike_plot(out / "bpm_spike.png", "BPM through a 3x spike on alpha",
+                       *spike.timeline())
+        figures = spike.summary()
+        say(f"BPM: {figures['moves']} move(s) ({'; '.join(figures['moved'])}), acceptable "
+            f"{figures['seconds_to_acceptable']} s after the spike; p99 latency "
+            f"{figures['p99_before_s']} s before, {figures['p99_during_s']} s during, "
+            f"{figures['p99_after_s']} s after (back within "
+            f"{figures['seconds_to_latency_back']} s); lost {figures['lost']}, duplicated "
             f"{figures['duplicated']}")
     for name, value in ratios.items():
         if value is not None:
