@@ -20,8 +20,14 @@ from datetime import datetime
 from typing import Any
 
 MAX_UTILISATION = 0.99
-"""D grows without bound as u nears 1: beyond this, costs are computed at this u."""
+"""D grows without bound as u nears 1: beyond this u it goes on along its tangent there, so
+that it stays finite, yet more load on an overloaded participant still costs more (a flat
+D would make adding load to it free, and load would flow back into the overload)."""
 DEFAULT_WINDOW_S = 30.0
+SETTLED_AFTER_S = 1.5 * DEFAULT_WINDOW_S
+"""A fragment's load is *settled* once it has run this long where it runs: before, the
+window holds the batches of its start (or of its hand-over's catch-up), which are slower
+than its steady ones, so BPM neither offers it nor brings it home yet."""
 
 
 @dataclass(frozen=True)
@@ -77,9 +83,13 @@ def fragment_load(samples: Iterable[BatchSample], now_ms: int,
 
 
 def cost(utilisation: float) -> float:
-    """D(u) = u / (1 - u)."""
-    u = min(max(utilisation, 0.0), MAX_UTILISATION)
-    return u / (1.0 - u)
+    """D(u) = u / (1 - u), continued linearly beyond ``MAX_UTILISATION``."""
+    u = max(utilisation, 0.0)
+    if u <= MAX_UTILISATION:
+        return u / (1.0 - u)
+    at_cap = MAX_UTILISATION / (1.0 - MAX_UTILISATION)
+    slope = 1.0 / (1.0 - MAX_UTILISATION) ** 2  # D'(u) = 1 / (1 - u)^2
+    return at_cap + slope * (u - MAX_UTILISATION)
 
 
 def utilisation(load: float, capacity: float) -> float:
@@ -107,6 +117,8 @@ class ParticipantLoad:
     load: float
     fragments: dict[str, float]
     """Fragment -> its load (with its standby replica's, when that runs here too)."""
+    unsettled: frozenset[str] = frozenset()
+    """Fragments that started here too recently for their load to be known."""
 
     @property
     def utilisation(self) -> float:
@@ -129,6 +141,7 @@ def participant_loads(reports: Iterable[Mapping[str, Any]]) -> dict[str, Partici
     measure load, without a capacity, are left out)."""
     capacity: dict[str, float] = {}
     fragments: dict[str, dict[str, float]] = {}
+    unsettled: dict[str, set[str]] = {}
     for report in reports:
         if not report.get("capacity"):
             continue
@@ -139,5 +152,9 @@ def participant_loads(reports: Iterable[Mapping[str, Any]]) -> dict[str, Partici
             # An active standby replica runs the query too: its load adds to the fragment's.
             name = str(fragment["fragment"])
             own[name] = own.get(name, 0.0) + float(fragment.get("load") or 0.0)
-    return {p: ParticipantLoad(p, capacity[p], sum(fragments[p].values()), fragments[p])
+            running_s = fragment.get("running_s")
+            if running_s is not None and float(running_s) < SETTLED_AFTER_S:
+                unsettled.setdefault(participant, set()).add(name)
+    return {p: ParticipantLoad(p, capacity[p], sum(fragments[p].values()), fragments[p],
+                               frozenset(unsettled.get(p, ())))
             for p in capacity}

@@ -218,7 +218,8 @@ class BpmAgent:
         load = loads[host].fragments.get(fragment.name, 0.0) if host in loads else 0.0
         under = [c for c in known.values() if c.spec.origin == self.participant
                  and c.spec.host == host and c.covers(fragment.name) and c.in_force(now)]
-        why = should_return(me, fragment.name, load, under[0] if under else None, now)
+        settled = host in loads and fragment.name not in loads[host].unsettled
+        why = should_return(me, fragment.name, load, under[0] if under else None, now, settled)
         if why is None:
             return None
         home = _least_loaded(self.participant, nodes, reports)

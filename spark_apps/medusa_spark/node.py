@@ -617,6 +617,7 @@ class Node:
                 "processing_rate": float(progress.get("processedRowsPerSecond") or 0.0),
                 "batch_duration_ms": int(progress.get("batchDuration") or 0),
                 "load": round(load.load, 4),
+                "running_s": round(time.time() - hosted.started_at, 1),
                 "lag": lag, "restarts": hosted.restarts,
                 "error": failure or self.errors.get(hosted.name),
                 "operators": json.dumps({"operators": operators,

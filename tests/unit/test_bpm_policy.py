@@ -86,3 +86,12 @@ def test_load_returns_when_the_contract_ends_or_home_is_cheaper() -> None:
     assert should_return(after_move, F1, 0.8, ended, NOW) == "its contract is no longer in force"
     ending = _contract(status="revoked", ends_at=NOW + 1)
     assert should_return(calm, F1, 0.8, ending, NOW) is None
+    # Just arrived at the partner: its load there still holds its hand-over's catch-up.
+    assert should_return(calm, F1, 0.8, contract, NOW, settled=False) is None
+
+
+def test_a_fragment_that_has_only_just_started_is_not_offered() -> None:
+    contract = _contract()
+    fresh = ParticipantLoad("alpha", 2.0, 1.8, ALPHA.fragments, frozenset({F1}))
+    offer = choose_offer(fresh, [F1, F2, F3], [contract], NOW)
+    assert offer is not None and offer.fragment == F2  # F1 would cost most, but is unsettled

@@ -31,14 +31,24 @@ def test_moves_are_the_changes_of_a_fragments_node() -> None:
         2, "alpha/n1/f", "alpha/a1", "beta/b1")
 
 
-def test_acceptable_is_when_no_participant_is_over_capacity_for_good() -> None:
-    run = _run(samples=[_sample(30, 0.4), _sample(62, 0.9), _sample(70, 1.3),
-                        _sample(80, 1.1, 0.2), _sample(90, 0.8, 0.3), _sample(100, 0.7, 0.3)])
+def test_acceptable_is_from_the_last_move_on_with_no_participant_over_capacity() -> None:
+    moved = [(START + 75_000, "alpha/n1/f", "beta/b1", "moving"),
+             (START + 82_000, "alpha/n1/f", "beta/b1", "running")]
+    run = _run(placements=moved,
+               samples=[_sample(30, 0.4), _sample(70, 1.3), _sample(80, 1.1, 0.2),
+                        _sample(85, 1.05, 0.5), _sample(90, 0.8, 0.5), _sample(100, 0.7, 0.5)])
     assert run.acceptable_ms == START + 90_000
     assert run.seconds_to_acceptable == 30.0
-    assert _run(samples=[_sample(70, 0.9), _sample(80, 0.8)]).acceptable_ms is None, \
-        "never overloaded: the spike proved nothing"
+    # Moved before alpha's load showed the spike: acceptable once the move is done.
+    early = _run(placements=moved, samples=[_sample(70, 0.9), _sample(85, 0.6, 0.4)])
+    assert early.acceptable_ms == START + 85_000
     assert _run(samples=[_sample(70, 1.2), _sample(80, 1.3)]).acceptable_ms is None
+
+
+def test_demand_is_what_alpha_would_carry_if_nothing_moved() -> None:
+    run = _run()
+    sample = Sample(SPIKE, {}, {}, {"alpha/n0/f": 1.0, "alpha/n1/f": 1.5, "other": 9.0})
+    assert run.demand(sample) == pytest.approx(2.5 / 2.0)  # alpha's capacity: 2 slots
 
 
 def test_latency_runs_from_the_input_closing_the_window_to_the_result() -> None:
@@ -83,3 +93,4 @@ def test_utilisation_counts_only_fresh_reports_of_the_scenarios_nodes() -> None:
     sample = utilisation_of(reports, {"alpha": "alpha/a1", "beta": "beta/b1"}, now)
     assert sample.utilisation == {"alpha": 1.5}
     assert sample.running == {"alpha/a1": ["alpha/n0/f"]}
+    assert sample.loads == {"alpha/n0/f": 0.0, "alpha/n1/f": 0.0}

@@ -51,11 +51,16 @@ def test_idle_batches_and_batches_outside_the_window_do_not_count() -> None:
     assert load.demand == 0.0 and load.busy == pytest.approx(10 / 30_000)
 
 
-def test_cost_is_u_over_one_minus_u_and_bounded_near_one() -> None:
+def test_cost_is_u_over_one_minus_u_and_finite_but_still_rising_beyond_one() -> None:
     assert cost(0.0) == 0.0
     assert cost(0.5) == pytest.approx(1.0)
     assert cost(0.75) == pytest.approx(3.0)
-    assert cost(1.5) == cost(MAX_UTILISATION) == pytest.approx(99.0)
+    assert cost(MAX_UTILISATION) == pytest.approx(99.0)
+    # Past the cap, along the tangent: finite, and more load on an overloaded participant
+    # still costs more, so that nothing is brought back into an overload as if it were free.
+    assert cost(1.0) == pytest.approx(99.0 + 0.01 * 10_000)
+    assert cost(1.5) > cost(1.0) > cost(MAX_UTILISATION)
+    assert cost_of_adding(3.0, 1.0, 0.5) == pytest.approx(5_000.0)
 
 
 def test_marginal_costs_of_removing_and_adding() -> None:
@@ -69,8 +74,8 @@ def test_marginal_costs_of_removing_and_adding() -> None:
 def test_participant_loads_sum_their_nodes() -> None:
     reports = [
         {"node": "alpha/n1", "participant": "alpha", "capacity": 2.0,
-         "fragments": [{"fragment": "alpha/lr/f1", "load": 1.0},
-                       {"fragment": "alpha/lr/f2", "load": 0.5}]},
+         "fragments": [{"fragment": "alpha/lr/f1", "load": 1.0, "running_s": 600.0},
+                       {"fragment": "alpha/lr/f2", "load": 0.5, "running_s": 12.0}]},
         {"node": "alpha/n2", "participant": "alpha", "capacity": 2.0, "fragments": []},
         {"node": "beta/n1", "participant": "beta", "capacity": 1.0,
          "fragments": [{"fragment": "alpha/lr/f3", "load": 0.25}]},
@@ -80,6 +85,8 @@ def test_participant_loads_sum_their_nodes() -> None:
     assert set(loads) == {"alpha", "beta"}
     alpha = loads["alpha"]
     assert (alpha.capacity, alpha.load, alpha.utilisation) == (4.0, 1.5, 0.375)
+    # f2 started 12 s ago: its window still holds its start; f3's age is not reported.
+    assert alpha.unsettled == {"alpha/lr/f2"} and loads["beta"].unsettled == frozenset()
     assert alpha.marginal_cost("alpha/lr/f1") == pytest.approx(cost(0.375) - cost(0.125))
     assert loads["beta"].cost_of_taking(0.5) == pytest.approx(cost(0.75) - cost(0.25))
     assert ParticipantLoad("x", 1.0, 0.0, {}).marginal_cost("none") == 0.0

@@ -10,6 +10,9 @@
 - **Return.** A fragment running at a partner goes back when the contract no longer is in
   force, or when the origin could now run it for less than it pays, with a margin so that
   a fragment does not bounce back and forth on noise.
+- **Settling.** A fragment that started where it runs less than ``SETTLED_AFTER_S`` ago
+  (deployed, moved or brought home) is neither offered nor brought home: its measured load
+  still holds the slow batches of its start, and acting on it made load bounce.
 """
 
 from __future__ import annotations
@@ -56,8 +59,8 @@ def choose_offer(me: ParticipantLoad, hosted_here: Iterable[str],
         if fragment.split("/", 1)[0] != me.participant:
             continue  # a partner's load that I host: not mine to offer
         load = me.fragments.get(fragment, 0.0)
-        if load <= 0:
-            continue
+        if load <= 0 or fragment in me.unsettled:
+            continue  # idle, or its load not known yet (it has just started here)
         marginal = me.marginal_cost(fragment)
         for contract in contracts:
             if contract.spec.origin != me.participant or not contract.covers(fragment) \
@@ -100,12 +103,13 @@ def decide(host: ParticipantLoad, offer: Offer, contract: Contract | None,
 
 
 def should_return(origin: ParticipantLoad, fragment: str, load: float,
-                  contract: Contract | None, at_ms: int) -> str | None:
-    """Why a fragment of ``origin`` running at a partner goes home now (None: it stays)."""
+                  contract: Contract | None, at_ms: int, settled: bool = True) -> str | None:
+    """Why a fragment of ``origin`` running at a partner goes home now (None: it stays).
+    ``settled``: whether its load at the partner is known (it has run there long enough)."""
     if contract is None or not contract.in_force(at_ms):
         return "its contract is no longer in force"
-    if contract.state(at_ms) == "ending":
-        return None  # paid to the end of the period; it returns when the contract ends
+    if contract.state(at_ms) == "ending" or not settled:
+        return None  # paid to the end of the period; or it has only just arrived
     at_home = origin.cost_of_taking(load)
     paid = contract.spec.price * load
     if at_home < RETURN_MARGIN * paid:

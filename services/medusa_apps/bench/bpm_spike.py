@@ -12,8 +12,10 @@ over capacity.
 Measured from the catalog, the nodes' load reports and the output topics:
 - the moves (each change of a fragment's node) and the offers behind them;
 - utilisation per participant over time;
-- seconds from the spike to an acceptable allocation: to the moment from which no
-  participant is over capacity until the end of the run, once one was;
+- the demand the spike puts on alpha: its three fragments' loads over its capacity (what
+  it would carry if nothing moved; above 1, the spike overloads it);
+- seconds from the spike to an acceptable allocation: to the moment, once the last move
+  is done, from which no participant is over capacity until the end of the run;
 - each result's latency: when it was written, minus when the input that closed its window
   went out; its p99 before the spike, during it (until acceptable) and after;
 - the results against the reference, by tuple id.
@@ -63,13 +65,20 @@ class SpikePlan:
     """Input on the first copy alone before the spike."""
     settle_s: int = 60
     """How long the allocation stays acceptable before the run ends."""
+    min_spike_s: int = 150
+    """The run lasts this long after the spike at least: the agents' time to act."""
     max_spike_s: int = 420
     """The run ends this long after the spike at the latest."""
+    master: str = "local[2]"
     capacity: Mapping[str, float] = field(default_factory=lambda: {
-        "alpha": 1.0, "beta": 2.0, "gamma": 2.0})
-    """Each participant's node's capacity (slots, the unit of a fragment's load)."""
-    price: float = 1.0
-    delta: float = 0.2
+        "alpha": 2.0, "beta": 2.0, "gamma": 2.0})
+    """Each participant's node's capacity (slots, the unit of a fragment's load): its
+    cores, given so that the plan does not depend on the machine."""
+    price: float = 3.0
+    """Per unit of load and period. Alpha offers load when D'(u) / capacity exceeds it:
+    above u = 0.59 with two slots, so nothing moves before the spike (one fragment, about
+    one slot of load on this example: u = 0.5) and load moves during it."""
+    delta: float = 0.5
     period_s: int = 60
     agent_interval_s: float = 2.0
     offer_timeout_s: float = 30.0
@@ -92,6 +101,8 @@ class Sample:
     """Participant -> load over capacity of its node (absent: no fresh report)."""
     running: dict[str, list[str]]
     """Node -> the fragments its report lists as running."""
+    loads: dict[str, float] = field(default_factory=dict)
+    """Fragment -> its load where it runs."""
 
 
 @dataclass
@@ -131,15 +142,21 @@ class SpikeRun:
     def over_capacity(self, sample: Sample) -> list[str]:
         return [p for p, u in sample.utilisation.items() if u > 1.0]
 
+    def demand(self, sample: Sample) -> float:
+        """What alpha would carry if nothing had moved: its fragments' loads over its
+        capacity."""
+        return sum(sample.loads.get(f, 0.0) for f in self.fragments) / \
+            self.plan.capacity["alpha"]
+
     @property
     def acceptable_ms(self) -> int | None:
-        """When the allocation became acceptable for good after the spike overloaded a
-        participant (None: it never did, or never was overloaded)."""
-        after = [s for s in self.samples if s.at_ms >= self.spike_ms]
+        """When, after the spike and the last move, the allocation became acceptable for good
+        (None: a participant was still over capacity at the end)."""
+        last_change = max((at for at, *_ in self.placements), default=0)
+        after = [s for s in self.samples if s.at_ms >= max(self.spike_ms, last_change)]
         overloaded = [i for i, s in enumerate(after) if self.over_capacity(s)]
-        if not overloaded or overloaded[-1] + 1 >= len(after):
-            return None
-        return after[overloaded[-1] + 1].at_ms
+        start = overloaded[-1] + 1 if overloaded else 0
+        return after[start].at_ms if start < len(after) else None
 
     @property
     def seconds_to_acceptable(self) -> float | None:
@@ -202,6 +219,8 @@ class SpikeRun:
             "seconds_to_latency_back": self.seconds_to_latency_back(),
             "peak_utilisation": {p: max((s.utilisation.get(p, 0.0) for s in self.samples),
                                         default=0.0) for p in PARTICIPANTS},
+            "peak_demand_on_alpha": max((self.demand(s) for s in self.samples
+                                         if s.at_ms >= self.spike_ms), default=None),
             "lost": sum(len(v) for v in lost.values()),
             "duplicated": sum(len(v) for v in duplicated.values()),
             "moved": [f"{m.fragment.split('/')[1]}: {m.source} -> {m.target}"
@@ -279,6 +298,7 @@ def utilisation_of(reports: Mapping[str, Mapping[str, Any]], nodes: Mapping[str,
                    now_ms: int) -> Sample:
     utilisation: dict[str, float] = {}
     running: dict[str, list[str]] = {}
+    loads: dict[str, float] = {}
     for participant, node in nodes.items():
         report = reports.get(node)
         if report is None or now_ms - epoch_ms(report["reported_at"]) > REPORT_MAX_AGE_MS:
@@ -288,7 +308,9 @@ def utilisation_of(reports: Mapping[str, Mapping[str, Any]], nodes: Mapping[str,
             utilisation[participant] = float(report.get("load") or 0.0) / capacity
         running[node] = sorted(f["fragment"] for f in report.get("fragments") or []
                                if f.get("state") == "running")
-    return Sample(now_ms, utilisation, running)
+        for fragment in report.get("fragments") or []:
+            loads[str(fragment["fragment"])] = float(fragment.get("load") or 0.0)
+    return Sample(now_ms, utilisation, running, loads)
 
 
 def run_spike(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
@@ -355,7 +377,8 @@ def run_spike(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
             deadline = run.spike_ms + plan.max_spike_s * 1000
             while _now_ms() < deadline:
                 acceptable = run.acceptable_ms
-                if acceptable is not None and _now_ms() - acceptable >= plan.settle_s * 1000:
+                if acceptable is not None and _now_ms() - acceptable >= plan.settle_s * 1000 \
+                        and _now_ms() - run.spike_ms >= plan.min_spike_s * 1000:
                     break
                 time.sleep(2)
             say(f"bpm spike: {len(run.moves)} move(s); acceptable after "
@@ -471,7 +494,7 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any, la
             started.append(launcher.start_service(
                 layout, f"node-{participant}-bench-spike",
                 [sys.executable, "-m", "medusa_apps", "node", "--name", "bench-spike",
-                 "--participant", participant, "--master", "local[1]",
+                 "--participant", participant, "--master", plan.master,
                  "--capacity", f"{plan.capacity[participant]:g}"],
                 report=lambda _: None))
         with CatalogClient(endpoints.catalog_url) as catalog:
