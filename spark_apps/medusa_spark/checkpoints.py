@@ -100,7 +100,10 @@ def rebase_source(location: str, topic: str, offsets: dict[int, int]) -> int | N
     root = local_path(location)
     for folder in ("offsets", "commits"):
         for path in (root / folder).iterdir():
-            if path.name.isdigit() and int(path.name) > batch:
+            # A later batch's log entry and its checksum (".7.crc"): a checksum left behind
+            # makes Spark's write of that batch's entry fail ("already exists").
+            number = path.name.removeprefix(".").split(".", 1)[0]
+            if number.isdigit() and int(number) > batch:
                 path.unlink()
     path = root / "offsets" / str(batch)
     lines = path.read_text().splitlines()

@@ -144,12 +144,12 @@ def test_killing_the_agent_mid_move_leaves_each_fragment_on_exactly_one_node(spi
     run, killer, _ = spike
     assert killer.killed_during is not None, "no hand-over was under way to kill the agent in"
     last = run.samples[-1]
-    with CatalogClient(federation.catalog_url) as catalog:
-        for fragment in run.fragments:
-            entry = catalog.get(Kind.FRAGMENTS, fragment)
-            assert entry is not None and entry.spec["phase"] == "running", entry
-            on = [node for node, fragments in last.running.items() if fragment in fragments]
-            assert on == [entry.spec["node"]], (fragment, last.running)
+    placed = run.final_placements()
+    for fragment in run.fragments:
+        node, phase = placed[fragment]
+        assert phase == "running", (fragment, node, phase)
+        on = [n for n, fragments in last.running.items() if fragment in fragments]
+        assert on == [node], (fragment, last.running)
     done = [o for o in run.offers if o["status"] == "done"]
     assert len(done) == len(run.moves), (run.offers, run.moves)
 
@@ -159,7 +159,7 @@ def test_the_ledger_holds_the_moves_and_hosted_time_at_the_contract_prices(
     run, _, _ = spike
     contracts = set(run.contracts.values())
     entries = [e for e in read_entries([{"bootstrap.servers": federation.bootstrap(p)}
-                                        for p in HOSTS.values() | {"alpha"}], registry_module)
+                                        for p in [*HOSTS.values(), "alpha"]], registry_module)
                if e["contract"] in contracts]
     moves = [e for e in entries if e["kind"] == "move"]
     assert len(moves) == len(run.moves), (moves, run.moves)

@@ -139,6 +139,10 @@ class SpikeRun:
             last[fragment] = node
         return moves
 
+    def final_placements(self) -> dict[str, tuple[str, str]]:
+        """Fragment -> (node, phase), as the catalog last showed them during the run."""
+        return {fragment: (node, phase) for _, fragment, node, phase in self.placements}
+
     def over_capacity(self, sample: Sample) -> list[str]:
         return [p for p, u in sample.utilisation.items() if u > 1.0]
 
@@ -186,6 +190,10 @@ class SpikeRun:
                 "during": self.p99_s(self.spike_ms, acceptable),
                 "after": self.p99_s(acceptable, self.ended_ms + 1)}
 
+    def p99_last_s(self, seconds: float) -> float | None:
+        """p99 latency of the results written in the run's last ``seconds``."""
+        return self.p99_s(self.ended_ms - int(seconds * 1000), self.ended_ms + 1)
+
     def seconds_to_latency_back(self) -> float | None:
         """From the allocation becoming acceptable to the first moment from which on the
         p99 latency of the results is within the pre-spike p99 (None: it never got back)."""
@@ -217,6 +225,7 @@ class SpikeRun:
             "p99_before_s": phases["before"], "p99_during_s": phases["during"],
             "p99_after_s": phases["after"],
             "seconds_to_latency_back": self.seconds_to_latency_back(),
+            "p99_last_minute_s": self.p99_last_s(60),
             "peak_utilisation": {p: max((s.utilisation.get(p, 0.0) for s in self.samples),
                                         default=0.0) for p in PARTICIPANTS},
             "peak_demand_on_alpha": max((self.demand(s) for s in self.samples
@@ -317,12 +326,14 @@ def run_spike(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
               nodes: Mapping[str, str], agents: Mapping[str, AgentProcess],
               plan: SpikePlan = SpikePlan(), say: Callable[[str], None] = lambda _: None,
               on_placement: Callable[[SpikeRun, str, str, str], None] | None = None,
-              before_spike: Callable[[SpikeRun], None] | None = None) -> SpikeRun:
+              before_spike: Callable[[SpikeRun], None] | None = None,
+              spike_s: float | None = None) -> SpikeRun:
     """The spike on ``nodes`` (participant -> a running node of it, started with
     ``plan.capacity``), with ``agents`` running; they are stopped before the networks and
     contracts are withdrawn. ``on_placement(run, fragment, node, phase)`` is called at each
     change the catalog shows (e.g. to kill an agent mid-move); ``before_spike(run)`` once
-    the input on the first network flows."""
+    the input on the first network flows. ``spike_s``: how long the spike lasts (default:
+    until the allocation has been acceptable for ``plan.settle_s``)."""
     from medusa_spark.deploy import deploy, undeploy
 
     tag = uuid.uuid4().hex[:6]
@@ -374,13 +385,14 @@ def run_spike(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
             say(f"bpm spike: input tripled ({COPIES} x {plan.sensors} sensors)")
             for steady in inputs[1:]:
                 steady.start()
-            deadline = run.spike_ms + plan.max_spike_s * 1000
-            while _now_ms() < deadline:
+            deadline = run.spike_ms + int((spike_s or plan.max_spike_s) * 1000)
+            while _now_ms() < deadline and spike_s is None:
                 acceptable = run.acceptable_ms
                 if acceptable is not None and _now_ms() - acceptable >= plan.settle_s * 1000 \
                         and _now_ms() - run.spike_ms >= plan.min_spike_s * 1000:
                     break
                 time.sleep(2)
+            _sleep_until(deadline if spike_s is not None else 0)
             say(f"bpm spike: {len(run.moves)} move(s); acceptable after "
                 f"{run.seconds_to_acceptable} s")
             stop_input.set()
@@ -478,8 +490,9 @@ def stack_agents_paused(layout: Any, say: Callable[[str], None]) -> Iterator[Non
 
 def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any, layout: Any,
             run_dir: Path, say: Callable[[str], None], plan: SpikePlan = SpikePlan()
-            ) -> SpikeRun:
-    """The spike on nodes started for it (and stopped afterwards), with agents of its own."""
+            ) -> tuple[SpikeRun, SpikeRun]:
+    """The spike on nodes started for it (and stopped afterwards), with agents of its own;
+    then the same spike, as long, with no agent (nothing moves), side by side."""
     from medusa.stack import launcher
     from medusa_spark.deploy import wait_for_node
 
@@ -500,9 +513,13 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any, la
         with CatalogClient(endpoints.catalog_url) as catalog:
             for node in nodes.values():
                 wait_for_node(catalog, node, timeout_s=240)
-        with stack_agents_paused(layout, say), \
-                agents_running(endpoints, run_dir, plan) as agents:
-            return run_spike(endpoints, registry, spark, nodes, agents, plan, say)
+        with stack_agents_paused(layout, say):
+            with agents_running(endpoints, run_dir, plan) as agents:
+                with_bpm = run_spike(endpoints, registry, spark, nodes, agents, plan, say)
+            say("bpm spike: again without agents, as long, for comparison")
+            without = run_spike(endpoints, registry, spark, nodes, {}, plan, say,
+                                spike_s=(with_bpm.ended_ms - with_bpm.spike_ms) / 1000)
+        return with_bpm, without
     finally:
         for process in started:
             with suppress(ProcessLookupError):

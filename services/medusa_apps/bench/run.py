@@ -50,6 +50,10 @@ def _ratio(numerator: Throughput | None, denominator: Throughput | None) -> floa
     return round(numerator.per_second / denominator.per_second, 3)
 
 
+def _ratio_of(numerator: float | None, denominator: float | None) -> float | None:
+    return round(numerator / denominator, 3) if numerator and denominator else None
+
+
 @contextmanager
 def _part(name: str, errors: dict[str, str], say: Callable[[str], None]) -> Iterator[None]:
     """Runs one part; its failure is recorded and said, and the run goes on."""
@@ -117,7 +121,7 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     outcomes: list[Any] = []
     load = None
     dpc = None
-    spike = None
+    spike = unbalanced = None
     needs_spark = parts & {"spark", "linear-road", "move", "failover", "dpc", "bpm"}
     spark = spark_session("medusa-bench") if needs_spark else None
     try:
@@ -183,8 +187,8 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         if "bpm" in parts and spark is not None:
             say("BPM: a 3x input spike on alpha, with contracts to beta and gamma")
             with _part("bpm", errors, say):
-                spike = bpm_spike.measure(endpoints, registry, spark, layout, layout.run_dir,
-                                          say)
+                spike, unbalanced = bpm_spike.measure(endpoints, registry, spark, layout,
+                                                      layout.run_dir, say)
     finally:
         if spark is not None:
             spark.stop()
@@ -232,8 +236,10 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         "dpc": dpc.summary() if dpc is not None else {"gap_over_delay_s": None},
         # moves: how many the agents made; seconds_to_acceptable: from the spike until no
         # participant is over capacity for good.
-        "bpm": spike.summary() if spike is not None else {"moves": None,
-                                                          "seconds_to_acceptable": None},
+        "bpm": {**spike.summary(), "without_bpm": unbalanced.summary() if unbalanced else None,
+                "p99_last_minute_over_without_bpm": _ratio_of(
+                    spike.p99_last_s(60), unbalanced.p99_last_s(60) if unbalanced else None)}
+        if spike is not None else {"moves": None, "seconds_to_acceptable": None},
         "errors": errors,
     }
     write_json(out / "bench.json", result)
@@ -282,6 +288,9 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
             f"{figures['p99_after_s']} s after (back within "
             f"{figures['seconds_to_latency_back']} s); lost {figures['lost']}, duplicated "
             f"{figures['duplicated']}")
+        if unbalanced is not None:
+            say(f"BPM: p99 latency over the last minute {figures['p99_last_minute_s']} s with "
+                f"the agents, {unbalanced.p99_last_s(60)} s without (everything on alpha)")
     for name, value in ratios.items():
         if value is not None:
             say(f"{name.replace('_', ' ')}: {value:.2f}")
