@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) ## Install everything: Python deps, Kafka, registry, Spark connectors, Jaeger, toxiproxy
 	@MEDUSA_PYTHON=$(BIN)/python bash infra/install.sh
 
-up: setup ## Start the local federation (two Kafka clusters, registry, Jaeger)
+up: setup ## Start the local federation (a Kafka cluster per participant, registry, Jaeger, catalog, detector, BPM agents)
 	@$(BIN)/medusa up --skip-install
 
 down: ## Stop what `make up` started
