@@ -219,7 +219,10 @@ class BpmAgent:
         under = [c for c in known.values() if c.spec.origin == self.participant
                  and c.spec.host == host and c.covers(fragment.name) and c.in_force(now)]
         settled = host in loads and fragment.name not in loads[host].unsettled
-        why = should_return(me, fragment.name, load, under[0] if under else None, now, settled)
+        terms = self._terms(fragment, offers)
+        paid = terms.unit_price * terms.load if terms is not None else None
+        why = should_return(me, fragment.name, load, under[0] if under else None, now, settled,
+                            paid)
         if why is None:
             return None
         home = _least_loaded(self.participant, nodes, reports)

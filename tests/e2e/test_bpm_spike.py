@@ -1,12 +1,12 @@
 """BPM through a 3x load spike on three participants (``medusa_apps.bench.bpm_spike``), on
-the real stack with real agents: alpha's node goes over capacity, and the agents move the
-two fragments that contracts cover, one to beta and one to gamma, until no participant is
-over capacity. Alpha's agent is killed -9 in the middle of the first hand-over and started
-again. Checked: the allocation becomes acceptable within a bounded number of moves, no
-fragment moves where no contract covers it or more than twice, an offer above the range is
-refused, every result reaches the output exactly once, each fragment ends running on
-exactly one node, and the ledger holds the moves and the hosted time at the contracts'
-prices."""
+the real stack with real agents: alpha's node would go over capacity, and the agents move
+the two fragments that contracts cover, one to beta and one to gamma, until no participant
+is over capacity; when the spike ends, the agents bring them home. Alpha's agent is killed
+-9 in the middle of the first hand-over and started again. Checked: the allocation becomes
+acceptable within a bounded number of moves; no fragment moves where no contract covers it
+or more than twice; an offer above the range is refused; the load comes home after the
+spike; every result reaches the output exactly once; each fragment ends running on exactly
+one node; and the ledger holds the moves and the hosted time at the contracts' prices."""
 
 from __future__ import annotations
 
@@ -121,6 +121,14 @@ def test_load_moves_only_where_a_contract_covers_it_and_at_most_twice(spike) -> 
     done = [o for o in run.offers if o["status"] == "done"]
     assert done and all(PLAN.price - PLAN.delta <= o["unit_price"] <= PLAN.price
                         for o in done), run.offers
+
+
+def test_after_the_spike_the_load_comes_home(spike) -> None:
+    run, _, _ = spike
+    assert run.home_ms is not None, run.final_placements()
+    moves = Counter(m.fragment for m in run.moves)
+    assert moves and all(count == 2 for count in moves.values()), run.moves  # out and back
+    print({"seconds home after the spike": run.summary()["seconds_home_after_the_spike"]})
 
 
 def test_an_offer_above_the_range_is_refused(spike, federation) -> None:

@@ -88,6 +88,10 @@ def test_load_returns_when_the_contract_ends_or_home_is_cheaper() -> None:
     assert should_return(calm, F1, 0.8, ending, NOW) is None
     # Just arrived at the partner: its load there still holds its hand-over's catch-up.
     assert should_return(calm, F1, 0.8, contract, NOW, settled=False) is None
+    # Idle now, yet paid for at the load offered: at home it costs nothing, so it returns.
+    assert "at home costs 0.000" in (should_return(after_move, F1, 0.0, contract, NOW,
+                                                   paid=2.0 * 0.8) or "")
+    assert should_return(after_move, F1, 0.0, contract, NOW) is None  # nothing paid, no gain
 
 
 def test_a_fragment_that_has_only_just_started_is_not_offered() -> None:

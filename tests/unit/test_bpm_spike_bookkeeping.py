@@ -43,6 +43,11 @@ def test_acceptable_is_from_the_last_move_on_with_no_participant_over_capacity()
     early = _run(placements=moved, samples=[_sample(70, 0.9), _sample(85, 0.6, 0.4)])
     assert early.acceptable_ms == START + 85_000
     assert _run(samples=[_sample(70, 1.2), _sample(80, 1.3)]).acceptable_ms is None
+    # Moves home after the spike's end do not count.
+    ended = _run(placements=[*moved, (START + 200_000, "alpha/n1/f", "alpha/a1", "moving")],
+                 samples=[_sample(70, 1.2), _sample(90, 0.8), _sample(210, 0.2)],
+                 spike_end_ms=START + 150_000)
+    assert ended.acceptable_ms == START + 90_000
 
 
 def test_demand_is_what_alpha_would_carry_if_nothing_moved() -> None:

@@ -8,8 +8,9 @@
   and covering the fragment, at a price within [p - delta, p], and only when its own
   marginal cost of taking the fragment is below what it is paid.
 - **Return.** A fragment running at a partner goes back when the contract no longer is in
-  force, or when the origin could now run it for less than it pays, with a margin so that
-  a fragment does not bounce back and forth on noise.
+  force, or when the origin could now run it for less than it pays (the offer's price
+  times the load offered, whatever it needs now: an idle fragment still costs that), with
+  a margin so that a fragment does not bounce back and forth on noise.
 - **Settling.** A fragment that started where it runs less than ``SETTLED_AFTER_S`` ago
   (deployed, moved or brought home) is neither offered nor brought home: its measured load
   still holds the slow batches of its start, and acting on it made load bounce.
@@ -103,15 +104,19 @@ def decide(host: ParticipantLoad, offer: Offer, contract: Contract | None,
 
 
 def should_return(origin: ParticipantLoad, fragment: str, load: float,
-                  contract: Contract | None, at_ms: int, settled: bool = True) -> str | None:
+                  contract: Contract | None, at_ms: int, settled: bool = True,
+                  paid: float | None = None) -> str | None:
     """Why a fragment of ``origin`` running at a partner goes home now (None: it stays).
-    ``settled``: whether its load at the partner is known (it has run there long enough)."""
+    ``load``: its load there now; ``settled``: whether that is known (it has run there
+    long enough); ``paid``: what the origin pays a period for it (the price and load of
+    the accepted offer; by default the contract's price times ``load``)."""
     if contract is None or not contract.in_force(at_ms):
         return "its contract is no longer in force"
     if contract.state(at_ms) == "ending" or not settled:
         return None  # paid to the end of the period; or it has only just arrived
     at_home = origin.cost_of_taking(load)
-    paid = contract.spec.price * load
+    if paid is None:
+        paid = contract.spec.price * load
     if at_home < RETURN_MARGIN * paid:
         return f"running it at home costs {at_home:.3f}, less than the {paid:.3f} paid"
     return None

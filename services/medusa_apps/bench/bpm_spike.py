@@ -7,7 +7,8 @@ has input. The spike starts the other two at the same rate: alpha's input triple
 node's load goes over its capacity. Alpha's contract with beta covers the second copy, its
 contract with gamma the third; no contract covers the first, which must stay at home. The
 participants' BPM agents (``medusa bpm``, real processes) move load until no participant is
-over capacity.
+over capacity. Then the spike ends (the two copies' input stops) and, their load gone, the
+agents bring them home.
 
 Measured from the catalog, the nodes' load reports and the output topics:
 - the moves (each change of a fragment's node) and the offers behind them;
@@ -18,6 +19,7 @@ Measured from the catalog, the nodes' load reports and the output topics:
   is done, from which no participant is over capacity until the end of the run;
 - each result's latency: when it was written, minus when the input that closed its window
   went out; its p99 before the spike, during it (until acceptable) and after;
+- seconds from the spike's end until every fragment is home again;
 - the results against the reference, by tuple id.
 """
 
@@ -34,6 +36,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +69,9 @@ class SpikePlan:
     settle_s: int = 60
     """How long the allocation stays acceptable before the run ends."""
     min_spike_s: int = 150
-    """The run lasts this long after the spike at least: the agents' time to act."""
+    """The spike lasts this long at least: the agents' time to act."""
+    home_timeout_s: int = 300
+    """After the spike, how long the run waits for the moved fragments to come home."""
     max_spike_s: int = 420
     """The run ends this long after the spike at the latest."""
     master: str = "local[2]"
@@ -117,6 +122,10 @@ class SpikeRun:
     """Host -> the contract from alpha to it."""
     started_ms: int
     spike_ms: int
+    spike_end_ms: int = 0
+    """When the two copies' input stopped (0: not yet)."""
+    home_ms: int | None = None
+    """When, after the spike, every fragment ran at home again (None: not within the run)."""
     ended_ms: int = 0
     samples: list[Sample] = field(default_factory=list)
     placements: list[tuple[int, str, str, str]] = field(default_factory=list)
@@ -153,11 +162,17 @@ class SpikeRun:
             self.plan.capacity["alpha"]
 
     @property
+    def _spike_end(self) -> int:
+        return self.spike_end_ms or 2**62
+
+    @property
     def acceptable_ms(self) -> int | None:
-        """When, after the spike and the last move, the allocation became acceptable for good
-        (None: a participant was still over capacity at the end)."""
-        last_change = max((at for at, *_ in self.placements), default=0)
-        after = [s for s in self.samples if s.at_ms >= max(self.spike_ms, last_change)]
+        """When, after the spike began and the last move during it, the allocation became
+        acceptable until the spike's end (None: a participant was still over capacity)."""
+        last_change = max((at for at, *_ in self.placements if at < self._spike_end),
+                          default=0)
+        after = [s for s in self.samples
+                 if max(self.spike_ms, last_change) <= s.at_ms < self._spike_end]
         overloaded = [i for i, s in enumerate(after) if self.over_capacity(s)]
         start = overloaded[-1] + 1 if overloaded else 0
         return after[start].at_ms if start < len(after) else None
@@ -184,15 +199,17 @@ class SpikeRun:
     def latency_phases(self) -> dict[str, float | None]:
         """p99 before the spike (its second half on: the first results of a fresh query
         are slower), during it until acceptable, and after."""
-        acceptable = self.acceptable_ms or self.ended_ms
+        end = min(self._spike_end, self.ended_ms + 1)
+        acceptable = self.acceptable_ms or end
         warm = self.spike_ms - (self.spike_ms - self.started_ms) // 2
         return {"before": self.p99_s(warm, self.spike_ms),
                 "during": self.p99_s(self.spike_ms, acceptable),
-                "after": self.p99_s(acceptable, self.ended_ms + 1)}
+                "after": self.p99_s(acceptable, end)}
 
     def p99_last_s(self, seconds: float) -> float | None:
-        """p99 latency of the results written in the run's last ``seconds``."""
-        return self.p99_s(self.ended_ms - int(seconds * 1000), self.ended_ms + 1)
+        """p99 latency of the results written in the spike's last ``seconds``."""
+        end = min(self._spike_end, self.ended_ms + 1)
+        return self.p99_s(end - int(seconds * 1000), end)
 
     def seconds_to_latency_back(self) -> float | None:
         """From the allocation becoming acceptable to the first moment from which on the
@@ -201,7 +218,8 @@ class SpikeRun:
         acceptable = self.acceptable_ms
         if before is None or acceptable is None:
             return None
-        later = [(at, v) for at, v in self.latencies() if at >= self.spike_ms]
+        later = [(at, v) for at, v in self.latencies()
+                 if self.spike_ms <= at < min(self._spike_end, self.ended_ms + 1)]
         for index, (at, _) in enumerate(later):
             rest = percentile([v for _, v in later[index:]], 0.99)
             if rest is not None and rest <= before:
@@ -226,6 +244,8 @@ class SpikeRun:
             "p99_after_s": phases["after"],
             "seconds_to_latency_back": self.seconds_to_latency_back(),
             "p99_last_minute_s": self.p99_last_s(60),
+            "seconds_home_after_the_spike": None if self.home_ms is None or not
+            self.spike_end_ms else round((self.home_ms - self.spike_end_ms) / 1000, 1),
             "peak_utilisation": {p: max((s.utilisation.get(p, 0.0) for s in self.samples),
                                         default=0.0) for p in PARTICIPANTS},
             "peak_demand_on_alpha": max((self.demand(s) for s in self.samples
@@ -237,9 +257,10 @@ class SpikeRun:
         }
 
     def timeline(self) -> tuple[dict[str, list[tuple[float, float]]],
-                                list[tuple[float, float]], list[tuple[float, str]], float]:
+                                list[tuple[float, float]], list[tuple[float, str]], float,
+                                float]:
         """For the plot, in seconds from the start: utilisation per participant, latency,
-        moves (and what the scenario did), the spike's start."""
+        moves (and what the scenario did), the spike's start and end."""
         def at(ms: int) -> float:
             return (ms - self.started_ms) / 1000
 
@@ -251,7 +272,8 @@ class SpikeRun:
         marks = [(at(m.at_ms), f"{m.fragment.split('/')[1]} to {m.target.split('/')[0]}")
                  for m in self.moves]
         marks += [(at(ms), what) for ms, what in self.events]
-        return utilisation, latency, sorted(marks), at(self.spike_ms)
+        return (utilisation, latency, sorted(marks), at(self.spike_ms),
+                at(self.spike_end_ms or self.ended_ms))
 
 
 class AgentProcess:
@@ -361,11 +383,13 @@ def run_spike(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
         topics = {f: f"{n}.medusa.{n}.per_sensor" for f, n in zip(fragments, names, strict=True)}
         watch = OutputWatch(alpha, registry, list(topics.values())).start()
         cleanup.callback(watch.stop)
-        stop_input = threading.Event()
+        stop_first, stop_spike = threading.Event(), threading.Event()
         inputs = [SteadyInput(alpha, registry, f"{name}.sensors.readings", plan.sensors, 0,
-                              keep_going=lambda: not stop_input.is_set(),
-                              max_seconds=plan.before_s + plan.max_spike_s + 60)
-                  for name in names]
+                              keep_going=partial(_running, stop),
+                              max_seconds=plan.before_s + plan.max_spike_s
+                              + plan.home_timeout_s + 60)
+                  for name, stop in zip(names, (stop_first, stop_spike, stop_spike),
+                                        strict=True)]
         now = _now_ms()
         run = SpikeRun(plan, dict(nodes), [f"alpha/{n}" for n in names], fragments, contracts,
                        started_ms=now, spike_ms=now + plan.before_s * 1000)
@@ -394,8 +418,14 @@ def run_spike(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
                 time.sleep(2)
             _sleep_until(deadline if spike_s is not None else 0)
             say(f"bpm spike: {len(run.moves)} move(s); acceptable after "
-                f"{run.seconds_to_acceptable} s")
-            stop_input.set()
+                f"{run.seconds_to_acceptable} s; the spike ends")
+            stop_spike.set()
+            run.spike_end_ms = _now_ms()
+            run.home_ms = _wait_home(run, plan.home_timeout_s)
+            say(f"bpm spike: every fragment home {run.summary()['seconds_home_after_the_spike']}"
+                " s after the spike's end" if run.home_ms else
+                "bpm spike: not every fragment came home")
+            stop_first.set()
             for steady in inputs:
                 if not steady.finished.wait(120):
                     raise TimeoutError(f"{steady.topic}: the input did not finish")
@@ -410,7 +440,8 @@ def run_spike(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
             time.sleep(5)  # for any duplicate
             run.results = {f: watch.arrived(topics[f]) for f in fragments}
         finally:
-            stop_input.set()
+            stop_first.set()
+            stop_spike.set()
             for agent in agents.values():
                 agent.stop()  # before the contracts end: no agent brings load home now
             watching.set()
@@ -437,6 +468,22 @@ def _watch_placements(run: SpikeRun, catalog_url: str, stop: threading.Event,
                         run.placements.append((_now_ms(), fragment, *now))
                         if on_placement is not None:
                             on_placement(run, fragment, *now)
+
+
+def _running(stop: threading.Event) -> bool:
+    return not stop.is_set()
+
+
+def _wait_home(run: SpikeRun, timeout_s: float) -> int | None:
+    """Waits until every fragment runs on alpha's node again; returns when (None: not
+    within ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        placed = run.final_placements()
+        if all(placed.get(f) == (run.nodes["alpha"], "running") for f in run.fragments):
+            return _now_ms()
+        time.sleep(1)
+    return None
 
 
 def _watch_load(run: SpikeRun, endpoints: Endpoints, registry: SchemaRegistryClient,

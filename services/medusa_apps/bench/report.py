@@ -195,7 +195,7 @@ PARTICIPANT_COLOURS = {"alpha": "#4c72b0", "beta": "#dd8452", "gamma": "#55a868"
 
 def bpm_spike_plot(path: Path, title: str, utilisation: dict[str, list[tuple[float, float]]],
                    latency: list[tuple[float, float]], marks: list[tuple[float, str]],
-                   spike_s: float) -> None:
+                   spike_s: float, spike_end_s: float) -> None:
     """BPM through a spike: above, each participant's utilisation (1 = its capacity);
     below, each result's latency; the spike's start shaded on, each move (and what the
     scenario did) a vertical line. Times in seconds since the input began."""
@@ -210,10 +210,8 @@ def bpm_spike_plot(path: Path, title: str, utilisation: dict[str, list[tuple[flo
                       color="#4c72b0", label="result latency")
     latency_axes.set_ylabel("latency (s)")
     latency_axes.set_xlabel("seconds since the input began")
-    end = max([t for points in utilisation.values() for t, _ in points]
-              + [t for t, _ in latency] + [spike_s])
     for axes in (load_axes, latency_axes):
-        axes.axvspan(spike_s, end, color="grey", alpha=0.1)
+        axes.axvspan(spike_s, spike_end_s, color="grey", alpha=0.1)
         for at, _ in marks:
             axes.axvline(at, color="black", linestyle=":", linewidth=1)
     top = load_axes.get_ylim()[1]
