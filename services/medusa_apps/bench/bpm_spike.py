@@ -239,6 +239,7 @@ class SpikeRun:
         phases = self.latency_phases()
         return {
             "moves": len(self.moves),
+            "moves_home": sum(m.target == self.nodes["alpha"] for m in self.moves),
             "seconds_to_acceptable": self.seconds_to_acceptable,
             "p99_before_s": phases["before"], "p99_during_s": phases["during"],
             "p99_after_s": phases["after"],
