@@ -218,7 +218,10 @@ class BpmAgent:
         load = loads[host].fragments.get(fragment.name, 0.0) if host in loads else 0.0
         under = [c for c in known.values() if c.spec.origin == self.participant
                  and c.spec.host == host and c.covers(fragment.name) and c.in_force(now)]
-        settled = host in loads and fragment.name not in loads[host].unsettled
+        # Known only once the host's report lists it, after a window and a half there: a
+        # report from before it arrived says nothing of it (not that it is idle).
+        settled = host in loads and fragment.name in loads[host].fragments \
+            and fragment.name not in loads[host].unsettled
         terms = self._terms(fragment, offers)
         paid = terms.unit_price * terms.load if terms is not None else None
         why = should_return(me, fragment.name, load, under[0] if under else None, now, settled,

@@ -106,6 +106,10 @@ def test_an_overloaded_origin_offers_the_host_accepts_and_the_fragment_moves(
     assert federated.node_of_fragment() == "beta/n1"
     assert federated.catalog.list(Kind.OFFERS)[0].spec["status"] == "done"
 
+    # Just arrived: no report lists it yet (beta's is from before it came): it stays, as
+    # much as it would cost nothing at home.
+    federated.load(alpha=0.05, beta=0.0, fragment_on="nowhere")
+    assert alpha.step() is None and federated.node_of_fragment() == "beta/n1"
     # Now on beta: home (u 0 -> 0.9, D 9) is dearer than 0.8 of the 9 paid: it stays.
     federated.load(alpha=0.0, beta=0.9, fragment_on="beta")
     assert alpha.step() is None and beta.step() is None
