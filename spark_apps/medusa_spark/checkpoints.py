@@ -14,6 +14,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 
@@ -114,6 +115,21 @@ def rebase_source(location: str, topic: str, offsets: dict[int, int]) -> int | N
     for stale in (root / "offsets").glob(f".{batch}.*"):  # Spark's checksum files
         stale.unlink()
     return batch
+
+
+def write_resume(location: str, batch: int, positions: dict[str, Any]) -> None:
+    """Records the input positions a SUnion resumed from after the fragment's query
+    committed ``batch`` (kept beside Spark's files, so it moves with the checkpoint)."""
+    (local_path(location) / f"medusa-resume-{batch}.json").write_text(json.dumps(positions))
+
+
+def read_resume(location: str, batch: int) -> dict[str, Any] | None:
+    """The input positions recorded by ``write_resume`` for ``batch``, if any."""
+    path = local_path(location) / f"medusa-resume-{batch}.json"
+    if not is_local(location) or not path.is_file():
+        return None
+    found: dict[str, Any] = json.loads(path.read_text())
+    return found
 
 
 def source_offsets(location: str, batch: int, topic: str) -> dict[int, int] | None:

@@ -61,9 +61,11 @@ from medusa.tracing import context_of
 from medusa_spark.checkpoints import (
     batch_offsets,
     last_committed_batch,
+    read_resume,
     rebase_source,
     source_offsets,
     sync_checkpoint,
+    write_resume,
 )
 from medusa_spark.fragment import FragmentWiring
 from medusa_spark.fragment_run import FragmentRun, checkpoint_location, start_fragment
@@ -317,6 +319,12 @@ class Node:
         if batch is None or read is None:
             return None
         positions = positions_before(old_bootstrap, topic, read)
+        if positions is None:
+            # Nothing read there since it came (moved away again before committing a batch
+            # on that cluster): it resumes where it resumed there.
+            positions = read_resume(checkpoint, batch)
+        if positions is not None:
+            write_resume(checkpoint, batch, positions)
         consumer = Consumer(kafka_config(self.bootstrap, **{"group.id": f"medusa.{name}"}))
         try:
             ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]

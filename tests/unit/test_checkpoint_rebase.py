@@ -34,3 +34,15 @@ def test_the_last_committed_batch_reads_the_new_topic_and_later_batches_are_gone
     assert json.loads((offsets / "5").read_text().splitlines()[2]) == {TOPIC: {"0": 7}}
     # The later batch's checksum goes too: Spark's own write of batch 6 would fail on it.
     assert sorted(p.name for p in commits.iterdir()) == [".5.crc", "5"]
+
+
+def test_the_positions_a_sunion_resumed_from_stay_with_the_checkpoint(tmp_path) -> None:
+    from medusa_spark.checkpoints import read_resume, sync_checkpoint, write_resume
+
+    positions = {"readings": {"0": 17, "1": 4}}
+    (tmp_path / "here").mkdir()
+    write_resume(str(tmp_path / "here"), 11, positions)
+    # A fragment moved on before it committed another batch: the next node finds them.
+    sync_checkpoint(str(tmp_path / "here"), str(tmp_path / "there"))
+    assert read_resume(str(tmp_path / "there"), 11) == positions
+    assert read_resume(str(tmp_path / "there"), 12) is None
