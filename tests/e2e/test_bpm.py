@@ -22,6 +22,7 @@ from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.contracts import accept, propose, revoke
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
+from medusa_apps.bench.dpc_partition import wait_running
 from medusa_spark.deploy import deploy, undeploy
 from tests.federation_processes import NodeProcess, federation_env, running
 
@@ -79,7 +80,7 @@ def bpm_run(federation, nodes, spark, registry_module, tmp_path_factory) -> Iter
     with CatalogClient(federation.catalog_url) as catalog:
         deploy(network_yaml(name, prefix), name, federation, registry_module, spark, catalog,
                {"plausible": ALPHA_NODE, "per_sensor": ALPHA_NODE})
-        [fragment] = _wait_running(catalog, network)
+        [fragment] = wait_running(catalog, network)
         contract = propose(catalog, f"bpm-{uuid.uuid4().hex[:6]}", origin="alpha",
                            host="beta", price=PRICE, delta=DELTA, movable=[network],
                            period_s=3600, by="alpha")
@@ -115,16 +116,6 @@ def bpm_run(federation, nodes, spark, registry_module, tmp_path_factory) -> Iter
         yield BpmRun(network, fragment, contract.name, expected, watch.ids(results_topic),
                      seen, offers, logs)
         undeploy(catalog, network, report=lambda _: None)
-
-
-def _wait_running(catalog: CatalogClient, network: str, timeout_s: float = 240.0) -> list[str]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        entries = catalog.list(Kind.FRAGMENTS, network=network)
-        if entries and all(e.spec.get("phase") == "running" for e in entries):
-            return [e.name for e in entries]
-        time.sleep(0.5)
-    raise TimeoutError(f"{network} did not run within {timeout_s:.0f}s")
 
 
 def test_the_overloaded_fragment_moves_to_the_partner_once_and_stays(bpm_run: BpmRun) -> None:

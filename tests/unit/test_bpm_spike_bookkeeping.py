@@ -13,7 +13,7 @@ START, SPIKE = 1_000_000, 1_060_000
 
 def _run(**fields) -> SpikeRun:
     return SpikeRun(SpikePlan(), {"alpha": "alpha/a1", "beta": "beta/b1"},
-                    ["alpha/n0", "alpha/n1"], ["alpha/n0/f", "alpha/n1/f"],
+                    ["alpha/n0/f", "alpha/n1/f"],
                     {"beta": "c-beta"}, started_ms=START, spike_ms=SPIKE, **fields)
 
 

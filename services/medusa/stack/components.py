@@ -128,7 +128,7 @@ def health_checks(layout: StackLayout) -> dict[str, tuple[str, Callable[[], bool
     for name in layout.bpm_participants:
         alive = layout.bpm_alive_file(name)
         checks[f"bpm-{name}"] = (f"{alive} (BPM agent)",
-                                        partial(fresh, alive, layout.bpm_alive_within_s))
+                                 partial(fresh, alive, layout.bpm_alive_within_s))
     if layout.links:
         checks["toxiproxy"] = (layout.toxiproxy_url,
                                lambda: http_ok(f"{layout.toxiproxy_url}/version"))

@@ -49,6 +49,7 @@ from medusa.federation_status import latest_load_reports
 from medusa.schemas import epoch_ms
 from medusa.sensor_windows import WINDOW_MS, OutputWatch, SteadyInput, network_yaml
 from medusa.stack.endpoints import Endpoints
+from medusa_apps.bench.dpc_partition import wait_running
 from medusa_apps.bench.live import percentile
 
 PARTICIPANTS = ("alpha", "beta", "gamma")
@@ -115,7 +116,6 @@ class SpikeRun:
     plan: SpikePlan
     nodes: dict[str, str]
     """Participant -> the scenario's node of it."""
-    networks: list[str]
     fragments: list[str]
     """Copy i's fragment at index i."""
     contracts: dict[str, str]
@@ -166,6 +166,11 @@ class SpikeRun:
         return self.spike_end_ms or 2**62
 
     @property
+    def _measured_end(self) -> int:
+        """Where the spike's latency figures end: its end, or the run's if sooner."""
+        return min(self._spike_end, self.ended_ms + 1)
+
+    @property
     def acceptable_ms(self) -> int | None:
         """When, after the spike began and the last move during it, the allocation became
         acceptable until the spike's end (None: a participant was still over capacity)."""
@@ -199,7 +204,7 @@ class SpikeRun:
     def latency_phases(self) -> dict[str, float | None]:
         """p99 before the spike (its second half on: the first results of a fresh query
         are slower), during it until acceptable, and after."""
-        end = min(self._spike_end, self.ended_ms + 1)
+        end = self._measured_end
         acceptable = self.acceptable_ms or end
         warm = self.spike_ms - (self.spike_ms - self.started_ms) // 2
         return {"before": self.p99_s(warm, self.spike_ms),
@@ -208,7 +213,7 @@ class SpikeRun:
 
     def p99_last_s(self, seconds: float) -> float | None:
         """p99 latency of the results written in the spike's last ``seconds``."""
-        end = min(self._spike_end, self.ended_ms + 1)
+        end = self._measured_end
         return self.p99_s(end - int(seconds * 1000), end)
 
     def seconds_to_latency_back(self) -> float | None:
@@ -219,7 +224,7 @@ class SpikeRun:
         if before is None or acceptable is None:
             return None
         later = [(at, v) for at, v in self.latencies()
-                 if self.spike_ms <= at < min(self._spike_end, self.ended_ms + 1)]
+                 if self.spike_ms <= at < self._measured_end]
         for index, (at, _) in enumerate(later):
             rest = percentile([v for _, v in later[index:]], 0.99)
             if rest is not None and rest <= before:
@@ -369,7 +374,10 @@ def run_spike(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
                                               "per_sensor": nodes["alpha"]},
                    report=lambda _: None)
             cleanup.callback(undeploy, catalog, f"alpha/{name}", report=lambda _: None)
-        fragments = [_wait_running(catalog, f"alpha/{name}") for name in names]
+        fragments = []
+        for name in names:
+            [fragment] = wait_running(catalog, f"alpha/{name}")  # one fragment each
+            fragments.append(fragment)
         contracts = {}
         for copy, host in HOSTS.items():
             contract = propose(catalog, f"spike-{tag}-{host}", origin="alpha", host=host,
@@ -392,8 +400,8 @@ def run_spike(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
                   for name, stop in zip(names, (stop_first, stop_spike, stop_spike),
                                         strict=True)]
         now = _now_ms()
-        run = SpikeRun(plan, dict(nodes), [f"alpha/{n}" for n in names], fragments, contracts,
-                       started_ms=now, spike_ms=now + plan.before_s * 1000)
+        run = SpikeRun(plan, dict(nodes), fragments, contracts, started_ms=now,
+                       spike_ms=now + plan.before_s * 1000)
         watching = threading.Event()
         threads = [threading.Thread(target=_watch_placements,
                                     args=(run, endpoints.catalog_url, watching, on_placement),
@@ -410,14 +418,10 @@ def run_spike(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
             say(f"bpm spike: input tripled ({COPIES} x {plan.sensors} sensors)")
             for steady in inputs[1:]:
                 steady.start()
-            deadline = run.spike_ms + int((spike_s or plan.max_spike_s) * 1000)
-            while _now_ms() < deadline and spike_s is None:
-                acceptable = run.acceptable_ms
-                if acceptable is not None and _now_ms() - acceptable >= plan.settle_s * 1000 \
-                        and _now_ms() - run.spike_ms >= plan.min_spike_s * 1000:
-                    break
-                time.sleep(2)
-            _sleep_until(deadline if spike_s is not None else 0)
+            if spike_s is not None:
+                _sleep_until(run.spike_ms + int(spike_s * 1000))
+            else:
+                _wait_acceptable(run, plan)
             say(f"bpm spike: {len(run.moves)} move(s); acceptable after "
                 f"{run.seconds_to_acceptable} s; the spike ends")
             stop_spike.set()
@@ -495,15 +499,16 @@ def _watch_load(run: SpikeRun, endpoints: Endpoints, registry: SchemaRegistryCli
             run.samples.append(utilisation_of(reports, run.nodes, _now_ms()))
 
 
-def _wait_running(catalog: CatalogClient, network: str, timeout_s: float = 240.0) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        entries = catalog.list(Kind.FRAGMENTS, network=network)
-        if entries and all(e.spec.get("phase") == "running" for e in entries):
-            [entry] = entries
-            return entry.name
-        time.sleep(0.5)
-    raise TimeoutError(f"{network} did not run within {timeout_s:.0f}s")
+def _wait_acceptable(run: SpikeRun, plan: SpikePlan) -> None:
+    """Until the allocation has been acceptable for ``plan.settle_s`` and the spike has
+    lasted ``plan.min_spike_s``, or at most ``plan.max_spike_s``."""
+    deadline = run.spike_ms + plan.max_spike_s * 1000
+    while _now_ms() < deadline:
+        acceptable = run.acceptable_ms
+        if acceptable is not None and _now_ms() - acceptable >= plan.settle_s * 1000 \
+                and _now_ms() - run.spike_ms >= plan.min_spike_s * 1000:
+            return
+        time.sleep(2)
 
 
 def _sleep_until(at_ms: int) -> None:
