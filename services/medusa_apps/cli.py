@@ -1246,9 +1246,10 @@ def bench(
              "linear-road, move, failover, dpc, bpm (default: all).")] = "",
     linear_road: Annotated[bool, typer.Option(help="Run the Linear Road steps.")] = True,
     out: Annotated[Path, typer.Option(help="Folder for JSON and plots.")] = Path("bench-results"),
-    move_sizes: Annotated[str, typer.Option(
-        help="Sensor counts (state sizes) for the move benchmark, comma-separated; "
-             "empty to skip it.")] = "200,1000,4000",
+    state_mb: Annotated[str, typer.Option(
+        help="State sizes in MB for the migration benchmark, comma-separated: each is "
+             "moved warm, the smallest and the largest also cold; empty to skip it.")
+                        ] = "10,100,300,1000",
     failover: Annotated[bool, typer.Option(
         help="Run the failover benchmark (kill -9 of a node, false suspicions under load).")
                         ] = True,
@@ -1257,10 +1258,10 @@ def bench(
     from medusa_apps.bench.run import PARTS, run_all
 
     try:
-        sizes = [int(size) for size in move_sizes.split(",") if size.strip()]
+        sizes = [int(size) for size in state_mb.split(",") if size.strip()]
     except ValueError:
-        raise _fail(f"--move-sizes: expected numbers separated by commas, got {move_sizes!r}",
-                    2) from None
+        raise _fail(f"--state-mb: expected whole numbers of MB separated by commas, got "
+                    f"{state_mb!r}", 2) from None
     parts = [part.strip() for part in only.split(",") if part.strip()]
     unknown = [part for part in parts if part not in PARTS]
     if unknown:

@@ -69,6 +69,12 @@ def sync_checkpoint(source: str, target: str) -> CopyStats:
     return CopyStats(files, copied)
 
 
+def delete_checkpoint(location: str) -> None:
+    """Removes a local checkpoint, if there is one."""
+    if is_local(location):
+        shutil.rmtree(local_path(location), ignore_errors=True)
+
+
 def last_committed_batch(location: str) -> int | None:
     """The id of the last batch a local checkpoint holds as committed (None: none yet)."""
     commits = local_path(location) / "commits"

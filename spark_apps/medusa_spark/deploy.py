@@ -264,10 +264,19 @@ class MoveResult:
 
 
 def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.0,
-         report: Report = print, trace_parent: str | None = None) -> MoveResult:
+         report: Report = print, trace_parent: str | None = None,
+         warm: bool = True) -> MoveResult:
     """Moves a fragment (named, or by one of its boxes), with its state, to ``target``, and
     waits until it runs there. ``trace_parent``: a traceparent the new node's hand-over
-    span continues."""
+    span continues.
+
+    Within one cluster the move is ``warm`` (unless told not to): the target first runs a
+    standby replica from a copy of the checkpoint, which loads the state and catches up
+    while the fragment goes on running; only then does the old node stop, and the replica
+    takes the output over, so the pause does not grow with the state. Across clusters
+    (load moved to a partner) the target resumes from the checkpoint the old node
+    released.
+    """
     entry = resolve_fragment(catalog, name)
     node = catalog.get(Kind.NODES, target)
     if node is None or node.spec.get("status") != "up":
@@ -276,9 +285,11 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
     if source == target:
         raise CatalogError(f"fragment {entry.name} runs on {target} already")
     started = time.monotonic()
+    deadline = started + timeout_s
+    if warm and warm_move_possible(entry.spec, target):
+        _warm_up(catalog, entry.name, target, deadline, report)
     catalog.update(Kind.FRAGMENTS, entry.name, _placed_on(target, trace_parent))
     report(f"  {entry.name}: handing over from {source} to {target}")
-    deadline = started + timeout_s
     last_phase = ""
     while time.monotonic() < deadline:
         current = catalog.get(Kind.FRAGMENTS, entry.name)
@@ -293,3 +304,37 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
         time.sleep(0.2)
     raise TimeoutError(f"fragment {entry.name} did not run on {target} within {timeout_s:.0f}s "
                        f"(phase {last_phase}); see the nodes' logs")
+
+
+def warm_move_possible(spec: dict[str, Any], target: str) -> bool:
+    """A running fragment moving within its cluster, not onto its own active replica."""
+    return (spec.get("phase") == "running" and
+            spec["node"].split("/")[0] == target.split("/")[0] and
+            spec.get("replica") != target)
+
+
+def _warm_up(catalog: CatalogClient, name: str, target: str, deadline: float,
+             report: Report) -> None:
+    """Has ``target`` run a standby replica of the fragment until it has caught up."""
+    def warming(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        if spec is None or spec.get("phase") != "running":
+            raise CatalogError(f"fragment {name} is not running; it cannot be moved warm")
+        return {**spec, "warm_target": target, "warm_ready": False}
+    catalog.update(Kind.FRAGMENTS, name, warming)
+    report(f"  {name}: loading its state on {target} while it runs")
+    while time.monotonic() < deadline:
+        current = catalog.get(Kind.FRAGMENTS, name)
+        if current is None:
+            raise CatalogError(f"fragment {name} was withdrawn during the move")
+        if current.spec.get("warm_target") != target:
+            raise CatalogError(f"fragment {name}: the warm move to {target} was cancelled")
+        if current.spec.get("warm_ready"):
+            report(f"  {name}: the replica on {target} has caught up")
+            return
+        time.sleep(0.2)
+
+    def cancelled(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if spec is None else {**spec, "warm_target": None, "warm_ready": False}
+    catalog.update(Kind.FRAGMENTS, name, cancelled)
+    raise TimeoutError(f"fragment {name}: the replica on {target} did not catch up in time; "
+                       "the fragment still runs where it ran (see the nodes' logs)")

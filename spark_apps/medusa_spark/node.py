@@ -60,6 +60,7 @@ from medusa.topics import ensure_topics
 from medusa.tracing import context_of
 from medusa_spark.checkpoints import (
     batch_offsets,
+    delete_checkpoint,
     last_committed_batch,
     read_resume,
     rebase_source,
@@ -78,6 +79,10 @@ from medusa_spark.warmup import warm_up
 from medusa_spark.wiring import NetworkTopics, fragment_wiring, network_topics
 
 REPLICA_SUFFIX = ".replica"
+URGENT_POLL_S = 0.1
+"""How often a node reads the catalog while it takes part in a warm move."""
+CAUGHT_UP_RECORDS = 1000
+"""A replica this close to the end of its input takes a fragment over within a batch."""
 
 log = logging.getLogger("medusa.node")
 
@@ -113,6 +118,19 @@ class HostedFragment:
     reconciliations: int = 0
     dpc_state: str = "STABLE"
     """The DPC state last written to the catalog."""
+
+
+def caught_up(run: FragmentRun) -> bool:
+    """Whether a standby replica's query has restored its state and reads less than a
+    batch behind the end of its input."""
+    progress: dict[str, Any] = run.query.lastProgress or {}
+    if not progress or run.failure() is not None:
+        return False
+    behind = 0
+    for source in progress.get("sources", []):
+        metrics = source.get("metrics") or {}
+        behind = max(behind, int(float(metrics.get("maxOffsetsBehindLatest", 0) or 0)))
+    return behind <= max(CAUGHT_UP_RECORDS, int(progress.get("numInputRows") or 0))
 
 
 def dpc_state(hosted: HostedFragment, sunion_state: dict[str, Any] | None = None) -> str:
@@ -173,6 +191,7 @@ class Node:
         self.incarnation = uuid.uuid4().hex
         self._plans: dict[str, NetworkPlan] = {}
         self._precopied: set[str] = set()
+        self._urgent = False
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -203,13 +222,20 @@ class Node:
             return
         entries = self.catalog.list(Kind.FRAGMENTS)
         placed = {e.name: e for e in entries if e.spec["node"] == self.global_name}
-        replicas = {e.name: e for e in entries if e.spec.get("replica") == self.global_name
-                    and e.spec.get("ha") == "active" and e.name not in placed}
+        replicas = {e.name: e for e in entries if e.name not in placed and (
+            (e.spec.get("replica") == self.global_name and e.spec.get("ha") == "active") or
+            e.spec.get("warm_target") == self.global_name)}
+        by_name = {e.name: e for e in entries}
+        # During a warm move both nodes follow the catalog closely: the pause is theirs.
+        self._urgent = any(by_name[n].spec.get("warm_ready") for n in self.hosted
+                           if n in by_name)
         for name in [n for n in self.hosted if n not in placed and n not in replicas]:
             if self.hosted[name].run.standby:
                 self._abandon(name, "its replica is no longer placed here")
             else:
-                self._hand_over(name)
+                moved = by_name.get(name)
+                warm = moved is not None and moved.spec.get("warm_target") == moved.spec["node"]
+                self._hand_over(name, at_once=warm)
         wanted = {**replicas, **placed}
         # Each network is read once a pass; one that cannot be read fails its fragments alone.
         networks: dict[str, NetworkPlan | Exception] = {}
@@ -245,10 +271,13 @@ class Node:
 
     def _follow(self, name: str, entry: Entry, network: NetworkPlan) -> None:
         hosted = self.hosted.get(name)
+        warm = entry.spec.get("warm_target") == self.global_name
         if hosted is not None and hosted.run.standby:
             if entry.spec.get("phase") != "moving":
-                self._promote(name, entry, hosted, network)
+                self._promote(name, entry, hosted, warm)
                 return
+            if warm:
+                return  # the replica takes over once the old node has stopped at a batch
             # Moved here while its primary runs: the move restores it from that checkpoint.
             self._abandon(name, "moved here; resuming from the primary's checkpoint instead")
             hosted = None
@@ -443,7 +472,8 @@ class Node:
             if spec is None or spec.get("node") != self.global_name:
                 return None  # moved on meanwhile; the next pass hands it over
             return {**spec, "phase": "running", "checkpoint": checkpoint, "released_by": None,
-                    "takeover_trace": None, "error": None, "restarts": 0}
+                    "takeover_trace": None, "error": None, "restarts": 0,
+                    "warm_target": None, "warm_ready": False}
         self.catalog.update(Kind.FRAGMENTS, name, running)
 
     def _follow_replica(self, name: str, entry: Entry, network: NetworkPlan) -> None:
@@ -456,19 +486,32 @@ class Node:
         if hosted is not None:
             if hosted.network_version != network.version:
                 self._abandon(name, "redeployed")
+            elif entry.spec.get("warm_target") == self.global_name and \
+                    not entry.spec.get("warm_ready") and caught_up(hosted.run):
+                self._set_warm_ready(name)
+                return
             else:
                 return
         primary = str(entry.spec["node"]).split("/")[0]
         wiring = self._wiring(network, name, entry, self.endpoints.bootstrap(primary))
         mine = checkpoint_location(self.checkpoint_root, wiring) + REPLICA_SUFFIX
         source = entry.spec.get("checkpoint")
+        warm = entry.spec.get("warm_target") == self.global_name
+        if warm and source:
+            # A new copy for each warm move: an older one may be far behind, or diverged.
+            delete_checkpoint(mine)
         if source and last_committed_batch(mine) is None:
             # Starts where the primary is, instead of replaying the inputs from the start.
-            sync_checkpoint(source, mine)
+            stats = sync_checkpoint(source, mine)
+            log.info("%s: %s: copied %d files (%d bytes) of its checkpoint for a replica",
+                     self.global_name, name, stats.files, stats.bytes)
         run = start_fragment(self.spark, network.plan, wiring, mine, standby=True)
         with self._lock:
             self.hosted[name] = HostedFragment(name, network.version, run, time.time())
-        log.info("%s: running the standby replica of %s", self.global_name, name)
+        log.info("%s: running the standby replica of %s%s", self.global_name, name,
+                 " to take it over (warm move)" if warm else "")
+        if warm:
+            return
 
         def ready(spec: dict[str, Any] | None) -> dict[str, Any] | None:
             if spec is None or spec.get("replica") != self.global_name:
@@ -476,11 +519,22 @@ class Node:
             return {**spec, "replica_ready": True}
         self.catalog.update(Kind.FRAGMENTS, name, ready)
 
-    def _promote(self, name: str, entry: Entry, hosted: HostedFragment,
-                 network: NetworkPlan) -> None:
+    def _set_warm_ready(self, name: str) -> None:
+        def ready(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("warm_target") != self.global_name:
+                return None
+            return {**spec, "warm_ready": True}
+        self.catalog.update(Kind.FRAGMENTS, name, ready)
+        log.info("%s: the replica of %s has caught up; ready to take it over",
+                 self.global_name, name)
+
+    def _promote(self, name: str, entry: Entry, hosted: HostedFragment, warm: bool) -> None:
+        """The standby replica becomes the fragment: after its primary failed (``ha:
+        active``), or once its old node stopped it (a warm move)."""
         failover = context_of(entry.spec.get("takeover_trace"))
         takeover = self.tracer.start_span(f"takeover {name}", context=failover, attributes={
-            "medusa.fragment": name, "medusa.node": self.global_name, "medusa.ha": "active",
+            "medusa.fragment": name, "medusa.node": self.global_name,
+            "medusa.ha": "warm move" if warm else "active",
             "medusa.failed_node": entry.spec.get("released_by") or ""})
         restored = last_committed_batch(hosted.run.checkpoint)
         takeover.set_attribute("medusa.checkpoint.batch_restored",
@@ -488,10 +542,10 @@ class Node:
         for output in hosted.run.writer.outputs:
             if hasattr(output, "trace_context"):
                 output.trace_context = trace.set_span_in_context(takeover)
-        # The inputs go on where the failed primary's SUnion stopped, into the same topic.
-        hosted.sunion = self._start_sunion(name, hosted.run.wiring)
         pending = PendingTakeover(takeover, time.time_ns())
         caught_up = hosted.run.promote()
+        # The inputs go on where the old primary's SUnion stopped, into the same topic.
+        hosted.sunion = self._start_sunion(name, hosted.run.wiring)
         takeover.set_attribute("medusa.replica.results_caught_up", caught_up)
         hosted.takeover = pending
         self._trace_first_output(hosted.run, pending)
@@ -565,17 +619,24 @@ class Node:
                                                 fragment_delays(plan, fragments))
         return self._plans[network_name]
 
-    def _hand_over(self, name: str, keep_placement: bool = False) -> None:
+    def _hand_over(self, name: str, keep_placement: bool = False, at_once: bool = False
+                   ) -> None:
+        """Stops a fragment placed elsewhere and releases it to its new node: at a batch
+        boundary, so that the checkpoint holds what was written; or ``at_once`` when a
+        replica that has computed the same batches takes it over (a warm move)."""
         with self._lock:
             hosted = self.hosted.pop(name)
         started = time.monotonic()
-        if hosted.run.query.isActive:
+        if at_once:
+            hosted.run.abandon()
+        elif hosted.run.query.isActive:
             hosted.run.hand_over()
         else:
             hosted.run.writer.close()
         if hosted.sunion is not None:
             hosted.sunion.stop()
-        log.info("%s: stopped %s at a batch boundary in %.1fs", self.global_name, name,
+        log.info("%s: stopped %s %s in %.1fs", self.global_name, name,
+                 "for its warm replica" if at_once else "at a batch boundary",
                  time.monotonic() - started)
         if keep_placement:
             return
@@ -713,7 +774,7 @@ class Node:
                     self.reconcile()
                 except CatalogError as error:  # keep running what runs; try again
                     log.warning("%s: %s", self.global_name, error)
-                self._stop.wait(self.poll_interval_s)
+                self._stop.wait(URGENT_POLL_S if self._urgent else self.poll_interval_s)
         finally:
             for name in list(self.hosted):
                 hosted = self.hosted.pop(name)

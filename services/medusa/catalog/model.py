@@ -94,6 +94,10 @@ class FragmentSpec(Spec):
     ``released``: the old node stopped it at a batch boundary, and its state is at
     ``checkpoint``, from which the new node resumes it; ``failed``: its query failed
     more often than its node restarts it (``error`` says why).
+
+    A move within one cluster is warm: first ``warm_target`` runs a standby replica from
+    a copy of the checkpoint until it has caught up (``warm_ready``), with the state loaded;
+    then the old node hands over and the replica takes the output over.
     """
 
     network: str = Field(pattern=NETWORK_NAME)
@@ -112,6 +116,10 @@ class FragmentSpec(Spec):
     """For ``ha: active``: the node running the standby replica."""
     replica_ready: bool = False
     """Set by the replica's node once the standby runs."""
+    warm_target: NodeName | None = None
+    """During a warm move: the node that runs a standby replica to take the fragment over."""
+    warm_ready: bool = False
+    """Set by ``warm_target`` once its replica has caught up with the running fragment."""
     takeover_trace: str | None = Field(None, max_length=200)
     """W3C traceparent of the failure that moved it here, continued by the new node."""
     error: str | None = Field(None, max_length=4000)

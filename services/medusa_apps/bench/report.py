@@ -51,20 +51,25 @@ def latency_plot(path: Path, title: str, series: dict[str, list[tuple[float, flo
     plt.close(figure)
 
 
-def pause_plot(path: Path, title: str, state_mb: list[float], pauses_s: list[float | None],
-               hand_overs_s: list[float], slide_s: float) -> None:
-    """The output pause of a move against the moved state's size."""
+def pause_plot(path: Path, title: str,
+               runs: dict[str, list[tuple[float, float | None, float]]], slide_s: float) -> None:
+    """The output pause of moves against the moved state's size, a line per kind of move
+    (each point: state MB, pause s, hand-over s)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    measured = [(x, y) for x, y in zip(state_mb, pauses_s, strict=True) if y is not None]
-    if measured:
-        axes.plot(*zip(*measured, strict=True), "o-", label="output pause")
-    axes.plot(state_mb, hand_overs_s, "s--", label="hand-over (request to running)")
+    for mode, points in runs.items():
+        measured = [(mb, pause) for mb, pause, _ in points if pause is not None]
+        if measured:
+            axes.plot(*zip(*measured, strict=True), "o-", label=f"{mode} move: output pause")
+        if points:
+            axes.plot([mb for mb, _, _ in points], [hand for _, _, hand in points], "s:",
+                      alpha=0.6, label=f"{mode} move: request to running")
     axes.axhline(slide_s, color="grey", linestyle=":", label=f"gap without a move ({slide_s:g} s)")
-    axes.set_xlabel("checkpointed state of the box (MB)")
+    axes.set_xscale("log")
+    axes.set_xlabel("checkpointed state of the fragment (MB)")
     axes.set_ylabel("seconds")
     axes.set_title(title)
-    axes.legend(loc="upper left")
+    axes.legend(loc="upper left", fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

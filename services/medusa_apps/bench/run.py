@@ -65,7 +65,7 @@ def _part(name: str, errors: dict[str, str], say: Callable[[str], None]) -> Iter
 
 
 def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: bool,
-            say: Callable[[str], None], move_sizes: list[int] | None = None,
+            say: Callable[[str], None], state_mb: list[int] | None = None,
             failover: bool = True, only: Collection[str] | None = None) -> dict[str, Any]:
     from medusa.progress import RateProgress
     from medusa.sunion import bench as sunion_bench
@@ -73,8 +73,8 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         bpm_spike,
         dpc_partition,
         linear_road_latency,
-        move_pause,
         spark_paths,
+        state_migration,
     )
     from medusa_apps.bench import failover as failover_bench
     from medusa_spark.session import spark_session
@@ -82,7 +82,7 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     parts = set(only or PARTS)
     if not linear_road:
         parts.discard("linear-road")
-    if not move_sizes:
+    if not state_mb:
         parts.discard("move")
     if not failover:
         parts.discard("failover")
@@ -168,11 +168,15 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
                 with _part("linear-road-floor", errors, say):
                     floor = linear_road_latency.run_floor(spark, endpoints, registry,
                                                           min(hold_s, 90), checkpoints, say)
-        if "move" in parts and spark is not None and move_sizes:
-            say(f"moving a windowed aggregate between nodes, state of "
-                f"{', '.join(map(str, move_sizes))} sensors")
+        if "move" in parts and spark is not None and state_mb:
+            sizes = sorted(state_mb)
+            migrations = [("warm", size) for size in sizes] + \
+                [("cold", size) for size in dict.fromkeys([sizes[0], sizes[-1]])]
+            say(f"moving a stateful fragment between nodes, warm and cold, state of "
+                f"{', '.join(map(str, sizes))} MB")
             with _part("move", errors, say):
-                moves = move_pause.measure(endpoints, registry, spark, layout, move_sizes, say)
+                moves = state_migration.measure(endpoints, registry, spark, layout, migrations,
+                                                say)
         if "failover" in parts and spark is not None:
             say("failover: a node killed -9 mid-stream (upstream backup, active standby), "
                 "then false suspicions under CPU load")
@@ -229,6 +233,9 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         },
         "highest_xways_met": rating,
         "move_pause": [move.as_dict() for move in moves],
+        # The largest state moved warm, and the output pause of that move (goal: under 2 s,
+        # flat in size); cold_over_warm_at_largest: the pause of a cold move of it, over.
+        "migration": state_migration.summary(moves),
         "failover": [outcome.summary() for outcome in outcomes],
         "false_positives_under_load": load.as_dict() if load else None,
         # gap_over_delay_s: the largest extra delay of a result over the fault-free one,
@@ -258,9 +265,10 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
                        "Linear Road: where the batches' time went (ms per batch)",
                        {f"L={step.xways}": step.breakdown for step in steps})
     if moves:
-        pause_plot(out / "move_pause.png", "Moving a windowed aggregate: output pause",
-                   [m.state_bytes / 1e6 for m in moves], [m.pause_s for m in moves],
-                   [m.hand_over_s for m in moves], move_pause.SLIDE_S)
+        pause_plot(out / "move_pause.png", "Moving a stateful fragment: output pause",
+                   {mode: [(m.state_mb, m.pause_s, m.hand_over_s) for m in moves
+                           if m.mode == mode] for mode in ("warm", "cold")},
+                   state_migration.SLIDE_S)
     if outcomes:
         failover_plot(out / "failover_timeline.png",
                       "Results written around a node's kill -9",

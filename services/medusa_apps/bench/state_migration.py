@@ -1,0 +1,300 @@
+"""Moving a stateful fragment under steady input: the pause in its output against the size
+of its state, from megabytes to a gigabyte, warm (the default) and cold side by side.
+
+Two nodes of participant alpha run one fragment of two windowed aggregates over the same
+readings: ``per_sensor``, a sliding window whose results come every slide (the output
+whose pause is measured), and ``ballast``, which keeps one large value per key for a day
+(the state that has to move). A fill phase sends the ballast, then the fragment is moved
+from one node to the other. The pause is the time between the last result written
+before the move was asked for and the first one after; the slide is the gap without a
+move.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import random
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import yaml
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from pyspark.sql import SparkSession
+
+from medusa.catalog.client import CatalogClient
+from medusa.producing import TupleProducer
+from medusa.schemas import schema_for_topic
+from medusa.sensor_windows import STIME_ORIGIN_MS, OutputWatch
+from medusa.sensors import SENSOR_READINGS, SensorReading, sensor_readings, to_dict
+from medusa.settings import kafka_config
+from medusa.stack import launcher, processes
+from medusa.stack.endpoints import Endpoints
+from medusa.stack.layout import StackLayout
+from medusa.topics import ensure_topics
+from medusa_spark.checkpoints import checkpoint_size, delete_checkpoint
+from medusa_spark.deploy import deploy, move, resolve_fragment, undeploy, wait_for_node
+
+SLIDE_S = 2
+WINDOW_S = 30
+SENSORS = 50
+PAYLOAD_BYTES = 10_000
+"""Each ballast key holds one value this large: the state grows by key, not by update."""
+FILL_MB_PER_S = 12.0
+AFTER_MOVE_S = 25
+NODES = ("alpha/bench-move-1", "alpha/bench-move-2")
+
+
+@dataclass(frozen=True)
+class Migration:
+    mode: str
+    """``warm`` (a replica loads the state first) or ``cold`` (resume from the checkpoint)."""
+    ballast_mb: int
+    """What the fill phase sent into the ballast's state."""
+    state_bytes: int
+    """Size of the fragment's checkpointed state (every retained version) at the move."""
+    hand_over_s: float
+    """From the move's request to the fragment running on the new node."""
+    pause_s: float | None
+    """Last result before the move's request to the first one after it."""
+    gap_before_s: float | None
+    """Median gap between results before the move (the slide, when nothing moves)."""
+
+    @property
+    def state_mb(self) -> float:
+        return self.state_bytes / 1e6
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "state_mb": round(self.state_mb, 1)}
+
+
+def summary(moves: list[Migration]) -> dict[str, Any]:
+    """The figures ``bench.json`` keeps: the largest state moved warm and its pause."""
+    warm = [m for m in moves if m.mode == "warm"]
+    if not warm:
+        return {"largest_state_mb": None, "pause_at_largest_s": None}
+    largest = max(warm, key=lambda m: m.ballast_mb)
+    cold = [m for m in moves if m.mode == "cold" and m.ballast_mb == largest.ballast_mb]
+    ratio = (round(cold[0].pause_s / largest.pause_s, 2)
+             if cold and cold[0].pause_s and largest.pause_s else None)
+    return {"largest_state_mb": round(largest.state_mb, 1),
+            "pause_at_largest_s": largest.pause_s,
+            "cold_pause_at_largest_s": cold[0].pause_s if cold else None,
+            "cold_over_warm_at_largest": ratio,
+            "warm_pauses_s": {str(m.ballast_mb): m.pause_s for m in warm}}
+
+
+def network_yaml(name: str) -> str:
+    """The measured fragment: a sliding window per sensor, and the ballast beside it."""
+    return yaml.safe_dump({
+        "name": name, "participant": "alpha", "topic_prefix": f"{name}.", "partitions": 2,
+        "trigger": "1 second",
+        "streams": {"readings": {"topic": SENSOR_READINGS, "participant": "alpha",
+                                 "schema": "sensor_reading"}},
+        "boxes": {
+            "checked": {"type": "filter", "params": {"predicate": "sensor_id IS NOT NULL"}},
+            "steady": {"type": "filter", "params": {"predicate": "kind <> 'ballast'"}},
+            "per_sensor": {
+                "type": "aggregate", "key": ["sensor_id"],
+                "params": {"window": {"type": "sliding", "size": f"{WINDOW_S} seconds",
+                                      "slide": f"{SLIDE_S} seconds"},
+                           "group_by": ["sensor_id"],
+                           "aggregates": {"readings": {"count": "value"},
+                                          "total": {"sum": "value"}}}},
+            "heavy": {"type": "filter", "params": {"predicate": "kind = 'ballast'"}},
+            "ballast": {
+                "type": "aggregate", "key": ["sensor_id"],
+                "params": {"window": {"type": "tumbling", "size": "1 day"},
+                           "group_by": ["sensor_id"],
+                           "aggregates": {"payload": {"last": "site"}}}},
+        },
+        "arrows": [{"from": "readings", "to": "checked"}, {"from": "checked", "to": "steady"},
+                   {"from": "steady", "to": "per_sensor"}, {"from": "checked", "to": "heavy"},
+                   {"from": "heavy", "to": "ballast"}],
+    }, sort_keys=False)
+
+
+@dataclass
+class BallastInput:
+    """One round of sensor readings a second, in real time; during the fill, each round
+    also carries ballast readings (a new key each, with a large value) at ``mb_per_s``."""
+
+    config: dict[str, Any]
+    registry: SchemaRegistryClient
+    topic: str
+    ballast_mb: int
+    mb_per_s: float = FILL_MB_PER_S
+    filled: threading.Event = field(default_factory=threading.Event)
+    last_fill_stime: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, name="ballast-input", daemon=True)
+        thread.start()
+        return thread
+
+    def _run(self) -> None:
+        try:
+            self._publish()
+        except BaseException as error:  # surfaced by the caller through .error
+            self.error = error
+            self.filled.set()
+
+    def _publish(self) -> None:
+        ensure_topics(self.config, [self.topic], partitions=2)
+        rnd = random.Random(7)
+        pool = base64.b64encode(rnd.randbytes(PAYLOAD_BYTES * 4)).decode()
+        per_round = max(1, int(self.mb_per_s * 1e6 / PAYLOAD_BYTES))
+        left = int(self.ballast_mb * 1e6 / PAYLOAD_BYTES)
+        readings = sensor_readings(SENSORS, STIME_ORIGIN_MS, 1000, None)
+        keys = itertools.count()
+        started = time.monotonic()
+        with TupleProducer(self.config, self.registry, self.topic,
+                           schema_for_topic(SENSOR_READINGS), f"ballast/{self.topic}",
+                           to_dict) as producer:
+            for index in itertools.count():
+                if self.stop.is_set():
+                    break
+                stime = STIME_ORIGIN_MS + index * 1000
+                delay = started + index - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                for reading in itertools.islice(readings, SENSORS):
+                    producer.produce(reading, reading.tuple_id, stime, key=reading.sensor_id)
+                for _ in range(min(per_round, left)):
+                    key = next(keys)
+                    start = rnd.randrange(len(pool) - PAYLOAD_BYTES)
+                    heavy = SensorReading(f"b{key:08d}", "ballast", 0.0, "bytes", stime,
+                                          pool[start:start + PAYLOAD_BYTES])
+                    producer.produce(heavy, heavy.tuple_id, stime, key=heavy.sensor_id)
+                    left -= 1
+                producer.emit_boundaries(stime)
+                producer.poll()
+                if left == 0 and not self.filled.is_set():
+                    self.last_fill_stime = stime
+                    self.filled.set()
+            producer.emit_boundaries(stime + 60_000)
+            producer.flush(30)
+
+
+def _start_nodes(layout: StackLayout, catalog: CatalogClient) -> list[processes.RunningProcess]:
+    started = []
+    for node in NODES:
+        participant, name = node.split("/")
+        started.append(launcher.start_service(
+            layout, f"node-{participant}-{name}",
+            [sys.executable, "-m", "medusa_apps", "node", "--name", name, "--participant",
+             participant, "--master", "local[1]"], report=lambda _: None))
+    for node in NODES:
+        wait_for_node(catalog, node, timeout_s=240)
+    return started
+
+
+def _gaps(times_ms: list[int], within_ms: int = 500) -> list[float]:
+    """Gaps between bursts of results: the writes of one batch, closer than ``within_ms``."""
+    return [(b - a) / 1000 for a, b in itertools.pairwise(sorted(times_ms)) if b - a > within_ms]
+
+
+def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSession,
+            layout: StackLayout, runs: list[tuple[str, int]], say: Callable[[str], None]
+            ) -> list[Migration]:
+    """One move per (mode, ballast MB), each on a network of its own."""
+    results = []
+    with CatalogClient(endpoints.catalog_url) as catalog:
+        say(f"  starting nodes {', '.join(NODES)}")
+        nodes = _start_nodes(layout, catalog)
+        try:
+            for mode, ballast_mb in runs:
+                results.append(_one(endpoints, registry, spark, catalog, mode, ballast_mb, say))
+        finally:
+            for process in nodes:
+                processes.stop(process)
+    return results
+
+
+def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSession,
+         catalog: CatalogClient,
+         mode: str, ballast_mb: int, say: Callable[[str], None]) -> Migration:
+    name = f"bench-migrate-{uuid.uuid4().hex[:6]}"
+    network = f"alpha/{name}"
+    config = kafka_config(endpoints.bootstrap("alpha"))
+    deploy(network_yaml(name), name, endpoints, registry, spark, catalog,
+           dict.fromkeys(("checked", "steady", "per_sensor", "heavy", "ballast"), NODES[0]),
+           report=lambda _: None)
+    box = f"{network}/per_sensor"
+    checkpoints: list[str] = []
+    source = BallastInput(config, registry, f"{name}.{SENSOR_READINGS}", ballast_mb)
+    output = f"{name}.medusa.{name}.per_sensor"
+    watch = OutputWatch(config, registry, [output]).start()
+    try:
+        _wait_phase(catalog, box, "running", 300)
+        source.start()
+        fill_started = time.monotonic()
+        source.filled.wait()
+        if source.error is not None:
+            raise source.error
+        # Moved once it has taken the whole fill in: a result of a window after the fill.
+        _wait_result_after(watch, output, source.last_fill_stime, 900)
+        say(f"  {mode} {ballast_mb} MB: filled in {time.monotonic() - fill_started:.0f} s")
+        time.sleep(10)
+        entry = resolve_fragment(catalog, box)
+        checkpoints.append(entry.spec["checkpoint"])
+        state_bytes = checkpoint_size(f"{entry.spec['checkpoint']}/state")
+        asked_ms = int(time.time() * 1000)
+        moved = move(catalog, box, NODES[1], timeout_s=900, report=lambda _: None,
+                     warm=(mode == "warm"))
+        time.sleep(AFTER_MOVE_S)
+        checkpoints.append(resolve_fragment(catalog, box).spec["checkpoint"])
+        written = sorted(a.appended_ms for a in watch.arrived(output))
+        before = [t for t in written if t <= asked_ms]
+        after = [t for t in written if t > asked_ms]
+        pause = round((after[0] - before[-1]) / 1000, 2) if before and after else None
+        gaps = _gaps(before[len(before) // 3:])
+        result = Migration(mode, ballast_mb, state_bytes, round(moved.seconds, 2), pause,
+                           round(statistics.median(gaps), 2) if gaps else None)
+        say(f"  {mode} {ballast_mb} MB: state {result.state_mb:7.1f} MB, hand-over "
+            f"{moved.seconds:5.1f} s, output pause {pause if pause is not None else '-'} s "
+            f"(gap without a move {result.gap_before_s} s)")
+        return result
+    finally:
+        source.stop.set()
+        watch.stop()
+        undeploy(catalog, network, report=lambda _: None)
+        time.sleep(3)  # the node stops the query before its checkpoint goes
+        for location in checkpoints:
+            delete_checkpoint(location)
+
+
+def _wait_phase(catalog: CatalogClient, box: str, phase: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if resolve_fragment(catalog, box).spec.get("phase") == phase:
+                return
+        except Exception:  # not in the catalog yet
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{box} was not {phase} within {timeout_s:.0f}s")
+
+
+def _wait_result_after(watch: OutputWatch, topic: str, stime_ms: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(int(a.value.get("window_start_ms") or 0) >= stime_ms or
+               _window_start(a.tuple_id) >= stime_ms for a in watch.arrived(topic)):
+            return
+        time.sleep(1)
+    raise TimeoutError(f"{topic}: no result after the fill within {timeout_s:.0f}s")
+
+
+def _window_start(tuple_id: str) -> int:
+    """The window start a result's id ends with (box/group/start)."""
+    last = tuple_id.rsplit("/", 1)[-1]
+    return int(last) if last.isdigit() else 0
