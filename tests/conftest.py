@@ -19,6 +19,7 @@ import pytest
 from medusa.settings import StackSettings
 from medusa.stack.endpoints import Endpoints, resolve
 from medusa.stack.layout import StackLayout
+from tests.hdfs_fixtures import hdfs, installed_hdfs  # noqa: F401 (fixtures)
 
 # Test ports stay clear of a developer's own `medusa up` on the default ports, and below
 # the kernel's ephemeral range (32768 and up), where outgoing connections take ports.

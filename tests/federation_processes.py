@@ -77,14 +77,15 @@ class NodeProcess:
 
     def __init__(self, name: str, participant: str, endpoints: Endpoints, run_dir: Path,
                  secondary: str | None = None, master: str = "local[1]",
-                 options: tuple[str, ...] = ()) -> None:
+                 options: tuple[str, ...] = (), checkpoint_root: str | None = None) -> None:
         self.name, self.participant = name, participant
         self.catalog_url = endpoints.catalog_url
         self.env = federation_env(endpoints, run_dir)
         self.log = run_dir / "logs" / f"node-{participant}-{name}.log"
         self.command = [sys.executable, "-m", "medusa_apps", "node", "--name", name,
                         "--participant", participant, "--master", master,
-                        "--checkpoint-root", str(run_dir / "checkpoints" / participant / name)]
+                        "--checkpoint-root",
+                        checkpoint_root or str(run_dir / "checkpoints" / participant / name)]
         if secondary:
             self.command += ["--secondary", secondary]
         self.command += list(options)

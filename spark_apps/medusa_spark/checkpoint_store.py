@@ -33,7 +33,12 @@ def local_path(location: str) -> Path:
 
 
 def _hadoop(location: str, spark: SparkSession | None) -> tuple[Any, Any]:
-    """The Hadoop FileSystem and Path of a non-local location, through the session's JVM."""
+    """The Hadoop FileSystem and Path of a non-local location, through the session's JVM
+    (the process's active session when none is given: a node has exactly one)."""
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
     if spark is None:
         raise ValueError(f"{location} is not a local path: reading it needs a SparkSession")
     jvm = spark._jvm
@@ -132,3 +137,40 @@ def size(location: str, spark: SparkSession | None = None) -> int:
     if not fs.exists(path):
         return 0
     return int(fs.getContentSummary(path).getLength())
+
+
+def list_files(location: str, spark: SparkSession | None = None) -> list[str]:
+    """Every file under a directory, as paths relative to it ('/'-separated), sorted."""
+    if is_local(location):
+        root = local_path(location)
+        if not root.is_dir():
+            return []
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    fs, path = _hadoop(location, spark)
+    if not fs.exists(path):
+        return []
+    base = str(fs.getFileStatus(path).getPath().toUri().getPath()).rstrip("/") + "/"
+    found = []
+    files = fs.listFiles(path, True)
+    while files.hasNext():
+        name = str(files.next().getPath().toUri().getPath())
+        found.append(name.removeprefix(base))
+    return sorted(found)
+
+
+def copy_tree(source: str, target: str, spark: SparkSession | None = None) -> int:
+    """Copies a directory of a Hadoop file system to another place (replacing what is
+    there); returns the bytes copied. Local folders are copied file by file by
+    ``checkpoints.sync_checkpoint``, which can also copy only what is new."""
+    source_fs, source_path = _hadoop(source, spark)
+    target_fs, target_path = _hadoop(target, spark)
+    if not source_fs.exists(source_path):
+        return 0
+    target_fs.delete(target_path, True)
+    jvm = source_path._gateway_client  # the gateway the paths came from
+    from py4j.java_gateway import JavaClass
+
+    file_util = JavaClass("org.apache.hadoop.fs.FileUtil", jvm)
+    file_util.copy(source_fs, source_path, target_fs, target_path, False, True,
+                   source_fs.getConf())
+    return int(source_fs.getContentSummary(source_path).getLength())

@@ -1,11 +1,13 @@
-"""Copying a box's checkpoint to the node that takes the box over.
+"""A fragment's checkpoint: copying it to the node that takes the fragment over, and
+reading or adjusting what Spark wrote in it.
 
 Spark writes a checkpoint's files once, under new names (offsets/N, commits/N,
-the state store's N.changelog and N.zip), so a copy can run while the box still
-runs: a first pass copies the bulk ahead of the hand-over, and after the box has
-stopped a second pass copies only what is new (the SEEP way of moving state with
-a short pause). A checkpoint on a shared store (hdfs://, s3a://) is not copied:
-the next node resumes from it in place.
+the state store's N.changelog and N.zip), so a copy can run while the query still
+runs: a first pass copies the bulk ahead of the hand-over, and after the query has
+stopped a second pass copies only what is new. A checkpoint on a shared store
+(``hdfs://``, ``s3a://``) is not copied when a node takes a fragment over: the next node
+resumes from it in place. Every function here works on a local folder and on such a
+store (through ``checkpoint_store``).
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+
+from medusa_spark import checkpoint_store as store
+from medusa_spark.checkpoint_store import is_local, local_path
+
+__all__ = ["is_local", "local_path"]
 
 
 @dataclass(frozen=True)
@@ -24,26 +29,20 @@ class CopyStats:
     bytes: int
 
 
-def is_local(location: str) -> bool:
-    return urlparse(location).scheme in ("", "file")
-
-
-def local_path(location: str) -> Path:
-    return Path(urlparse(location).path if location.startswith("file:") else location)
-
-
 def checkpoint_size(location: str) -> int:
-    """Bytes under a local checkpoint (0 when there is none yet)."""
-    root = local_path(location)
-    if not is_local(location) or not root.is_dir():
-        return 0
-    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    """Bytes under a checkpoint (0 when there is none yet)."""
+    return store.size(location)
 
 
 def sync_checkpoint(source: str, target: str) -> CopyStats:
-    """Copies the files of ``source`` that ``target`` lacks or has at another size."""
-    if source == target or not (is_local(source) and is_local(target)):
+    """Copies the files of ``source`` that ``target`` lacks or has at another size; on a
+    shared store, the whole checkpoint (a store copies it without this process reading
+    it file by file into its own disk)."""
+    if source == target:
         return CopyStats(0, 0)
+    if not (is_local(source) and is_local(target)):
+        copied = store.copy_tree(source, target)
+        return CopyStats(len(store.list_files(target)), copied)
     source_root, target_root = local_path(source), local_path(target)
     if not source_root.is_dir():
         return CopyStats(0, 0)
@@ -70,82 +69,96 @@ def sync_checkpoint(source: str, target: str) -> CopyStats:
 
 
 def delete_checkpoint(location: str) -> None:
-    """Removes a local checkpoint, if there is one."""
-    if is_local(location):
-        shutil.rmtree(local_path(location), ignore_errors=True)
+    """Removes a checkpoint, if there is one."""
+    store.delete(location)
 
 
 def last_committed_batch(location: str) -> int | None:
-    """The id of the last batch a local checkpoint holds as committed (None: none yet)."""
-    commits = local_path(location) / "commits"
-    if not is_local(location) or not commits.is_dir():
-        return None
-    ids = [int(f.name) for f in commits.iterdir() if f.name.isdigit()]
+    """The id of the last batch a checkpoint holds as committed (None: none yet)."""
+    ids = [int(name) for name in store.list_names(f"{location}/commits") if name.isdigit()]
     return max(ids) if ids else None
+
+
+def _offsets_lines(location: str, batch: int) -> list[str] | None:
+    try:
+        return store.read_text(f"{location}/offsets/{batch}").splitlines()
+    except FileNotFoundError:
+        return None
 
 
 def batch_offsets(location: str, batch: int) -> str | None:
     """The source offsets a batch ends at, as Spark wrote them (JSON per source)."""
-    path = local_path(location) / "offsets" / str(batch)
-    if not is_local(location) or not path.is_file():
+    lines = _offsets_lines(location, batch)
+    return None if lines is None else "\n".join(lines[2:])  # after version and metadata
+
+
+def drop_uncommitted(location: str) -> int | None:
+    """Drops the batch planned after the last committed one, so that Spark plans it anew;
+    returns the last committed batch (None: none).
+
+    A checkpoint copied while its query ran may hold it; Spark 4.1 re-runs such a batch
+    without asking its Kafka source for the latest offsets, and then fails reporting the
+    source's metrics (a NullPointerException in ``KafkaMicroBatchStream.metrics``).
+    """
+    batch = last_committed_batch(location)
+    if batch is None:
         return None
-    lines = path.read_text().splitlines()
-    return "\n".join(lines[2:])  # after the version and the batch metadata
+    for folder in ("offsets", "commits"):
+        for name in store.list_names(f"{location}/{folder}"):
+            # A later batch's log entry and its checksum (".7.crc"): a checksum left behind
+            # makes Spark's write of that batch's entry fail ("already exists").
+            number = name.removeprefix(".").split(".", 1)[0]
+            if number.isdigit() and int(number) > batch:
+                store.delete(f"{location}/{folder}/{name}")
+    return batch
 
 
 def rebase_source(location: str, topic: str, offsets: dict[int, int]) -> int | None:
-    """Makes a local checkpoint resume reading ``topic`` at ``offsets`` (partition -> offset).
+    """Makes a checkpoint resume reading ``topic`` at ``offsets`` (partition -> offset).
 
     For a fragment moved to a node of another cluster: its SUnion's topic there has the
     same name but other offsets. The last committed batch's source offsets are rewritten,
     and a batch planned after it (never committed) is dropped, so Spark plans the next
     batch from the new topic's offsets. Returns the batch rebased, or None without one.
     """
-    batch = last_committed_batch(location)
+    batch = drop_uncommitted(location)
     if batch is None:
         return None
-    root = local_path(location)
-    for folder in ("offsets", "commits"):
-        for path in (root / folder).iterdir():
-            # A later batch's log entry and its checksum (".7.crc"): a checksum left behind
-            # makes Spark's write of that batch's entry fail ("already exists").
-            number = path.name.removeprefix(".").split(".", 1)[0]
-            if number.isdigit() and int(number) > batch:
-                path.unlink()
-    path = root / "offsets" / str(batch)
-    lines = path.read_text().splitlines()
+    lines = _offsets_lines(location, batch) or []
     wanted = json.dumps({topic: {str(p): o for p, o in sorted(offsets.items())}})
     rebased = [wanted if index >= 2 and _reads(line, topic) else line
                for index, line in enumerate(lines)]
-    path.write_text("\n".join(rebased))
-    for stale in (root / "offsets").glob(f".{batch}.*"):  # Spark's checksum files
-        stale.unlink()
+    store.write_text(f"{location}/offsets/{batch}", "\n".join(rebased))
+    for name in store.list_names(f"{location}/offsets"):
+        if name.startswith(f".{batch}."):  # Spark's checksum of the old content
+            store.delete(f"{location}/offsets/{name}")
     return batch
 
 
 def write_resume(location: str, batch: int, positions: dict[str, Any]) -> None:
     """Records the input positions a SUnion resumed from after the fragment's query
     committed ``batch`` (kept beside Spark's files, so it moves with the checkpoint)."""
-    (local_path(location) / f"medusa-resume-{batch}.json").write_text(json.dumps(positions))
+    store.write_text(f"{location}/medusa-resume-{batch}.json", json.dumps(positions))
 
 
 def read_resume(location: str, batch: int) -> dict[str, Any] | None:
     """The input positions recorded by ``write_resume`` for ``batch``, if any."""
-    path = local_path(location) / f"medusa-resume-{batch}.json"
-    if not is_local(location) or not path.is_file():
+    try:
+        found: dict[str, Any] = json.loads(
+            store.read_text(f"{location}/medusa-resume-{batch}.json"))
+    except FileNotFoundError:
         return None
-    found: dict[str, Any] = json.loads(path.read_text())
     return found
 
 
 def source_offsets(location: str, batch: int, topic: str) -> dict[int, int] | None:
     """Where the batch's readers of ``topic`` stood at its end (the smallest per partition:
     a query may read its source more than once)."""
-    path = local_path(location) / "offsets" / str(batch)
-    if not is_local(location) or not path.is_file():
+    lines = _offsets_lines(location, batch)
+    if lines is None:
         return None
     found: dict[int, int] = {}
-    for line in path.read_text().splitlines()[2:]:
+    for line in lines[2:]:
         if not line.strip() or line.strip() == "-":
             continue
         described = json.loads(line)

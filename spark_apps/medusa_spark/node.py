@@ -61,6 +61,8 @@ from medusa.tracing import context_of
 from medusa_spark.checkpoints import (
     batch_offsets,
     delete_checkpoint,
+    drop_uncommitted,
+    is_local,
     last_committed_batch,
     read_resume,
     rebase_source,
@@ -294,6 +296,8 @@ class Node:
         wiring = self._wiring(network, name, entry)
         mine = checkpoint_location(self.checkpoint_root, wiring)
         source = entry.spec.get("checkpoint")
+        if source and not is_local(source):
+            mine = source  # on a shared store: resumed in place, nothing is copied
         if phase == "moving":
             # The old node still runs it: copy the bulk of its state ahead of the hand-over.
             if source and name not in self._precopied:
@@ -311,6 +315,9 @@ class Node:
             stats = sync_checkpoint(source, mine)
             log.info("%s: %s: copied %d more files (%d bytes) of its checkpoint",
                      self.global_name, name, stats.files, stats.bytes)
+        elif source and not is_local(source):
+            log.info("%s: %s resumes in place from its checkpoint on the shared store %s",
+                     self.global_name, name, source)
         if takeover is not None:
             restored = last_committed_batch(mine)
             takeover.set_attributes({
@@ -484,8 +491,13 @@ class Node:
         """
         hosted = self.hosted.get(name)
         if hosted is not None:
+            failure = hosted.run.failure()
             if hosted.network_version != network.version:
                 self._abandon(name, "redeployed")
+            elif failure is not None:
+                # Started again on the next pass, from a new copy of the checkpoint.
+                self.errors[name] = failure
+                self._abandon(name, f"its replica failed: {failure}")
             elif entry.spec.get("warm_target") == self.global_name and \
                     not entry.spec.get("warm_ready") and caught_up(hosted.run):
                 self._set_warm_ready(name)
@@ -503,6 +515,7 @@ class Node:
         if source and last_committed_batch(mine) is None:
             # Starts where the primary is, instead of replaying the inputs from the start.
             stats = sync_checkpoint(source, mine)
+            drop_uncommitted(mine)  # copied while it ran: the batch in progress is replanned
             log.info("%s: %s: copied %d files (%d bytes) of its checkpoint for a replica",
                      self.global_name, name, stats.files, stats.bytes)
         run = start_fragment(self.spark, network.plan, wiring, mine, standby=True)
@@ -543,14 +556,16 @@ class Node:
             if hasattr(output, "trace_context"):
                 output.trace_context = trace.set_span_in_context(takeover)
         pending = PendingTakeover(takeover, time.time_ns())
+        started = time.monotonic()
         caught_up = hosted.run.promote()
+        promoted_s = time.monotonic() - started
         # The inputs go on where the old primary's SUnion stopped, into the same topic.
         hosted.sunion = self._start_sunion(name, hosted.run.wiring)
         takeover.set_attribute("medusa.replica.results_caught_up", caught_up)
         hosted.takeover = pending
         self._trace_first_output(hosted.run, pending)
-        log.info("%s: promoted the replica of %s; it wrote %d results the primary had not",
-                 self.global_name, name, caught_up)
+        log.info("%s: promoted the replica of %s in %.1fs; it wrote %d results the primary "
+                 "had not", self.global_name, name, promoted_s, caught_up)
         self._mark_running(name, hosted.run.checkpoint)
 
     def _trace_first_output(self, run: FragmentRun, takeover: PendingTakeover) -> None:
@@ -628,6 +643,10 @@ class Node:
             hosted = self.hosted.pop(name)
         started = time.monotonic()
         if at_once:
+            # Nothing more is written from here; the replica may take over at once, while
+            # the query and the SUnion stop (the replica's SUnion fences this one).
+            hosted.run.writer.halt()
+            self._release(name, hosted)
             hosted.run.abandon()
         elif hosted.run.query.isActive:
             hosted.run.hand_over()
@@ -638,9 +657,11 @@ class Node:
         log.info("%s: stopped %s %s in %.1fs", self.global_name, name,
                  "for its warm replica" if at_once else "at a batch boundary",
                  time.monotonic() - started)
-        if keep_placement:
-            return
+        if not keep_placement and not at_once:
+            self._release(name, hosted)
 
+    def _release(self, name: str, hosted: HostedFragment) -> None:
+        """Tells the fragment's new node it may go on: ``released``, with the checkpoint."""
         def released(spec: dict[str, Any] | None) -> dict[str, Any] | None:
             if spec is None or spec.get("node") == self.global_name or \
                     spec.get("phase") != "moving":

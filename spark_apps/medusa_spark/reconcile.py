@@ -25,14 +25,11 @@ that takes the fragment over in the middle of a failure or a reconciliation goes
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from medusa.errors import MedusaError
-from medusa_spark.checkpoints import is_local, local_path
+from medusa_spark import checkpoint_store as store
 
 RECORD_FILE = "medusa-dpc.json"
 _STATE_FILE = re.compile(r"^(\d+)(?:_[^.]*)?\.(changelog|zip|delta|snapshot)$")
@@ -106,52 +103,40 @@ class DpcRecord:
 
     @classmethod
     def load(cls, checkpoint: str) -> DpcRecord:
-        path = _record_path(checkpoint)
-        if path is None or not path.is_file():
+        try:
+            return cls(**json.loads(store.read_text(f"{checkpoint}/{RECORD_FILE}")))
+        except FileNotFoundError:
             return cls()
-        return cls(**json.loads(path.read_text()))
 
     def save(self, checkpoint: str) -> None:
-        path = _record_path(checkpoint)
-        if path is None:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(path.name + ".tmp")
-        temporary.write_text(json.dumps(asdict(self)))
-        os.replace(temporary, path)
+        store.write_text(f"{checkpoint}/{RECORD_FILE}", json.dumps(asdict(self)))
 
 
 def rollback(checkpoint: str, to_batch: int) -> int:
     """Makes the checkpoint end at ``to_batch`` (-1: before the first batch): later
     offsets, commits and state versions go. Returns the files deleted."""
-    if not is_local(checkpoint):
-        raise RollbackError(f"checkpoint {checkpoint} is not on a local file system")
-    root = local_path(checkpoint)
-    if to_batch >= 0 and not (root / "commits" / str(to_batch)).is_file():
+    if to_batch >= 0 and not store.exists(f"{checkpoint}/commits/{to_batch}"):
         raise RollbackError(f"checkpoint {checkpoint} no longer holds batch {to_batch} "
                             "(raise spark.sql.streaming.minBatchesToRetain)")
     deleted = 0
     for folder in ("offsets", "commits"):
-        directory = root / folder
-        if not directory.is_dir():
-            continue
-        for path in directory.iterdir():
-            batch = _batch_of(path.name)
+        for name in store.list_names(f"{checkpoint}/{folder}"):
+            batch = _batch_of(name)
             if batch is not None and batch > to_batch:
-                path.unlink()
+                store.delete(f"{checkpoint}/{folder}/{name}")
                 deleted += 1
     # State version v is the state after batch v - 1. Back before the first batch, Spark
     # wants no state folder at all (it refuses a non-empty one on batch 0).
-    state = root / "state"
-    if state.is_dir() and to_batch < 0:
-        deleted += sum(1 for path in state.rglob("*") if path.is_file())
-        shutil.rmtree(state)
-    elif state.is_dir():
-        for path in state.rglob("*"):
-            match = _STATE_FILE.match(path.name)
-            if path.is_file() and match and int(match.group(1)) > to_batch + 1:
-                path.unlink()
-                deleted += 1
+    state = f"{checkpoint}/state"
+    files = store.list_files(state)
+    if files and to_batch < 0:
+        store.delete(state)
+        return deleted + len(files)
+    for relative in files:
+        match = _STATE_FILE.match(relative.rsplit("/", 1)[-1])
+        if match and int(match.group(1)) > to_batch + 1:
+            store.delete(f"{state}/{relative}")
+            deleted += 1
     return deleted
 
 
@@ -159,7 +144,3 @@ def _batch_of(name: str) -> int | None:
     """The batch of an offsets or commits file, also of Spark's ``.N.crc`` checksums."""
     stripped = name[1:-4] if name.startswith(".") and name.endswith(".crc") else name
     return int(stripped) if stripped.isdigit() else None
-
-
-def _record_path(checkpoint: str) -> Path | None:
-    return local_path(checkpoint) / RECORD_FILE if is_local(checkpoint) else None

@@ -22,13 +22,24 @@ def connector_jars(settings: StackSettings | None = None) -> list[Path]:
     return jars
 
 
+HDFS_CLIENT_CONF = {
+    # Closing a file, the client asks the NameNode to complete it; the DataNode's report
+    # of the block often comes just after, and the client would retry only after 400 ms,
+    # for each of the files Spark writes per batch (offsets, commits, state changelogs).
+    "dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "20",
+}
+
+
 def spark_session(app_name: str, master: str = "local[2]",
                   settings: StackSettings | None = None) -> SparkSession:
     # Everything this project runs binds to the loopback interface.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     jars = ",".join(str(jar) for jar in connector_jars(settings))
+    builder = SparkSession.builder
+    for key, value in HDFS_CLIENT_CONF.items():  # checkpoints on a shared HDFS
+        builder = builder.config(f"spark.hadoop.{key}", value)
     return (
-        SparkSession.builder.appName(app_name)
+        builder.appName(app_name)
         .master(master)
         .config("spark.jars", jars)
         .config("spark.sql.shuffle.partitions", "4")

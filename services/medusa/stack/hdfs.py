@@ -35,6 +35,7 @@ JDK17_OPENS = [f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
     "java.lang", "java.lang.reflect", "java.io", "java.net", "java.nio", "java.util",
     "java.util.concurrent", "sun.nio.ch")]
 
+
 # Hadoop logs through slf4j 1.7 + reload4j (log4j 1.x API). Without a config it prints
 # "log4j:WARN No appenders" and nothing else; INFO on everything floods the log with one
 # line per block and per RPC, hence the quieter loggers.
@@ -187,7 +188,7 @@ class LocalHdfs:
         return {"core-site.xml": core, "hdfs-site.xml": hdfs}
 
     def configure(self) -> None:
-        """Write conf/ (site files and log4j.properties); safe to repeat."""
+        """Write conf/ (site files, log configs, web folders); safe to repeat."""
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         for file, properties in self.site().items():
             body = "".join(

@@ -5,9 +5,9 @@ Two nodes of participant alpha run one fragment of two windowed aggregates over 
 readings: ``per_sensor``, a sliding window whose results come every slide (the output
 whose pause is measured), and ``ballast``, which keeps one large value per key for a day
 (the state that has to move). A fill phase sends the ballast, then the fragment is moved
-from one node to the other. The pause is the time between the last result written
-before the move was asked for and the first one after; the slide is the gap without a
-move.
+from one node to the other. The pause is the longest gap between results from the
+request until the move is done (a warm move hands over at its end); the gaps in the two
+minutes before say what the output does without a move.
 """
 
 from __future__ import annotations
@@ -62,9 +62,11 @@ class Migration:
     hand_over_s: float
     """From the move's request to the fragment running on the new node."""
     pause_s: float | None
-    """Last result before the move's request to the first one after it."""
+    """The longest gap between results from the move's request until it was done."""
     gap_before_s: float | None
-    """Median gap between results before the move (the slide, when nothing moves)."""
+    """Median gap between results in the two minutes before the move (the slide)."""
+    longest_gap_before_s: float | None
+    """The longest gap in those two minutes: the pause a move cannot be told from."""
 
     @property
     def state_mb(self) -> float:
@@ -253,15 +255,22 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
         time.sleep(AFTER_MOVE_S)
         checkpoints.append(resolve_fragment(catalog, box).spec["checkpoint"])
         written = sorted(a.appended_ms for a in watch.arrived(output))
-        before = [t for t in written if t <= asked_ms]
-        after = [t for t in written if t > asked_ms]
-        pause = round((after[0] - before[-1]) / 1000, 2) if before and after else None
-        gaps = _gaps(before[len(before) // 3:])
-        result = Migration(mode, ballast_mb, state_bytes, round(moved.seconds, 2), pause,
-                           round(statistics.median(gaps), 2) if gaps else None)
+        # The pause: the longest gap from the request until the move was done (a warm move
+        # runs on the old node while its replica catches up, and hands over at its end).
+        done_ms = asked_ms + int(moved.seconds * 1000)
+        during = [t for t in written if t <= done_ms]
+        pause = max(_gaps([t for t in during if t >= asked_ms] +
+                          [t for t in written if t > done_ms][:1] +
+                          [t for t in during if t < asked_ms][-1:]), default=None)
+        gaps = _gaps([t for t in written if asked_ms - 120_000 <= t < asked_ms])
+        result = Migration(mode, ballast_mb, state_bytes, round(moved.seconds, 2),
+                           round(pause, 2) if pause is not None else None,
+                           round(statistics.median(gaps), 2) if gaps else None,
+                           round(max(gaps), 2) if gaps else None)
         say(f"  {mode} {ballast_mb} MB: state {result.state_mb:7.1f} MB, hand-over "
             f"{moved.seconds:5.1f} s, output pause {pause if pause is not None else '-'} s "
-            f"(gap without a move {result.gap_before_s} s)")
+            f"(without a move: median gap {result.gap_before_s} s, longest "
+            f"{result.longest_gap_before_s} s)")
         return result
     finally:
         source.stop.set()

@@ -1,0 +1,127 @@
+"""Warm moves within a participant: the target node runs a standby replica of the fragment
+from a copy of its checkpoint until it has caught up, then the old node stops and the
+replica takes the output over. Moved there and back under continuous input, checked by
+tuple id against the reference."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
+from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
+from medusa_spark.deploy import MoveResult, deploy, move, resolve_fragment, undeploy
+from tests.federation_processes import NodeProcess
+
+pytestmark = pytest.mark.e2e
+
+SENSORS = 12
+SECONDS = 75
+NODES = ("alpha/warm-1", "alpha/warm-2")
+
+
+@pytest.fixture(scope="module")
+def nodes(federation, tmp_path_factory) -> Iterator[list[NodeProcess]]:
+    run_dir = tmp_path_factory.mktemp("warm-nodes")
+    started = [NodeProcess(name.split("/")[1], "alpha", federation, run_dir) for name in NODES]
+    try:
+        for node in started:
+            node.start()
+        for node in started:
+            node.wait_registered()
+        yield started
+    finally:
+        for node in started:
+            node.stop()
+
+
+@dataclass
+class WarmRun:
+    expected: dict[str, dict]
+    results: list[tuple[str, dict, int]]
+    moves: list[MoveResult]
+    checkpoints: list[str]
+    """The fragment's checkpoint after each move."""
+    node_logs: str
+
+
+@pytest.fixture(scope="module")
+def warm_run(federation, nodes, spark, registry_module) -> Iterator[WarmRun]:
+    name = f"warm-{uuid.uuid4().hex[:6]}"
+    prefix = f"{name}."
+    alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
+    results_topic = f"{prefix}medusa.{name}.per_sensor"
+    box = f"alpha/{name}/per_sensor"
+    with CatalogClient(federation.catalog_url) as catalog:
+        deploy(network_yaml(name, prefix, box_participant="alpha"), name, federation,
+               registry_module, spark, catalog,
+               {"plausible": NODES[0], "per_sensor": NODES[0]}, report=lambda _: None)
+        try:
+            _wait_running(catalog, box, NODES[0])
+            watch = OutputWatch(alpha, registry_module, [results_topic]).start()
+            steady = SteadyInput(alpha, registry_module, f"{prefix}sensors.readings", SENSORS,
+                                 SECONDS)
+            expected = reference(steady.readings())
+            steady.start()
+            deadline = time.monotonic() + 180
+            while not watch.ids(results_topic) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            moves, checkpoints = [], []
+            for target in (NODES[1], NODES[0]):  # there and back, both warm
+                moves.append(move(catalog, box, target, timeout_s=300, report=lambda _: None))
+                checkpoints.append(resolve_fragment(catalog, box).spec["checkpoint"])
+                time.sleep(5)
+            assert steady.finished.wait(SECONDS + 120), "the input did not finish"
+            assert steady.error is None, steady.error
+            watch.wait_for(results_topic, set(expected), timeout_s=300)
+            watch.stop()
+            logs = "\n".join(node.log.read_text(errors="replace") for node in nodes)
+            yield WarmRun(expected, [(a.tuple_id, a.value, a.appended_ms)
+                                     for a in watch.arrivals[results_topic]],
+                          moves, checkpoints, logs)
+        finally:
+            undeploy(catalog, f"alpha/{name}", report=lambda _: None)
+
+
+def _wait_running(catalog: CatalogClient, box: str, node: str, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        spec = resolve_fragment(catalog, box).spec
+        if spec["node"] == node and spec.get("phase") == "running":
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"{box} did not run on {node} within {timeout_s:.0f}s")
+
+
+def test_every_result_reaches_the_output_exactly_once(warm_run) -> None:
+    counts = Counter(tuple_id for tuple_id, _, _ in warm_run.results)
+    duplicated = [i for i, n in counts.items() if n > 1]
+    missing = set(warm_run.expected) - set(counts)
+    assert not duplicated, f"results written twice across the moves: {duplicated[:5]}"
+    assert not missing, f"results lost across the moves: {sorted(missing)[:5]}"
+    for tuple_id, value, _ in warm_run.results:
+        assert value == warm_run.expected[tuple_id], tuple_id
+
+
+def test_each_move_went_through_a_replica_that_had_caught_up(warm_run) -> None:
+    assert [m.target for m in warm_run.moves] == [NODES[1], NODES[0]]
+    # The fragment runs from its replica's checkpoint after each move.
+    assert all(c.endswith(".replica") for c in warm_run.checkpoints), warm_run.checkpoints
+    assert warm_run.node_logs.count("has caught up; ready to take it over") >= 2
+    assert warm_run.node_logs.count("for its warm replica") >= 2
+    assert warm_run.node_logs.count("promoted the replica of") >= 2
+
+
+def test_the_catalog_shows_the_fragment_on_its_last_node_and_no_move_pending(
+        federation, warm_run) -> None:
+    with CatalogClient(federation.catalog_url) as catalog:
+        fragments = [e for e in catalog.list(Kind.FRAGMENTS) if "warm-" in e.spec["network"]]
+    for entry in fragments:
+        assert entry.spec.get("warm_target") is None, entry.spec
+        assert not entry.spec.get("warm_ready"), entry.spec
