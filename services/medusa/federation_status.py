@@ -69,6 +69,9 @@ class FragmentStatus:
     replica: str | None = None
     """ha: active only: the node of the standby replica (None: none)."""
     replica_ready: bool = False
+    warm_target: str | None = None
+    """During a warm move: the node whose replica is loading the state to take it over."""
+    warm_ready: bool = False
     input_rate: float | None = None
     processing_rate: float | None = None
     batch_duration_ms: int | None = None
@@ -207,7 +210,9 @@ def _fragment_status(entry: Entry, reports: dict[str, dict[str, Any]]) -> Fragme
     fragment = FragmentStatus(
         entry.name, network, spec.get("node", "?"), spec.get("phase", "?"),
         ha=spec.get("ha", "passive"), replica=spec.get("replica"),
-        replica_ready=bool(spec.get("replica_ready")), restarts=int(spec.get("restarts") or 0),
+        replica_ready=bool(spec.get("replica_ready")),
+        warm_target=spec.get("warm_target"), warm_ready=bool(spec.get("warm_ready")),
+        restarts=int(spec.get("restarts") or 0),
         dpc_state=spec.get("dpc_state") or "STABLE")
     errors = [spec.get("error")]
     if load is not None:

@@ -163,6 +163,10 @@ class StackSettings(BaseSettings):
     """Whether ``medusa up`` starts each participant's BPM agent (``medusa bpm``)."""
     bpm_interval_s: float = Field(5.0, ge=0.5)
     """Seconds between the started BPM agents' steps."""
+    stack_hdfs: bool = False
+    """Whether ``medusa up`` starts a local HDFS (a NameNode and a DataNode) for checkpoints."""
+    hdfs_base_port: int = Field(18760, ge=1024, le=65000)
+    """The first of the local HDFS's six ports."""
 
     # Existing endpoints: when set, nothing is started for that component.
     # external_kafka: "alpha=host:9092,beta=host2:9092" (or a single bootstrap for one participant)

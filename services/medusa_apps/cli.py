@@ -93,7 +93,10 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
        skip_install: Annotated[bool, typer.Option(
            "--skip-install", help="Do not check the installation first.")] = False,
        bpm: Annotated[bool, typer.Option(
-           "--bpm/--no-bpm", help="Start each participant's BPM agent.")] = True) -> None:
+           "--bpm/--no-bpm", help="Start each participant's BPM agent.")] = True,
+       hdfs: Annotated[bool, typer.Option(
+           "--hdfs", help="Also start a local HDFS (a NameNode and a DataNode) for the nodes' "
+                          "checkpoints.")] = False) -> None:
     """Start the local federation: one Kafka cluster per participant, the registry, Jaeger,
     the catalog, the failure detector and each participant's BPM agent."""
     from medusa.stack.install import install as run_install
@@ -102,7 +105,8 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
 
     settings = _stack_settings(participants=participants, kafka_base_port=kafka_base_port,
                                registry_port=registry_port, run_dir=run_dir,
-                               stack_bpm_agents=None if bpm else False)
+                               stack_bpm_agents=None if bpm else False,
+                               stack_hdfs=True if hdfs else None)
     layout = StackLayout.from_settings(settings)
     try:
         if not skip_install:
@@ -129,6 +133,9 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
     for participant in layout.bpm_participants:
         table.add_row(f"BPM agent of {participant} (medusa bpm)",
                       str(layout.logs_dir / f"bpm-{participant}.log"))
+    if layout.hdfs_uri:
+        table.add_row("HDFS for checkpoints (medusa node --checkpoint-root)",
+                      f"{layout.hdfs_uri}/medusa/checkpoints")
     console.print(table)
 
 
@@ -259,6 +266,10 @@ def _network_tables(network: str, members: list[Any], name_column: Any, number: 
         if f.state is not None and f.state != f.phase:
             phase.append(f" ({f.state})", "red" if f.state in ("failed", "restarting")
                          else "")
+        if f.warm_target:
+            phase.append(f", moving warm to {f.warm_target} " +
+                         ("(replica caught up)" if f.warm_ready else "(replica loading)"),
+                         "yellow")
         if f.ha == "passive":
             ha = "passive"
         elif f.replica is None:
@@ -567,7 +578,8 @@ def node(
         help="Spark master: local[N], or a cluster URL such as spark://host:7077.")
                       ] = "local[2]",
     checkpoint_root: Annotated[str | None, typer.Option(
-        help="Checkpoint root: a path here, an HDFS or S3 URI on a cluster "
+        help="Checkpoint root: a path here, or a shared store's URI (hdfs://..., s3a://...), "
+             "from which another node resumes a fragment in place "
              "[default: <run dir>/checkpoints/<participant>/<name>].")] = None,
     heartbeat_interval: Annotated[float | None, typer.Option(
         min=0.01, help="Seconds between heartbeats [default: MEDUSA_HA_HEARTBEAT_INTERVAL_S, "

@@ -329,6 +329,7 @@ class Node:
         before = str(entry.spec.get("released_by") or "").split("/")[0]
         if source and before and self.endpoints.bootstrap(before) != self.bootstrap:
             resume = self._rebase(name, mine, wiring, self.endpoints.bootstrap(before))
+        drop_uncommitted(mine)  # a batch begun after the hand-over: planned anew here
         sunion = self._start_sunion(name, wiring, resume)
         run = start_fragment(self.spark, network.plan, wiring, mine)
         pending = None

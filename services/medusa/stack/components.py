@@ -132,6 +132,12 @@ def health_checks(layout: StackLayout) -> dict[str, tuple[str, Callable[[], bool
     if layout.links:
         checks["toxiproxy"] = (layout.toxiproxy_url,
                                lambda: http_ok(f"{layout.toxiproxy_url}/version"))
+    if layout.settings.stack_hdfs:
+        jmx = (f"http://127.0.0.1:{layout.settings.hdfs_base_port + 1}/jmx"
+               "?qry=Hadoop:service=NameNode,name=FSNamesystemState")
+        checks["hdfs-namenode"] = (layout.hdfs_uri or "", lambda: http_ok(jmx))
+        checks["hdfs-datanode"] = (f"127.0.0.1:{layout.settings.hdfs_base_port + 2}",
+                                   lambda: http_ok(jmx))
     return checks
 
 
@@ -308,6 +314,18 @@ def link_components(layout: StackLayout) -> list[Component]:
 def service_components(layout: StackLayout) -> list[Component]:
     """What starts once Kafka answers (the registry keeps its data in Kafka)."""
     return [schema_registry(layout), jaeger(layout), catalog(layout), detector(layout)]
+
+
+def storage_components(layout: StackLayout) -> list[Component]:
+    """A local HDFS for checkpoints, when asked for (``medusa up --hdfs``)."""
+    if not layout.settings.stack_hdfs:
+        return []
+    from medusa.stack.hdfs import HdfsPorts, LocalHdfs, hdfs_components, hdfs_libs
+
+    libs = hdfs_libs(layout.settings.cache_dir)
+    hdfs = LocalHdfs(layout.run_dir / "hdfs", HdfsPorts.from_base(layout.settings.hdfs_base_port),
+                     java_binary(layout), libs)
+    return hdfs_components(hdfs)
 
 
 def agent_components(layout: StackLayout) -> list[Component]:

@@ -24,6 +24,7 @@ from medusa.stack.components import (
     kafka_components,
     link_components,
     service_components,
+    storage_components,
 )
 from medusa.stack.endpoints import Endpoints, local_endpoints
 from medusa.stack.layout import StackLayout
@@ -88,6 +89,8 @@ def _component_ports(layout: StackLayout, component: Component) -> list[int]:
                 *(link.upstream_port for link in layout.links_to(participant))]
     if component.name.startswith("bpm-"):
         return []  # an agent binds no port
+    if component.name.startswith("hdfs-"):
+        return [port for port, owner in owners.items() if owner == "local HDFS"]
     prefix = {"registry": "schema registry", "jaeger": "Jaeger", "catalog": "catalog",
               "detector": "failure detector", "toxiproxy": "toxiproxy"}[
         component.name]
@@ -118,7 +121,8 @@ def up(layout: StackLayout, report: Report = print) -> Endpoints:
     """Start what is not running yet and wait until everything answers."""
     running = {name: p for name, p in _load_state(layout).items() if p.alive()}
     endpoints = local_endpoints(layout)
-    for stage in (kafka_components, link_components, service_components, agent_components):
+    for stage in (kafka_components, storage_components, link_components, service_components,
+                  agent_components):
         components = stage(layout)
         to_start = [c for c in components if c.name not in running]
         for component in to_start:

@@ -180,4 +180,13 @@ class StackLayout:
         ports[s.catalog_port] = "catalog"
         ports[s.detector_port] = "failure detector"
         ports[s.toxiproxy_port] = "toxiproxy API"
+        if s.stack_hdfs:
+            for port in range(s.hdfs_base_port, s.hdfs_base_port + 6):
+                ports[port] = "local HDFS"
         return ports
+
+    @property
+    def hdfs_uri(self) -> str | None:
+        """The local HDFS, when the stack runs one."""
+        return f"hdfs://127.0.0.1:{self.settings.hdfs_base_port}" \
+            if self.settings.stack_hdfs else None
