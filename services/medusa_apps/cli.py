@@ -796,6 +796,42 @@ def move(
                   f"in {result.seconds:.1f}s")
 
 
+@app.command()
+def scale(
+    fragment: Annotated[str, typer.Argument(
+        help="The fragment, as participant/network/fragment (or one of its instances).")],
+    to: Annotated[int, typer.Option("--to", help="How many instances to run it as (1 to 16).")],
+    nodes: Annotated[str, typer.Option(
+        help="Nodes for the instances, comma-separated participant/node (instance i goes "
+             "to the i-th, round robin) [default: the participant's running nodes, fewest "
+             "fragments first].")] = "",
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for the step.")
+                       ] = 300.0,
+) -> None:
+    """Scale a keyed stateful fragment out or in: N instances, each owning the keys that
+    hash to it, with their state rebuilt from the input; no result is lost or doubled."""
+    from medusa.catalog.client import CatalogClient, CatalogError
+    from medusa.stack.endpoints import resolve
+    from medusa_spark.scaling import MAX_INSTANCES
+    from medusa_spark.scaling import scale as scale_fragment
+
+    if not 1 <= to <= MAX_INSTANCES:
+        raise _fail(f"--to: expected 1 to {MAX_INSTANCES} instances, got {to}", 2)
+    chosen = [n.strip() for n in nodes.split(",") if n.strip()]
+    bad = [n for n in chosen if n.count("/") != 1]
+    if bad:
+        raise _fail(f"--nodes: expected participant/node, got {bad[0]!r}", 2)
+    endpoints = resolve()
+    with CatalogClient(endpoints.catalog_url) as catalog:
+        try:
+            result = scale_fragment(catalog, endpoints, fragment, to, chosen or None, timeout,
+                                    console.print)
+        except (TimeoutError, CatalogError) as error:
+            raise _fail(str(error)) from None
+    console.print(f"{result.fragment}: {len(result.after)} instance(s) in "
+                  f"{result.seconds:.1f}s: {'; '.join(result.after)}")
+
+
 @app.command("trace")
 def trace_command(
     last: Annotated[int, typer.Option("--last", min=1, help="How many traces, newest first.")

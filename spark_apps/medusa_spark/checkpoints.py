@@ -92,6 +92,14 @@ def batch_offsets(location: str, batch: int) -> str | None:
     return None if lines is None else "\n".join(lines[2:])  # after version and metadata
 
 
+def batch_watermark_ms(location: str, batch: int) -> int | None:
+    """The event-time watermark a batch ran with (Spark's batch metadata)."""
+    lines = _offsets_lines(location, batch)
+    if lines is None or len(lines) < 2:
+        return None
+    return int(json.loads(lines[1]).get("batchWatermarkMs", 0))
+
+
 def drop_uncommitted(location: str) -> int | None:
     """Drops the batch planned after the last committed one, so that Spark plans it anew;
     returns the last committed batch (None: none).

@@ -66,6 +66,25 @@ class FragmentOutput:
 
 
 @dataclass(frozen=True)
+class Instance:
+    """One instance of a scaled-out fragment (see ``scaling``): it keeps the input rows
+    whose key hashes to ``index`` of ``count``, and writes the results from
+    ``emit_from_ms`` on."""
+
+    index: int
+    count: int
+    generation: int
+    key: tuple[str, ...]
+    emit_from_ms: int
+    start_positions: dict[str, dict[int, int]]
+
+    @property
+    def suffix(self) -> str:
+        """What tells its catalog entry, topic and checkpoint from the fragment's."""
+        return f"--g{self.generation}-{self.index}"
+
+
+@dataclass(frozen=True)
 class FragmentWiring:
     """Everything a fragment's query needs to know about where its data lives."""
 
@@ -82,10 +101,17 @@ class FragmentWiring:
     topic_prefix: str
     max_delay_ms: int | None = None
     """DPC's delay D for this fragment's SUnion; None: no tentative releases."""
+    instance: Instance | None = None
+    """Set when this is one instance of a scaled-out fragment."""
+
+    @property
+    def name(self) -> str:
+        """The fragment's name in its network, with the instance's suffix if any."""
+        return self.fragment.name + (self.instance.suffix if self.instance else "")
 
     @property
     def global_name(self) -> str:
-        return f"{self.network}/{self.fragment.name}"
+        return f"{self.network}/{self.name}"
 
     def sunion_config(self, resume_from: dict[str, Any] | None = None,
                       otlp_endpoint: str | None = None) -> SUnionConfig:
@@ -97,6 +123,7 @@ class FragmentWiring:
                     for name, stream in sorted(self.inputs.items())],
             output_topic=self.source.topic, output_bootstrap=self.source.bootstrap,
             bucket_ms=self.bucket_ms, max_delay_ms=self.max_delay_ms, resume_from=resume_from,
+            start_positions=self.instance.start_positions if self.instance else None,
             otlp_endpoint=otlp_endpoint)
 
 
@@ -124,6 +151,8 @@ def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame,
     frames: dict[str, DataFrame] = {}
     for name in fragment.inputs:
         frames[name] = decode_input(source, name, wiring.inputs[name])
+        if wiring.instance is not None:
+            frames[name] = frames[name].where(owned_keys(wiring.instance))
     for box in fragment.boxes:
         frames[box] = plan.boxes[box].apply(
             {port: frames[src] for port, src in plan.inputs[box].items()})
@@ -137,6 +166,12 @@ def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame,
     for frame in rows[1:]:
         result = result.unionByName(frame, allowMissingColumns=True)
     return result
+
+
+def owned_keys(instance: Instance) -> Column:
+    """Whether a row's key falls to this instance (Spark's xxhash64 of the key fields)."""
+    key = F.xxhash64(*[F.col(field) for field in instance.key])
+    return F.pmod(key, F.lit(instance.count)) == F.lit(instance.index)
 
 
 def _output_rows(box: str, results: DataFrame, output: FragmentOutput) -> DataFrame:

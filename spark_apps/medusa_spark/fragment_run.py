@@ -26,7 +26,7 @@ def checkpoint_location(checkpoint_root: str, wiring: FragmentWiring) -> str:
     """Per fragment and fingerprint: a changed definition never resumes an old checkpoint."""
     participant, network = wiring.network.split("/")
     return (f"{checkpoint_root.rstrip('/')}/{participant}/{network}/"
-            f"{wiring.topic_prefix}{wiring.fragment.name}-{wiring.fingerprint}")
+            f"{wiring.topic_prefix}{wiring.name}-{wiring.fingerprint}")
 
 
 @dataclass

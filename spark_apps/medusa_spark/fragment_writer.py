@@ -252,6 +252,9 @@ class FragmentWriter:
         newest: int | None = None
         invalid_rows: list[int] = []
         rows = zip(outputs, types, ids, stimes, keys, values, traces, strict=True)
+        # An instance of a scaled-out fragment: the results below this stime were written
+        # by the instances before it (it rebuilt their windows only to finish the open ones).
+        emit_from = self.wiring.instance.emit_from_ms if self.wiring.instance else None
         # One pass in plain Python per result: kept to the minimum (header values as str,
         # which the producer encodes; no per-row lookups beyond the topic).
         for row, (box, kind, tuple_id, stime, key, value, parent) in enumerate(rows):
@@ -260,6 +263,8 @@ class FragmentWriter:
                     newest = max(int(stime), newest or 0)
                 elif kind == INVALID:
                     invalid_rows.append(row)
+                continue
+            if emit_from is not None and stime is not None and int(stime) < emit_from:
                 continue
             if tentative:
                 kind = _TENTATIVE

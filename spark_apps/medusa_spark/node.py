@@ -60,6 +60,7 @@ from medusa.topics import ensure_topics
 from medusa.tracing import context_of
 from medusa_spark.checkpoints import (
     batch_offsets,
+    batch_watermark_ms,
     delete_checkpoint,
     drop_uncommitted,
     is_local,
@@ -70,7 +71,7 @@ from medusa_spark.checkpoints import (
     sync_checkpoint,
     write_resume,
 )
-from medusa_spark.fragment import FragmentWiring
+from medusa_spark.fragment import FragmentWiring, Instance
 from medusa_spark.fragment_run import FragmentRun, checkpoint_location, start_fragment
 from medusa_spark.network.fragments import Fragment, fragment_delays, fragments_of
 from medusa_spark.network.model import NetworkError, parse_network
@@ -108,7 +109,8 @@ class HostedFragment:
     run: FragmentRun
     started_at: float
     sunion: SUnionProcess | None = None
-    """None on a standby replica: it reads the primary's SUnion topic."""
+    """None on an HA standby replica: it reads the primary's SUnion topic. A warm move's
+    replica has one started, waiting to go at the hand-over."""
     restarts: int = 0
     restart_at: float | None = None
     """When the failed query is started again (monotonic clock)."""
@@ -120,6 +122,12 @@ class HostedFragment:
     reconciliations: int = 0
     dpc_state: str = "STABLE"
     """The DPC state last written to the catalog."""
+
+
+def fragment_of(entry: Entry) -> str:
+    """The fragment's name in its network (an instance's is the fragment's it is one of)."""
+    instance = entry.spec.get("instance")
+    return str(instance["of"]) if instance else entry.name.rsplit("/", 1)[1]
 
 
 def caught_up(run: FragmentRun) -> bool:
@@ -252,7 +260,9 @@ class Node:
                 network = networks[entry.spec["network"]]
                 if isinstance(network, Exception):
                     raise network
-                if name in placed:
+                if name in placed and entry.spec.get("phase") in ("retiring", "retired"):
+                    self._retire(name, entry)
+                elif name in placed:
                     self._follow(name, entry, network)
                 else:
                     self._follow_replica(name, entry, network)
@@ -263,13 +273,17 @@ class Node:
 
     def _wiring(self, network: NetworkPlan, name: str, entry: Entry,
                 bootstrap: str | None = None) -> FragmentWiring:
-        short = name.rsplit("/", 1)[1]
+        short = fragment_of(entry)
         fragment = network.fragments.get(short)
         if fragment is None:
             raise NetworkError(f"network {entry.spec['network']} has no fragment {short!r}")
+        spec = entry.spec.get("instance")
+        instance = None if spec is None else Instance(
+            spec["index"], spec["count"], spec["generation"], tuple(spec["key"]),
+            spec["emit_from_ms"], {name: {int(p): o for p, o in offsets.items()}
+                                   for name, offsets in spec["start_positions"].items()})
         return fragment_wiring(network.topics, entry.spec["network"], fragment,
-                               bootstrap or self.bootstrap,
-                               network.delays[short])
+                               bootstrap or self.bootstrap, network.delays[short], instance)
 
     def _follow(self, name: str, entry: Entry, network: NetworkPlan) -> None:
         hosted = self.hosted.get(name)
@@ -345,6 +359,31 @@ class Node:
                  f", taken over from {entry.spec.get('released_by')}" if takeover else "")
         self._mark_running(name, mine)
 
+    def _retire(self, name: str, entry: Entry) -> None:
+        """A scale step replaces this fragment (or instance): stops it at a batch boundary
+        and records how far its results go (see ``scaling``)."""
+        if entry.spec.get("phase") == "retired":
+            return
+        hosted = self.hosted.get(name)
+        checkpoint = entry.spec.get("checkpoint")
+        topic = None
+        if hosted is not None:
+            checkpoint, topic = hosted.run.checkpoint, hosted.run.wiring.source.topic
+            self._hand_over(name, keep_placement=True)
+        batch = last_committed_batch(checkpoint) if checkpoint else None
+        watermark = batch_watermark_ms(checkpoint, batch) if checkpoint and batch is not None \
+            else None
+
+        def retired(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("node") != self.global_name or \
+                    spec.get("phase") != "retiring":
+                return None
+            return {**spec, "phase": "retired", "checkpoint": checkpoint,
+                    "retired_watermark_ms": watermark, "sunion_topic": topic}
+        self.catalog.update(Kind.FRAGMENTS, name, retired)
+        log.info("%s: retired %s for a scale step: results written below stime %s",
+                 self.global_name, name, watermark)
+
     def _rebase(self, name: str, checkpoint: str, wiring: FragmentWiring,
                 old_bootstrap: str) -> dict[str, Any] | None:
         """Moved here from another cluster: the query goes on at the end of this cluster's
@@ -374,10 +413,11 @@ class Node:
         return positions
 
     def _start_sunion(self, name: str, wiring: FragmentWiring,
-                      resume: dict[str, Any] | None = None) -> SUnionProcess:
+                      resume: dict[str, Any] | None = None, wait_for_go: bool = False
+                      ) -> SUnionProcess:
         config = wiring.sunion_config(resume, self.endpoints.otlp_endpoint or None)
         folder = self.work_dir / "sunion" / f"{wiring.topic_prefix}{name}".replace("/", "_")
-        return SUnionProcess(config, folder).start()
+        return SUnionProcess(config, folder).start(wait_for_go)
 
     def _watch(self, hosted: HostedFragment, entry: Entry, network: NetworkPlan) -> None:
         """Keeps a hosted fragment going: its SUnion alive, its failed query restarted."""
@@ -520,8 +560,10 @@ class Node:
             log.info("%s: %s: copied %d files (%d bytes) of its checkpoint for a replica",
                      self.global_name, name, stats.files, stats.bytes)
         run = start_fragment(self.spark, network.plan, wiring, mine, standby=True)
+        # A warm move's replica has its SUnion started and waiting, to go at the hand-over.
+        sunion = self._start_sunion(name, wiring, wait_for_go=True) if warm else None
         with self._lock:
-            self.hosted[name] = HostedFragment(name, network.version, run, time.time())
+            self.hosted[name] = HostedFragment(name, network.version, run, time.time(), sunion)
         log.info("%s: running the standby replica of %s%s", self.global_name, name,
                  " to take it over (warm move)" if warm else "")
         if warm:
@@ -558,10 +600,13 @@ class Node:
                 output.trace_context = trace.set_span_in_context(takeover)
         pending = PendingTakeover(takeover, time.time_ns())
         started = time.monotonic()
+        # The inputs go on where the old primary's SUnion stopped, into the same topic.
+        if hosted.sunion is not None:
+            hosted.sunion.go()
+        else:
+            hosted.sunion = self._start_sunion(name, hosted.run.wiring)
         caught_up = hosted.run.promote()
         promoted_s = time.monotonic() - started
-        # The inputs go on where the old primary's SUnion stopped, into the same topic.
-        hosted.sunion = self._start_sunion(name, hosted.run.wiring)
         takeover.set_attribute("medusa.replica.results_caught_up", caught_up)
         hosted.takeover = pending
         self._trace_first_output(hosted.run, pending)
@@ -617,7 +662,7 @@ class Node:
         entry = self.catalog.get(Kind.NETWORKS, network_name)
         if entry is None:
             raise NetworkError(f"network {network_name} is not in the catalog")
-        member = {box: e.name.rsplit("/", 1)[1] for e in members for box in e.spec["boxes"]}
+        member = {box: fragment_of(e) for e in members for box in e.spec["boxes"]}
         cached = self._plans.get(network_name)
         if cached is not None and cached.version == entry.version and \
                 {b: f for f in cached.fragments.values() for b in f.boxes} == member:

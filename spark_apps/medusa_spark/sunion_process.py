@@ -28,18 +28,30 @@ class SUnionProcess:
         self.config_path = folder / "sunion.json"
         self.log_path = folder / "sunion.log"
         self.config = config.model_copy(update={"state_file": str(folder / "state.json")})
+        self.go_path = folder / "go"
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.waiting_for_go = False
 
-    def start(self) -> SUnionProcess:
+    def start(self, wait_for_go: bool = False) -> SUnionProcess:
+        """Starts the process; ``wait_for_go``: it starts up, then waits for ``go``."""
         self.folder.mkdir(parents=True, exist_ok=True)
         dump_config(self.config, self.config_path)
+        command = [sys.executable, "-m", "medusa.sunion", "--config", str(self.config_path)]
+        self.waiting_for_go = wait_for_go
+        if wait_for_go:
+            self.go_path.unlink(missing_ok=True)
+            command += ["--go-file", str(self.go_path)]
         with self.log_path.open("ab") as output:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "medusa.sunion", "--config", str(self.config_path)],
-                stdout=output, stderr=subprocess.STDOUT, env=os.environ.copy())
+            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
+                                            env=os.environ.copy())
         self.starts += 1
         return self
+
+    def go(self) -> None:
+        """Lets a SUnion started with ``wait_for_go`` open and run."""
+        self.waiting_for_go = False
+        self.go_path.touch()
 
     @property
     def pid(self) -> int | None:
@@ -53,7 +65,7 @@ class SUnionProcess:
         if self.process is not None and self.process.poll() is not None:
             log.warning("SUnion of %s exited with %s; starting it again (log: %s)",
                         self.config.fragment, self.process.returncode, self.log_path)
-            self.start()
+            self.start(wait_for_go=self.waiting_for_go)
             return True
         return False
 

@@ -24,7 +24,7 @@ from medusa.stack.endpoints import Endpoints
 from medusa.topics import dead_letter_topic, ensure_topics, partition_count
 from medusa_spark.avro_types import record_schema, struct_of
 from medusa_spark.durations import duration_ms
-from medusa_spark.fragment import FragmentOutput, FragmentWiring
+from medusa_spark.fragment import FragmentOutput, FragmentWiring, Instance
 from medusa_spark.network.fragments import Fragment
 from medusa_spark.network.validate import Plan
 from medusa_spark.streams import KafkaStream
@@ -116,11 +116,13 @@ def sunion_topic(topics: NetworkTopics, fragment: Fragment) -> str:
 
 
 def fragment_wiring(topics: NetworkTopics, network_name: str, fragment: Fragment,
-                    node_bootstrap: str, max_delay_ms: int | None = None) -> FragmentWiring:
-    """How ``fragment`` runs on a node whose cluster is at ``node_bootstrap``, with DPC's
-    delay ``max_delay_ms`` (see ``fragments.fragment_delays``)."""
+                    node_bootstrap: str, max_delay_ms: int | None = None,
+                    instance: Instance | None = None) -> FragmentWiring:
+    """How ``fragment`` (or one ``instance`` of it) runs on a node whose cluster is at
+    ``node_bootstrap``, with DPC's delay ``max_delay_ms`` (see
+    ``fragments.fragment_delays``)."""
     plan = topics.plan
-    source_topic = sunion_topic(topics, fragment)
+    source_topic = sunion_topic(topics, fragment) + (instance.suffix if instance else "")
     ensure_topics(kafka_config(node_bootstrap), [source_topic], partitions=SUNION_PARTITIONS)
     outputs = {}
     for box in fragment.outputs:
@@ -134,7 +136,7 @@ def fragment_wiring(topics: NetworkTopics, network_name: str, fragment: Fragment
         inputs={name: topics.streams[name] for name in fragment.inputs},
         outputs=outputs, bucket_ms=duration_ms(plan.network.bucket),
         fingerprint=fragment.fingerprint(plan, topics.prefix), topic_prefix=topics.prefix,
-        max_delay_ms=max_delay_ms)
+        max_delay_ms=max_delay_ms, instance=instance)
 
 
 def _registered(registry: SchemaRegistryClient, topic: str, bootstrap: str,

@@ -82,7 +82,32 @@ class NetworkSpec(Spec):
     definition: str = Field(min_length=1, max_length=1_000_000)
 
 
-FragmentPhase = Literal["placed", "running", "moving", "released", "failed"]
+FragmentPhase = Literal["placed", "running", "moving", "released", "failed", "retiring",
+                        "retired"]
+
+
+class InstanceSpec(Spec):
+    """One instance of a scaled-out fragment: it computes the keys whose hash falls to
+    ``index`` of ``count``, from its own SUnion and checkpoint."""
+
+    of: PartName
+    """The fragment's name in its network."""
+    index: int = Field(ge=0)
+    count: int = Field(ge=1, le=64)
+    generation: int = Field(ge=1)
+    """Which scale step made it; a new step makes new instances, with new topics."""
+    key: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    emit_from_ms: int
+    """Its results below this stime were written by the instances before it."""
+    start_positions: dict[str, dict[int, int]] = Field(default_factory=dict)
+    """Input -> partition -> offset its SUnion starts from: a window's span before
+    ``emit_from_ms``, so that every window still open there is rebuilt whole."""
+
+    @model_validator(mode="after")
+    def _index_below_count(self) -> InstanceSpec:
+        if self.index >= self.count:
+            raise ValueError(f"instance index {self.index} is not below count {self.count}")
+        return self
 
 
 class FragmentSpec(Spec):
@@ -126,6 +151,14 @@ class FragmentSpec(Spec):
     """The last failure of its query, set by the node that runs it; None once it runs."""
     restarts: int = Field(0, ge=0)
     """How often its node restarted the query from the checkpoint after a failure."""
+    instance: InstanceSpec | None = None
+    """Set on each instance of a scaled-out fragment (``medusa scale``)."""
+    retired_watermark_ms: int | None = None
+    """Set by its node once a ``retiring`` instance has stopped: the watermark of its last
+    committed batch (its results below it are written)."""
+    sunion_topic: str | None = Field(None, max_length=500)
+    """Set with ``retired_watermark_ms``: its SUnion's topic, on its node's cluster, whose
+    buckets say where the inputs stood at each stime."""
     dpc_state: Literal["STABLE", "UP_FAILURE", "STABILIZATION"] = "STABLE"
     """DPC: ``UP_FAILURE`` while an input is failed (or tentative) and its results are
     TENTATIVE; ``STABILIZATION`` while it reconciles; set by the node that runs it."""

@@ -2,6 +2,10 @@
 
 A signal only asks the loop to stop: the transaction in progress commits (or is
 aborted on an error) before the process exits, with status 0 on a clean stop.
+
+With ``--go-file FILE`` it starts up and then waits until FILE exists before it opens
+(and so fences the SUnion it replaces): a warm move's replica has its SUnion ready to go
+the moment the old node lets go of the fragment.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import logging
 import signal
 import sys
 import threading
+import time
+from pathlib import Path
 from types import FrameType
 
 from medusa import tracing
@@ -24,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m medusa.sunion", description=__doc__)
     parser.add_argument("--config", required=True, help="the SUnion's JSON configuration")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--go-file", help="start only once this file exists")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -38,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    if args.go_file:
+        log.info("%s: ready; waiting for %s", config.fragment, args.go_file)
+        while not Path(args.go_file).exists():
+            if stop.is_set():
+                return 0
+            time.sleep(0.02)
     try:
         with SUnion(config) as sunion:
             sunion.run(stop)

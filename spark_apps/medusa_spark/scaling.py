@@ -1,0 +1,279 @@
+"""Scaling a keyed stateful fragment out and in at run time: N instances, each owning the
+keys that hash to it.
+
+Spark cannot change a running query's parallelism, nor split or merge the state in its
+checkpoint, so a scale step replaces the fragment's instances by new ones and rebuilds
+their state from the input, the way upstream backup recovers a box:
+
+1. Each running instance stops at a batch boundary (phase ``retiring``); its node records
+   the watermark of its last committed batch: every result below it is written.
+2. W is the smallest of those watermarks, and S0 = W minus the fragment's window span
+   (the longest a result waits for its inputs, summed along its stateful boxes). Every
+   window still open at W began at or after S0.
+3. Each new instance gets its own SUnion, topic and checkpoint. Its SUnion starts at the
+   inputs' positions of S0, read back from the old instances' SUnion topics (their
+   released buckets carry the positions), and its query keeps only the rows whose key
+   hashes to it (xxhash64 of the key fields, modulo N): its state holds its keys alone.
+4. It writes its results from W on; those below W were written by the old instances (the
+   windows it rebuilt that closed before W are dropped, and a result it shares with an
+   old instance between W and that instance's own watermark has the same tuple id and is
+   dropped by the SOutput's deduplication).
+
+Each instance is a fragment entry of its own (``<fragment>--g<step>-<index>``), so it is
+placed, moved, reported on and taken over after a node failure like any fragment.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from medusa.catalog.client import CatalogClient, CatalogError
+from medusa.catalog.model import Entry, Kind
+from medusa.envelope import STIME_HEADER
+from medusa.settings import kafka_config
+from medusa.stack.endpoints import Endpoints
+from medusa.sunion.service import positions_before
+from medusa_spark.durations import duration_ms
+from medusa_spark.network.model import NetworkSpec, parse_network
+
+Report = Callable[[str], None]
+MAX_INSTANCES = 16
+
+
+class ScaleError(CatalogError):
+    """A scale step that cannot be done, named with the reason."""
+
+
+@dataclass(frozen=True)
+class ScaleResult:
+    fragment: str
+    before: list[str]
+    after: list[str]
+    """The instances' catalog names, with their nodes."""
+    emit_from_ms: int
+    replay_from_ms: int
+    seconds: float
+
+
+def instances_of(catalog: CatalogClient, network: str, fragment: str) -> list[Entry]:
+    """The entries that run ``fragment`` now: the fragment itself, or its instances."""
+    found = [e for e in catalog.list(Kind.FRAGMENTS, network=network)
+             if e.name == f"{network}/{fragment}" or
+             (e.spec.get("instance") or {}).get("of") == fragment]
+    return sorted(found, key=lambda e: (e.spec.get("instance") or {}).get("index", 0))
+
+
+def fragment_key(spec: NetworkSpec, boxes: list[str], fragment: str) -> list[str]:
+    """The key the fragment's state is partitioned by: the one its boxes declare.
+
+    Refused, naming the box: boxes that declare different keys, a fragment that declares
+    none, a session window (its span has no bound), and an output read by another
+    fragment (the instances' BOUNDARY promises would interleave on its topic).
+    """
+    declared = {box: spec.boxes[box].key for box in boxes if spec.boxes[box].key}
+    if not declared:
+        raise ScaleError(f"fragment {fragment}: no box declares a key (box field 'key'); "
+                         "only a keyed fragment can be split between instances")
+    keys = {tuple(k) for k in declared.values()}
+    if len(keys) > 1:
+        raise ScaleError(f"fragment {fragment}: its boxes declare different keys "
+                         f"({', '.join(f'{b}: {k}' for b, k in declared.items())})")
+    for box in boxes:
+        window = (spec.boxes[box].params or {}).get("window") or {}
+        if window.get("type") == "session":
+            raise ScaleError(f"box {box!r}, field 'params.window': a session window has no "
+                             "bounded span; a fragment with one cannot be scaled")
+    inside = set(boxes)
+    for arrow in spec.arrows:
+        if arrow.source in inside and arrow.target not in inside and \
+                arrow.target in spec.boxes:
+            raise ScaleError(f"box {arrow.source!r}: its output feeds box {arrow.target!r} "
+                             "of another fragment; scaling such a fragment is not supported")
+    return list(next(iter(keys)))
+
+
+def window_span_ms(spec: NetworkSpec, boxes: list[str]) -> int:
+    """How far back a result of the fragment reaches: the windows' sizes and the joins'
+    time bounds of its boxes, summed (a bound on any chain of them)."""
+    span = 0
+    for box in boxes:
+        params = spec.boxes[box].params or {}
+        window = params.get("window") or {}
+        if window.get("size"):
+            span += duration_ms(str(window["size"]))
+        for name in ("within", "bound", "interval"):
+            if isinstance(params.get(name), str):
+                span += duration_ms(params[name])
+    return span
+
+
+def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
+          nodes: list[str] | None = None, timeout_s: float = 300.0,
+          report: Report = print) -> ScaleResult:
+    """Runs fragment ``name`` (``participant/network/fragment``) as ``count`` instances on
+    ``nodes`` (by default the running nodes of its participant, fewest fragments first),
+    and waits until they all run."""
+    if not 1 <= count <= MAX_INSTANCES:
+        raise ScaleError(f"--to: expected 1 to {MAX_INSTANCES} instances, got {count}")
+    parts = name.split("/")
+    if len(parts) != 3:
+        raise ScaleError(f"expected participant/network/fragment, got {name!r}")
+    network, fragment = f"{parts[0]}/{parts[1]}", parts[2].split("--")[0]
+    started = time.monotonic()
+    entry = catalog.get(Kind.NETWORKS, network)
+    if entry is None:
+        raise ScaleError(f"no network {network} in the catalog")
+    spec = parse_network(entry.spec["definition"], origin=f"network {network}")
+    old = instances_of(catalog, network, fragment)
+    if not old:
+        raise ScaleError(f"no fragment {network}/{fragment} in the catalog")
+    boxes = list(old[0].spec["boxes"])
+    key = fragment_key(spec, boxes, fragment)
+    span = window_span_ms(spec, boxes) + duration_ms(spec.bucket)
+    placed = _nodes_for(catalog, old[0].spec["node"].split("/")[0], count, nodes)
+    generation = 1 + max((e.spec.get("instance") or {}).get("generation", 0) for e in old)
+    report(f"  {network}/{fragment}: {len(old)} instance(s) -> {count}, on "
+           f"{', '.join(placed)}")
+
+    retired = _retire(catalog, old, started + timeout_s, report)
+    marks = [e.spec.get("retired_watermark_ms") for e in retired]
+    emit_from = min((m for m in marks if m is not None), default=0)
+    replay_from = max(0, emit_from - span)
+    positions = _positions_at(endpoints, retired, replay_from)
+    report(f"  results up to stime {emit_from} are written; the new instances rebuild "
+           f"their state from stime {replay_from}")
+
+    template = {k: v for k, v in old[0].spec.items()
+                if k in ("network", "boxes", "ha", "dpc_state")}
+    created = []
+    for index, node in enumerate(placed):
+        instance = {"of": fragment, "index": index, "count": count, "generation": generation,
+                    "key": key, "emit_from_ms": emit_from, "start_positions": positions}
+        entry_name = f"{network}/{fragment}--g{generation}-{index}"
+        catalog.put(Kind.FRAGMENTS, entry_name, {**template, "node": node, "phase": "placed",
+                                                 "instance": instance})
+        created.append(entry_name)
+    for gone in retired:
+        catalog.delete(Kind.FRAGMENTS, gone.name)
+    _wait_running(catalog, created, started + timeout_s, report)
+    return ScaleResult(f"{network}/{fragment}", [f"{e.name} on {e.spec['node']}" for e in old],
+                       [f"{n} on {node}" for n, node in zip(created, placed, strict=True)],
+                       emit_from, replay_from, time.monotonic() - started)
+
+
+def _wait_running(catalog: CatalogClient, names: list[str], deadline: float,
+                  report: Report) -> None:
+    while time.monotonic() < deadline:
+        phases = {n: (e.spec.get("phase") if (e := catalog.get(Kind.FRAGMENTS, n)) else None)
+                  for n in names}
+        if all(p == "running" for p in phases.values()):
+            report(f"  running: {', '.join(names)}")
+            return
+        time.sleep(0.3)
+    raise TimeoutError(f"the new instances did not all run in time ({phases}); see the "
+                       "nodes' logs and medusa status")
+
+
+def _nodes_for(catalog: CatalogClient, participant: str, count: int,
+               given: list[str] | None) -> list[str]:
+    up = {e.name: e for e in catalog.list(Kind.NODES) if e.spec.get("status") == "up"}
+    if given:
+        unknown = [n for n in given if n not in up]
+        if unknown:
+            raise ScaleError(f"--nodes: {', '.join(unknown)} is not a running node")
+        return [given[i % len(given)] for i in range(count)]
+    load: dict[str, int] = {n: 0 for n in up if n.startswith(f"{participant}/")}
+    if not load:
+        raise ScaleError(f"participant {participant} has no running node")
+    for fragment in catalog.list(Kind.FRAGMENTS):
+        if fragment.spec["node"] in load:
+            load[fragment.spec["node"]] += 1
+    ranked = sorted(load, key=lambda n: (load[n], n))
+    return [ranked[i % len(ranked)] for i in range(count)]
+
+
+def _retire(catalog: CatalogClient, old: list[Entry], deadline: float,
+            report: Report) -> list[Entry]:
+    """Stops every old instance at a batch boundary; returns their entries once retired."""
+    for entry in old:
+        def retiring(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None:
+                raise ScaleError("an instance was withdrawn during the scale step")
+            if spec.get("phase") not in ("running", "placed", "retiring", "retired"):
+                raise ScaleError(f"fragment is {spec.get('phase')}; wait until it runs")
+            return None if spec.get("phase") in ("retiring", "retired") else \
+                {**spec, "phase": "retiring"}
+        catalog.update(Kind.FRAGMENTS, entry.name, retiring)
+    while time.monotonic() < deadline:
+        current = [catalog.get(Kind.FRAGMENTS, e.name) for e in old]
+        if all(c is not None and c.spec.get("phase") == "retired" for c in current):
+            report(f"  stopped {', '.join(e.name for e in old)}")
+            return [c for c in current if c is not None]
+        time.sleep(0.2)
+    raise TimeoutError("the old instances did not stop in time; see the nodes' logs")
+
+
+def _positions_at(endpoints: Endpoints, retired: list[Entry], stime_ms: int
+                  ) -> dict[str, dict[str, int]]:
+    """Input -> partition -> offset from which the inputs hold every tuple of stime
+    ``stime_ms`` or later: the earliest over the old instances' SUnion topics."""
+    positions: dict[str, dict[str, int]] = {}
+    for entry in retired:
+        topic = entry.spec.get("sunion_topic")
+        if not topic:
+            continue
+        bootstrap = endpoints.bootstrap(entry.spec["node"].split("/")[0])
+        offset = first_offset_at(bootstrap, topic, stime_ms)
+        found = positions_before(bootstrap, topic, {0: offset}) if offset else None
+        for name, described in ((found or {}).get("inputs") or {}).items():
+            for partition, where in (described.get("partitions") or {}).items():
+                resume = int(where.get("resume", where.get("read", 0)))
+                mine = positions.setdefault(name, {})
+                mine[str(partition)] = min(resume, mine.get(str(partition), resume))
+    return positions
+
+
+def first_offset_at(bootstrap: str, topic: str, stime_ms: int) -> int:
+    """The first offset of a SUnion topic (one partition, buckets in stime order) whose
+    record has a stime of ``stime_ms`` or later (binary search; the end if none)."""
+    consumer = Consumer(kafka_config(bootstrap, **{
+        "group.id": f"medusa.scale.{time.time_ns()}", "enable.auto.commit": False,
+        "isolation.level": "read_committed"}))
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        while low < high:  # the smallest offset whose next committed record is late enough
+            middle = (low + high) // 2
+            found = _stime_at(consumer, topic, middle)
+            if found is None or found[1] >= stime_ms:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+    finally:
+        consumer.close()
+
+
+def _stime_at(consumer: Consumer, topic: str, offset: int) -> tuple[int, int] | None:
+    """(offset, stime) of the first committed record at or after ``offset``."""
+    consumer.assign([TopicPartition(topic, 0, offset)])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        if message.error():
+            raise KafkaException(message.error())
+        offset = int(message.offset() or 0)
+        raw = message.headers() or []
+        headers = list(raw.items()) if isinstance(raw, dict) else list(raw)
+        for name, value in headers:
+            if name == STIME_HEADER and value:
+                text = value.decode() if isinstance(value, bytes) else str(value)
+                return offset, int(text)
+        return offset, 0
+    return None

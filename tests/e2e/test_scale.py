@@ -1,0 +1,170 @@
+"""Scaling a keyed stateful fragment out and in under continuous input: the sensor-windows
+aggregate goes from one instance to two (on two nodes), one instance's node is killed -9
+and the instance is restored on the other node, then the fragment goes back to one
+instance. Every result is checked by tuple id against the reference."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import yaml
+
+from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
+from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
+from medusa_spark.deploy import deploy, undeploy
+from medusa_spark.scaling import ScaleError, ScaleResult, instances_of, scale
+from tests.federation_processes import NodeProcess
+
+pytestmark = pytest.mark.e2e
+
+SENSORS = 16
+SECONDS = 150
+NODES = ("scale-1", "scale-2")
+
+
+@dataclass
+class ScaledRun:
+    expected: dict[str, dict]
+    results: list[tuple[str, dict, int]]
+    steps: list[ScaleResult]
+    instances: list[list[tuple[str, str, str]]]
+    """After each step: (instance, node, phase) of each instance."""
+    restored_on: str
+    """Where the killed node's instance ran after the takeover."""
+    node_logs: str
+
+
+@pytest.fixture(scope="module")
+def scaled_run(federation, spark, registry_module, tmp_path_factory) -> Iterator[ScaledRun]:
+    run_dir = tmp_path_factory.mktemp("scale-nodes")
+    nodes = [NodeProcess(name, "alpha", federation, run_dir, secondary=f"alpha/{other}")
+             for name, other in zip(NODES, reversed(NODES), strict=True)]
+    name = f"scaled-{uuid.uuid4().hex[:6]}"
+    prefix = f"{name}."
+    network = f"alpha/{name}"
+    alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
+    results_topic = f"{prefix}medusa.{name}.per_sensor"
+    try:
+        for node in nodes:
+            node.start()
+        for node in nodes:
+            node.wait_registered()
+        with CatalogClient(federation.catalog_url) as catalog:
+            first = nodes[0].global_name
+            deploy(network_yaml(name, prefix, box_participant="alpha"), name, federation,
+                   registry_module, spark, catalog, {"plausible": first, "per_sensor": first},
+                   report=lambda _: None)
+            fragment = catalog.list(Kind.FRAGMENTS, network=network)[0].name
+            _wait_all_running(catalog, network)
+            watch = OutputWatch(alpha, registry_module, [results_topic]).start()
+            steady = SteadyInput(alpha, registry_module, f"{prefix}sensors.readings", SENSORS,
+                                 SECONDS)
+            expected = reference(steady.readings())
+            steady.start()
+            deadline = time.monotonic() + 180
+            while not watch.ids(results_topic) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            steps, instances = [], []
+            both = [n.global_name for n in nodes]
+            steps.append(scale(catalog, federation, fragment, 2, both, report=lambda _: None))
+            instances.append(_instances(catalog, network, fragment))
+            time.sleep(20)
+            # One instance's node dies: the instance is restored on the other node.
+            victim = next(e for e in instances_of(catalog, network, fragment.rsplit("/")[-1])
+                          if e.spec["node"] == nodes[1].global_name)
+            nodes[1].kill()
+            restored_on = _wait_moved(catalog, victim.name, nodes[1].global_name)
+            time.sleep(15)
+            steps.append(scale(catalog, federation, fragment, 1, [first],
+                               report=lambda _: None))
+            instances.append(_instances(catalog, network, fragment))
+            assert steady.finished.wait(SECONDS + 180), "the input did not finish"
+            assert steady.error is None, steady.error
+            watch.wait_for(results_topic, set(expected), timeout_s=300)
+            watch.stop()
+            yield ScaledRun(expected, [(a.tuple_id, a.value, a.appended_ms)
+                                       for a in watch.arrivals[results_topic]],
+                            steps, instances, restored_on,
+                            "\n".join(n.log.read_text(errors="replace") for n in nodes))
+            undeploy(catalog, network, report=lambda _: None)
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def _instances(catalog: CatalogClient, network: str, fragment: str
+               ) -> list[tuple[str, str, str]]:
+    return [(e.name, e.spec["node"], e.spec.get("phase", ""))
+            for e in instances_of(catalog, network, fragment.rsplit("/")[-1])]
+
+
+def _wait_all_running(catalog: CatalogClient, network: str, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        entries = catalog.list(Kind.FRAGMENTS, network=network)
+        if entries and all(e.spec.get("phase") == "running" for e in entries):
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"{network} did not run within {timeout_s:.0f}s")
+
+
+def _wait_moved(catalog: CatalogClient, name: str, away_from: str, timeout_s: float = 120
+                ) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        entry = catalog.get(Kind.FRAGMENTS, name)
+        if entry is not None and entry.spec["node"] != away_from and \
+                entry.spec.get("phase") == "running":
+            return str(entry.spec["node"])
+        time.sleep(0.5)
+    raise TimeoutError(f"{name} was not restored away from {away_from} in {timeout_s:.0f}s")
+
+
+def test_every_result_reaches_the_output_exactly_once(scaled_run) -> None:
+    counts = Counter(tuple_id for tuple_id, _, _ in scaled_run.results)
+    duplicated = [i for i, n in counts.items() if n > 1]
+    missing = set(scaled_run.expected) - set(counts)
+    assert not duplicated, f"results written twice across the scale steps: {duplicated[:5]}"
+    assert not missing, f"results lost across the scale steps: {sorted(missing)[:5]}"
+    assert set(counts) == set(scaled_run.expected)
+
+
+def test_the_results_equal_the_reference(scaled_run) -> None:
+    for tuple_id, value, _ in scaled_run.results:
+        assert value == scaled_run.expected[tuple_id], tuple_id
+
+
+def test_the_fragment_ran_as_two_instances_on_two_nodes_then_one(scaled_run) -> None:
+    out, back = scaled_run.instances
+    assert len(out) == 2 and {node for _, node, _ in out} == {f"alpha/{n}" for n in NODES}
+    assert [phase for _, _, phase in out] == ["running", "running"]
+    assert len(back) == 1 and back[0][1] == f"alpha/{NODES[0]}"
+    # Results came out before, between and after the steps.
+    written = [at for _, _, at in scaled_run.results]
+    assert written and max(written) > min(written)
+
+
+def test_the_instance_of_the_killed_node_was_restored_on_the_other(scaled_run) -> None:
+    assert scaled_run.restored_on == f"alpha/{NODES[0]}"
+
+
+def test_a_fragment_without_a_key_is_refused_naming_why(federation, spark, registry_module
+                                                        ) -> None:
+    name = f"unkeyed-{uuid.uuid4().hex[:6]}"
+    raw = yaml.safe_load(network_yaml(name, f"{name}.", box_participant="alpha"))
+    raw["boxes"]["per_sensor"]["key"] = []
+    text = yaml.safe_dump(raw)
+    with CatalogClient(federation.catalog_url) as catalog:
+        deploy(text, name, federation, registry_module, spark, catalog, report=lambda _: None)
+        try:
+            fragment = catalog.list(Kind.FRAGMENTS, network=f"alpha/{name}")[0].name
+            with pytest.raises(ScaleError, match="no box declares a key"):
+                scale(catalog, federation, fragment, 2, report=lambda _: None)
+        finally:
+            undeploy(catalog, f"alpha/{name}", report=lambda _: None)

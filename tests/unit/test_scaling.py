@@ -1,0 +1,70 @@
+"""What makes a fragment scalable (its key, its window span) and how an instance is named;
+the scale steps themselves run in tests/e2e/test_scale.py."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from medusa.catalog.model import InstanceSpec
+from medusa.sensor_windows import chain_network_yaml, network_yaml
+from medusa_spark.fragment import Instance
+from medusa_spark.network.model import parse_network
+from medusa_spark.scaling import ScaleError, fragment_key, window_span_ms
+
+pytestmark = pytest.mark.unit
+
+
+def _spec(text: str):  # type: ignore[no-untyped-def]
+    return parse_network(text)
+
+
+def test_the_key_is_the_one_the_boxes_declare() -> None:
+    spec = _spec(network_yaml("sw", "sw."))
+    assert fragment_key(spec, ["plausible", "per_sensor"], "main") == ["sensor_id"]
+
+
+def test_a_fragment_without_a_declared_key_is_refused() -> None:
+    raw = yaml.safe_load(network_yaml("sw", "sw."))
+    raw["boxes"]["per_sensor"]["key"] = []
+    spec = parse_network(yaml.safe_dump(raw))
+    with pytest.raises(ScaleError, match="no box declares a key"):
+        fragment_key(spec, ["plausible", "per_sensor"], "main")
+
+
+def test_boxes_declaring_different_keys_are_refused() -> None:
+    raw = yaml.safe_load(network_yaml("sw", "sw."))
+    raw["boxes"]["plausible"]["key"] = ["kind"]
+    with pytest.raises(ScaleError, match="different keys"):
+        fragment_key(parse_network(yaml.safe_dump(raw)), ["plausible", "per_sensor"], "main")
+
+
+def test_a_session_window_is_refused_naming_the_box() -> None:
+    raw = yaml.safe_load(network_yaml("sw", "sw."))
+    raw["boxes"]["per_sensor"]["params"]["window"] = {"type": "session", "gap": "5 seconds"}
+    with pytest.raises(ScaleError, match=r"box 'per_sensor', field 'params\.window'"):
+        fragment_key(parse_network(yaml.safe_dump(raw)), ["plausible", "per_sensor"], "main")
+
+
+def test_an_output_read_by_another_fragment_is_refused() -> None:
+    spec = _spec(chain_network_yaml("pair", "pair.", "3 seconds"))
+    boxes = [b for b in spec.boxes if b != "per_sensor_20s"]
+    with pytest.raises(ScaleError, match="feeds box 'per_sensor_20s' of another fragment"):
+        fragment_key(spec, boxes, "beta")
+
+
+def test_the_span_sums_the_windows_of_the_fragment() -> None:
+    spec = _spec(chain_network_yaml("pair", "pair.", "3 seconds"))
+    assert window_span_ms(spec, ["per_sensor"]) == 10_000
+    assert window_span_ms(spec, ["per_sensor", "per_sensor_20s"]) == 30_000
+
+
+def test_an_instance_index_must_be_below_its_count() -> None:
+    with pytest.raises(ValidationError, match="not below count"):
+        InstanceSpec(of="main", index=2, count=2, generation=1, key=["k"], emit_from_ms=0)
+
+
+def test_an_instance_has_names_of_its_own() -> None:
+    instance = Instance(1, 3, 2, ("sensor_id",), 0, {})
+    assert instance.suffix == "--g2-1"
