@@ -20,9 +20,12 @@ PARTITION_ROOT = "up-failure "
 see ``medusa.sunion.failure_trace``)."""
 MOVE_ROOT = "move "
 """The root span of a BPM move's trace (the origin's agent, when it offers the fragment)."""
+AUTOSCALE_ROOT = "autoscale "
+"""The root span of an autoscale decision (``medusa autoscale``), with its scale step."""
 KINDS = {"failure": ("medusa-detector", FAILURE_ROOT),
          "partition": ("medusa-sunion", PARTITION_ROOT),
-         "move": ("medusa-bpm", MOVE_ROOT)}
+         "move": ("medusa-bpm", MOVE_ROOT),
+         "autoscale": ("medusa-autoscale", AUTOSCALE_ROOT)}
 """Kind of trace -> the service that starts it and its root span's name prefix."""
 
 

@@ -840,8 +840,10 @@ def trace_command(
         "--kind", help="Which traces: failure (a node declared failed, its takeovers and "
                        "their first outputs), partition (a fragment's failed input: "
                        "its SUnion's delay, tentative release, heal and stabilization, "
-                       "then the reconciliation and REC_DONE), or move (a BPM move: offer, "
-                       "answer, hand-over, first output at the partner).")] = "failure",
+                       "then the reconciliation and REC_DONE), move (a BPM move: offer, "
+                       "answer, hand-over, first output at the partner), or autoscale (a "
+                       "decision of medusa autoscale, with its reason and scale step).")
+                      ] = "failure",
     lookback: Annotated[int, typer.Option(
         "--lookback", min=1, help="Seconds back to look for them.")] = 3600,
     png: Annotated[Path | None, typer.Option(
@@ -975,6 +977,58 @@ def bpm(
                 agent.run(interval, stopped.is_set, alive_file)
         finally:
             ledger.close()
+            tracing.shutdown()
+
+
+@app.command("autoscale")
+def autoscale(
+    interval: Annotated[float, typer.Option(min=1, help="Seconds between steps.")] = 10.0,
+    once: Annotated[bool, typer.Option("--once", help="One step, then exit.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Decide and trace, but scale nothing.")] = False,
+    out_after: Annotated[float, typer.Option(
+        min=1, help="Seconds an instance must be a bottleneck before a scale-out.")] = 30.0,
+    in_below: Annotated[float, typer.Option(
+        min=0, help="Scale in when every instance needs less than this share of a slot...")
+                        ] = 0.25,
+    in_after: Annotated[float, typer.Option(min=1, help="...for this many seconds.")] = 120.0,
+    cooldown: Annotated[float, typer.Option(
+        min=0, help="Seconds a fragment is left alone after a step.")] = 90.0,
+    max_instances: Annotated[int, typer.Option(min=1, max=16)] = 4,
+) -> None:
+    """Scale keyed stateful fragments out when they are a bottleneck and in when they idle
+    (off unless run); each decision is one trace in Jaeger (`medusa trace --kind autoscale`)."""
+    import contextlib
+    import signal
+    import threading
+
+    from medusa import tracing
+    from medusa.autoscale import AutoscalePolicy
+    from medusa.catalog.client import CatalogClient
+    from medusa.registry import registry_client
+    from medusa.stack.endpoints import resolve
+    from medusa_apps.autoscaler import Autoscaler
+
+    _service_logging()
+    endpoints = resolve(StackSettings())
+    tracing.configure("medusa-autoscale", endpoints.otlp_endpoint)
+    policy = AutoscalePolicy(out_after_s=out_after, in_below_load=in_below, in_after_s=in_after,
+                             cooldown_s=cooldown, max_instances=max_instances)
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    with CatalogClient(endpoints.catalog_url) as catalog:
+        scaler = Autoscaler(endpoints, registry_client(endpoints.registry_url), catalog, policy,
+                            dry_run, console.print)
+        try:
+            if once:
+                decisions = scaler.step()
+                if not decisions:
+                    console.print("nothing to scale")
+                return
+            console.print(f"autoscale: a step every {interval:g}s ({policy})")
+            with contextlib.suppress(KeyboardInterrupt):
+                scaler.run(interval, stopped.is_set)
+        finally:
             tracing.shutdown()
 
 

@@ -35,6 +35,8 @@ class FragmentRun:
     query: StreamingQuery
     writer: FragmentWriter
     checkpoint: str
+    trigger_ms: int = 0
+    """Its trigger interval (0: process what is there, then stop)."""
 
     @property
     def name(self) -> str:
@@ -134,7 +136,8 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
         threading.Thread(target=_write_boundaries_when_idle,
                          args=(query, writer, max(duration_ms(interval), 200) / 1000),
                          name=f"idle-boundaries {wiring.global_name}", daemon=True).start()
-    return FragmentRun(wiring, query, writer, checkpoint)
+    return FragmentRun(wiring, query, writer, checkpoint,
+                       0 if interval == AVAILABLE_NOW else duration_ms(interval))
 
 
 def _write_boundaries_when_idle(query: StreamingQuery, writer: FragmentWriter,

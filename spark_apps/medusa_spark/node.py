@@ -122,6 +122,8 @@ class HostedFragment:
     reconciliations: int = 0
     dpc_state: str = "STABLE"
     """The DPC state last written to the catalog."""
+    bottleneck_since: float | None = None
+    """Since when (wall clock) it has not kept up with its input, without a break."""
 
 
 def fragment_of(entry: Entry) -> str:
@@ -745,6 +747,11 @@ class Node:
             samples = [BatchSample.of(json.loads(p.json)) for p in run.query.recentProgress]
             load = fragment_load([s for s in samples if s is not None], int(time.time() * 1000),
                                  self.load_window_s)
+            batch_ms = int(progress.get("batchDuration") or 0)
+            if load.demand >= 1.0 or (run.trigger_ms and batch_ms > run.trigger_ms):
+                hosted.bottleneck_since = hosted.bottleneck_since or time.time()
+            else:
+                hosted.bottleneck_since = None
             fragments.append({
                 "fragment": hosted.name, "state": state, "dpc_state": dpc_state(hosted, sunion),
                 "tentative_results": run.writer.tentative_written,
@@ -754,6 +761,8 @@ class Node:
                 "batch_duration_ms": int(progress.get("batchDuration") or 0),
                 "load": round(load.load, 4),
                 "running_s": round(time.time() - hosted.started_at, 1),
+                "bottleneck_s": round(time.time() - hosted.bottleneck_since, 1)
+                if hosted.bottleneck_since is not None and not run.standby else 0.0,
                 "lag": lag, "restarts": hosted.restarts,
                 "error": failure or self.errors.get(hosted.name),
                 "operators": json.dumps({"operators": operators,

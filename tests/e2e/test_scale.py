@@ -5,6 +5,8 @@ instance. Every result is checked by tuple id against the reference."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 import uuid
 from collections import Counter
@@ -16,7 +18,14 @@ import yaml
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
+from medusa.consuming import TupleConsumer
+from medusa.envelope import TupleType
+from medusa.linear_road.reference import compute
+from medusa.linear_road.sources import publish_traffic
+from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
+from medusa.progress import RateProgress
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
+from medusa.settings import REPO_ROOT
 from medusa_spark.deploy import deploy, undeploy
 from medusa_spark.scaling import ScaleError, ScaleResult, instances_of, scale
 from tests.federation_processes import NodeProcess
@@ -41,20 +50,29 @@ class ScaledRun:
 
 
 @pytest.fixture(scope="module")
-def scaled_run(federation, spark, registry_module, tmp_path_factory) -> Iterator[ScaledRun]:
+def nodes(federation, tmp_path_factory) -> Iterator[list[NodeProcess]]:
     run_dir = tmp_path_factory.mktemp("scale-nodes")
-    nodes = [NodeProcess(name, "alpha", federation, run_dir, secondary=f"alpha/{other}")
-             for name, other in zip(NODES, reversed(NODES), strict=True)]
+    started = [NodeProcess(name, "alpha", federation, run_dir, secondary=f"alpha/{other}")
+               for name, other in zip(NODES, reversed(NODES), strict=True)]
+    try:
+        for node in started:
+            node.start()
+        for node in started:
+            node.wait_registered()
+        yield started
+    finally:
+        for node in started:
+            node.stop()
+
+
+@pytest.fixture(scope="module")
+def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]:
     name = f"scaled-{uuid.uuid4().hex[:6]}"
     prefix = f"{name}."
     network = f"alpha/{name}"
     alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
     results_topic = f"{prefix}medusa.{name}.per_sensor"
     try:
-        for node in nodes:
-            node.start()
-        for node in nodes:
-            node.wait_registered()
         with CatalogClient(federation.catalog_url) as catalog:
             first = nodes[0].global_name
             deploy(network_yaml(name, prefix, box_participant="alpha"), name, federation,
@@ -94,8 +112,8 @@ def scaled_run(federation, spark, registry_module, tmp_path_factory) -> Iterator
                             "\n".join(n.log.read_text(errors="replace") for n in nodes))
             undeploy(catalog, network, report=lambda _: None)
     finally:
-        for node in nodes:
-            node.stop()
+        if nodes[1].process is None:  # back for the tests after this one
+            nodes[1].start().wait_registered()
 
 
 def _instances(catalog: CatalogClient, network: str, fragment: str
@@ -168,3 +186,82 @@ def test_a_fragment_without_a_key_is_refused_naming_why(federation, spark, regis
                 scale(catalog, federation, fragment, 2, report=lambda _: None)
         finally:
             undeploy(catalog, f"alpha/{name}", report=lambda _: None)
+
+
+LR_NETWORK = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks" / "linear_road.yaml"
+LR_PROFILE = TrafficProfile(xways=1, duration_s=240, peak_rate=150, seed=5)
+
+
+def _statistics_network(name: str, prefix: str) -> str:
+    """Linear Road's segment statistics alone: a keyed, windowed fragment (per segment and
+    minute, with the distinct cars), fed by the position reports keyed by car."""
+    raw = yaml.safe_load(LR_NETWORK.read_text())
+    raw.update(name=name, topic_prefix=prefix)
+    raw["streams"] = {k: raw["streams"][k] for k in ("position_reports", "segment_statistics")}
+    raw["boxes"] = {"segment_stats": raw["boxes"]["segment_stats"]}
+    raw["arrows"] = [{"from": "position_reports", "to": "segment_stats"},
+                     {"from": "segment_stats", "to": "segment_statistics"}]
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+def test_linear_road_statistics_scaled_out_and_in_equal_the_reference(
+        federation, nodes, spark, registry_module, kafka_config) -> None:
+    name = f"lrstats-{uuid.uuid4().hex[:6]}"
+    prefix = f"{name}."
+    network = f"alpha/{name}"
+    expected = compute(r for _, rs in TrafficSimulation(LR_PROFILE).run() for r in rs)
+    first = nodes[0].global_name
+    with CatalogClient(federation.catalog_url) as catalog:
+        deploy(_statistics_network(name, prefix), name, federation, registry_module, spark,
+               catalog, {"segment_stats": first}, report=lambda _: None)
+        try:
+            fragment = catalog.list(Kind.FRAGMENTS, network=network)[0].name
+            _wait_all_running(catalog, network)
+            outcome: dict[str, object] = {}
+
+            def publish() -> None:
+                with RateProgress("linear road", total=LR_PROFILE.duration_s - 1.0) as progress:
+                    outcome["summary"] = publish_traffic(
+                        LR_PROFILE, kafka_config=kafka_config, registry=registry_module,
+                        speedup=2, progress=progress, topic_prefix=prefix, end_of_stream=True)
+            feeder = threading.Thread(target=publish, daemon=True)
+            feeder.start()
+            time.sleep(40)
+            scale(catalog, federation, fragment, 2, [n.global_name for n in nodes],
+                  report=lambda _: None)
+            time.sleep(30)
+            scale(catalog, federation, fragment, 1, [first], report=lambda _: None)
+            feeder.join(LR_PROFILE.duration_s)
+            assert not feeder.is_alive(), "the traffic did not finish"
+            streams = yaml.safe_load(LR_NETWORK.read_text())["streams"]
+            topic = prefix + streams["segment_statistics"]["topic"]
+            want = Counter(json.dumps(row, sort_keys=True)
+                           for row in expected.segment_statistics)
+            deadline = time.monotonic() + 240
+            while True:
+                got_rows, ids = _statistics(kafka_config, registry_module, topic)
+                got = Counter(got_rows)
+                if got == want or time.monotonic() > deadline:
+                    break
+                time.sleep(10)
+            duplicated = [i for i, n in Counter(ids).items() if n > 1]
+            assert not duplicated, f"statistics written twice: {duplicated[:5]}"
+            missing, extra = want - got, got - want
+            assert not missing and not extra, (
+                f"{sum(missing.values())} missing, e.g. {list(missing)[:3]}; "
+                f"{sum(extra.values())} extra, e.g. {list(extra)[:3]}")
+        finally:
+            undeploy(catalog, network, report=lambda _: None)
+
+
+def _statistics(kafka_config, registry, topic: str) -> tuple[list[str], list[str]]:
+    with TupleConsumer(kafka_config, registry, [topic], f"check-{uuid.uuid4()}") as consumer:
+        tuples = consumer.drain()
+    rows, ids = [], []
+    for consumed in tuples:
+        if consumed.record.type is TupleType.STABLE:
+            value = dict(consumed.record.value)
+            value.pop("emit_time", None)
+            rows.append(json.dumps(value, sort_keys=True))
+            ids.append(consumed.record.tuple_id)
+    return rows, ids
