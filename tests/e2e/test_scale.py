@@ -106,13 +106,14 @@ def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]
             assert steady.error is None, steady.error
             watch.wait_for(results_topic, set(expected), timeout_s=300)
             watch.stop()
+            nodes[1].start().wait_registered()  # back for the tests after this one
             yield ScaledRun(expected, [(a.tuple_id, a.value, a.appended_ms)
                                        for a in watch.arrivals[results_topic]],
                             steps, instances, restored_on,
                             "\n".join(n.log.read_text(errors="replace") for n in nodes))
             undeploy(catalog, network, report=lambda _: None)
     finally:
-        if nodes[1].process is None:  # back for the tests after this one
+        if nodes[1].process is None:
             nodes[1].start().wait_registered()
 
 
