@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 class AutoscalePolicy(BaseModel):
     out_after_s: float = Field(30.0, gt=0)
     in_below_load: float = Field(0.25, ge=0)
-    in_after_s: float = Field(120.0, gt=0)
+    in_after_s: float = Field(120.0, ge=0)
     cooldown_s: float = Field(90.0, ge=0)
     max_instances: int = Field(4, ge=1, le=16)
     spare_utilisation: float = Field(0.7, gt=0)

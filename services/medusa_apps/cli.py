@@ -991,7 +991,7 @@ def autoscale(
     in_below: Annotated[float, typer.Option(
         min=0, help="Scale in when every instance needs less than this share of a slot...")
                         ] = 0.25,
-    in_after: Annotated[float, typer.Option(min=1, help="...for this many seconds.")] = 120.0,
+    in_after: Annotated[float, typer.Option(min=0, help="...for this many seconds.")] = 120.0,
     cooldown: Annotated[float, typer.Option(
         min=0, help="Seconds a fragment is left alone after a step.")] = 90.0,
     max_instances: Annotated[int, typer.Option(min=1, max=16)] = 4,

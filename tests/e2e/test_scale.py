@@ -6,6 +6,8 @@ instance. Every result is checked by tuple id against the reference."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -26,9 +28,10 @@ from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
 from medusa.progress import RateProgress
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
 from medusa.settings import REPO_ROOT
+from medusa.trace_view import recent, roots
 from medusa_spark.deploy import deploy, undeploy
 from medusa_spark.scaling import ScaleError, ScaleResult, instances_of, scale
-from tests.federation_processes import NodeProcess
+from tests.federation_processes import NodeProcess, federation_env
 
 pytestmark = pytest.mark.e2e
 
@@ -266,3 +269,53 @@ def _statistics(kafka_config, registry, topic: str) -> tuple[list[str], list[str
             rows.append(json.dumps(value, sort_keys=True))
             ids.append(consumed.record.tuple_id)
     return rows, ids
+
+
+def _autoscale_once(env: dict[str, str], *options: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "medusa_apps", "autoscale", "--once", *options],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_autoscale_scales_a_bottleneck_out_and_an_idle_fragment_in_with_a_trace_each(
+        federation, nodes, spark, registry_module, tmp_path) -> None:
+    name = f"auto-{uuid.uuid4().hex[:6]}"
+    network = f"alpha/{name}"
+    env = {**federation_env(federation, tmp_path), "COLUMNS": "200"}
+    alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
+    # A trigger no batch keeps up with: the fragment is a bottleneck from its first batches.
+    text = network_yaml(name, f"{name}.", box_participant="alpha", trigger="100 milliseconds")
+    with CatalogClient(federation.catalog_url) as catalog:
+        deploy(text, name, federation, registry_module, spark, catalog,
+               {"plausible": nodes[0].global_name, "per_sensor": nodes[0].global_name},
+               report=lambda _: None)
+        steady = SteadyInput(alpha, registry_module, f"{name}.sensors.readings", SENSORS, 200)
+        try:
+            _wait_all_running(catalog, network)
+            steady.start()
+            fragment = catalog.list(Kind.FRAGMENTS, network=network)[0].name
+            out = ""
+            deadline = time.monotonic() + 180
+            while f"{fragment}: 1 -> 2 instance(s)" not in out and time.monotonic() < deadline:
+                out = _autoscale_once(env, "--out-after", "5", "--cooldown", "0")
+            assert f"{fragment}: 1 -> 2 instance(s)" in out, out
+            assert len(instances_of(catalog, network, fragment.rsplit("/")[-1])) == 2
+            deadline = time.monotonic() + 180
+            while f"{fragment}: 2 -> 1 instance(s)" not in out and time.monotonic() < deadline:
+                # Reported by both nodes, each instance needs less than 100 slots: idle.
+                out = _autoscale_once(env, "--out-after", "100000", "--in-below", "100",
+                                      "--in-after", "0", "--cooldown", "0")
+            assert f"{fragment}: 2 -> 1 instance(s)" in out, out
+            assert len(instances_of(catalog, network, fragment.rsplit("/")[-1])) == 1
+            found: list[str] = []
+            deadline = time.monotonic() + 60
+            while len(found) < 2 and time.monotonic() < deadline:
+                found = [r.name for t in recent(federation.jaeger_query_url, "autoscale", 20, 900)
+                         for r in roots(t) if r.name.endswith(fragment)]
+                time.sleep(2)
+            assert sorted(found) == [f"autoscale in {fragment}", f"autoscale out {fragment}"], \
+                found
+        finally:
+            steady.paused.set()  # nothing more goes out
+            undeploy(catalog, network, report=lambda _: None)
