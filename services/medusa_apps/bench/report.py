@@ -57,14 +57,15 @@ def pause_plot(path: Path, title: str,
     (each point: state MB, pause s, hand-over s)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    for mode, points in runs.items():
+    for mode, unsorted in runs.items():
+        points = sorted(unsorted)
         measured = [(mb, pause) for mb, pause, _ in points if pause is not None]
         if measured:
             axes.plot(*zip(*measured, strict=True), "o-", label=f"{mode} move: output pause")
         if points:
             axes.plot([mb for mb, _, _ in points], [hand for _, _, hand in points], "s:",
                       alpha=0.6, label=f"{mode} move: request to running")
-    axes.axhline(slide_s, color="grey", linestyle=":", label=f"gap without a move ({slide_s:g} s)")
+    axes.axhline(slide_s, color="grey", linestyle=":", label=f"the slide ({slide_s:g} s)")
     axes.set_xscale("log")
     axes.set_xlabel("checkpointed state of the fragment (MB)")
     axes.set_ylabel("seconds")
