@@ -77,6 +77,9 @@ class Instance:
     key: tuple[str, ...]
     emit_from_ms: int
     start_positions: dict[str, dict[int, int]]
+    by_partition: bool = False
+    """Its input is keyed by the fragment's key: its SUnion reads only the partitions p
+    with p % count == index, which hold its keys and no other (no filter in the query)."""
 
     @property
     def suffix(self) -> str:
@@ -124,6 +127,8 @@ class FragmentWiring:
             output_topic=self.source.topic, output_bootstrap=self.source.bootstrap,
             bucket_ms=self.bucket_ms, max_delay_ms=self.max_delay_ms, resume_from=resume_from,
             start_positions=self.instance.start_positions if self.instance else None,
+            partition_share=(self.instance.index, self.instance.count)
+            if self.instance and self.instance.by_partition else None,
             otlp_endpoint=otlp_endpoint)
 
 
@@ -151,7 +156,7 @@ def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame,
     frames: dict[str, DataFrame] = {}
     for name in fragment.inputs:
         frames[name] = decode_input(source, name, wiring.inputs[name])
-        if wiring.instance is not None:
+        if wiring.instance is not None and not wiring.instance.by_partition:
             frames[name] = frames[name].where(owned_keys(wiring.instance))
     for box in fragment.boxes:
         frames[box] = plan.boxes[box].apply(

@@ -283,7 +283,8 @@ class Node:
         instance = None if spec is None else Instance(
             spec["index"], spec["count"], spec["generation"], tuple(spec["key"]),
             spec["emit_from_ms"], {name: {int(p): o for p, o in offsets.items()}
-                                   for name, offsets in spec["start_positions"].items()})
+                                   for name, offsets in spec["start_positions"].items()},
+            bool(spec.get("by_partition")))
         return fragment_wiring(network.topics, entry.spec["network"], fragment,
                                bootstrap or self.bootstrap, network.delays[short], instance)
 

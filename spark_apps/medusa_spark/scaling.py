@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
@@ -90,11 +91,36 @@ def fragment_key(spec: NetworkSpec, boxes: list[str], fragment: str) -> list[str
                              "bounded span; a fragment with one cannot be scaled")
     inside = set(boxes)
     for arrow in spec.arrows:
-        if arrow.source in inside and arrow.target not in inside and \
-                arrow.target in spec.boxes:
-            raise ScaleError(f"box {arrow.source!r}: its output feeds box {arrow.target!r} "
+        target = _box_of(arrow.target)
+        if arrow.source in inside and target not in inside and target in spec.boxes:
+            raise ScaleError(f"box {arrow.source!r}: its output feeds box {target!r} "
                              "of another fragment; scaling such a fragment is not supported")
     return list(next(iter(keys)))
+
+
+def keyed_input_partitions(spec: NetworkSpec, boxes: list[str], key: list[str],
+                           endpoints: Endpoints) -> int:
+    """The partitions of the fragment's input when it has one, a stream its producers key
+    by the fragment's key (so that each partition holds whole keys); else 0."""
+    inside = set(boxes)
+    sources = {a.source for a in spec.arrows
+               if _box_of(a.target) in inside and a.source not in inside}
+    if len(sources) != 1:
+        return 0
+    stream = spec.streams.get(next(iter(sources)))
+    if stream is None or list(stream.key) != list(key):
+        return 0
+    topic = f"{spec.topic_prefix}{stream.topic}"
+    admin = AdminClient(kafka_config(endpoints.bootstrap(stream.participant)))
+    described = admin.list_topics(topic, timeout=10).topics.get(topic)
+    if described is None or described.error is not None:
+        return 0
+    return len(described.partitions)
+
+
+def _box_of(target: str) -> str:
+    """The box an arrow goes to (``join.left`` names a box and its input port)."""
+    return target.split(".", 1)[0]
 
 
 def window_span_ms(spec: NetworkSpec, boxes: list[str]) -> int:
@@ -135,10 +161,13 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
     boxes = list(old[0].spec["boxes"])
     key = fragment_key(spec, boxes, fragment)
     span = window_span_ms(spec, boxes) + duration_ms(spec.bucket)
+    by_partition = keyed_input_partitions(spec, boxes, key, endpoints) >= count
     placed = _nodes_for(catalog, old[0].spec["node"].split("/")[0], count, nodes)
     generation = 1 + max((e.spec.get("instance") or {}).get("generation", 0) for e in old)
     report(f"  {network}/{fragment}: {len(old)} instance(s) -> {count}, on "
-           f"{', '.join(placed)}")
+           f"{', '.join(placed)}; each "
+           + ("reads its share of the input's partitions" if by_partition else
+              "reads all the input and keeps its keys' rows"))
 
     retired = _retire(catalog, old, started + timeout_s, report)
     marks = [e.spec.get("retired_watermark_ms") for e in retired]
@@ -153,7 +182,8 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
     created = []
     for index, node in enumerate(placed):
         instance = {"of": fragment, "index": index, "count": count, "generation": generation,
-                    "key": key, "emit_from_ms": emit_from, "start_positions": positions}
+                    "key": key, "emit_from_ms": emit_from, "start_positions": positions,
+                    "by_partition": by_partition}
         entry_name = f"{network}/{fragment}--g{generation}-{index}"
         catalog.put(Kind.FRAGMENTS, entry_name, {**template, "node": node, "phase": "placed",
                                                  "instance": instance})

@@ -49,6 +49,8 @@ class ScaledRun:
     """After each step: (instance, node, phase) of each instance."""
     restored_on: str
     """Where the killed node's instance ran after the takeover."""
+    by_partition: list[bool]
+    """Whether each instance after the scale-out read only its share of the partitions."""
     node_logs: str
 
 
@@ -95,6 +97,8 @@ def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]
             both = [n.global_name for n in nodes]
             steps.append(scale(catalog, federation, fragment, 2, both, report=lambda _: None))
             instances.append(_instances(catalog, network, fragment))
+            by_partition = [bool(e.spec["instance"]["by_partition"])
+                            for e in instances_of(catalog, network, fragment.rsplit("/")[-1])]
             time.sleep(20)
             # One instance's node dies: the instance is restored on the other node.
             victim = next(e for e in instances_of(catalog, network, fragment.rsplit("/")[-1])
@@ -112,7 +116,7 @@ def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]
             nodes[1].start().wait_registered()  # back for the tests after this one
             yield ScaledRun(expected, [(a.tuple_id, a.value, a.appended_ms)
                                        for a in watch.arrivals[results_topic]],
-                            steps, instances, restored_on,
+                            steps, instances, restored_on, by_partition,
                             "\n".join(n.log.read_text(errors="replace") for n in nodes))
             undeploy(catalog, network, report=lambda _: None)
     finally:
@@ -170,6 +174,11 @@ def test_the_fragment_ran_as_two_instances_on_two_nodes_then_one(scaled_run) -> 
     # Results came out before, between and after the steps.
     written = [at for _, _, at in scaled_run.results]
     assert written and max(written) > min(written)
+
+
+def test_each_instance_read_its_share_of_the_partitions(scaled_run) -> None:
+    # The readings are keyed by sensor_id, the fragment's key: split by partition.
+    assert scaled_run.by_partition == [True, True]
 
 
 def test_the_instance_of_the_killed_node_was_restored_on_the_other(scaled_run) -> None:
@@ -233,6 +242,10 @@ def test_linear_road_statistics_scaled_out_and_in_equal_the_reference(
             time.sleep(40)
             scale(catalog, federation, fragment, 2, [n.global_name for n in nodes],
                   report=lambda _: None)
+            # Reports are keyed by car, not by segment: each instance reads them all and
+            # keeps its segments' rows.
+            assert [e.spec["instance"]["by_partition"] for e in instances_of(
+                catalog, network, fragment.rsplit("/")[-1])] == [False, False]
             time.sleep(30)
             scale(catalog, federation, fragment, 1, [first], report=lambda _: None)
             feeder.join(LR_PROFILE.duration_s)

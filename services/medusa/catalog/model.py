@@ -102,6 +102,9 @@ class InstanceSpec(Spec):
     start_positions: dict[str, dict[int, int]] = Field(default_factory=dict)
     """Input -> partition -> offset its SUnion starts from: a window's span before
     ``emit_from_ms``, so that every window still open there is rebuilt whole."""
+    by_partition: bool = False
+    """Its input is keyed by ``key``: its SUnion reads only the partitions p with
+    p % count == index; otherwise it reads them all and its query keeps its keys' rows."""
 
     @model_validator(mode="after")
     def _index_below_count(self) -> InstanceSpec:

@@ -32,6 +32,9 @@ class SUnionConfig(BaseModel):
     max_delay_ms: int | None = Field(None, gt=0)
     """DPC's delay D: the longest a bucket that some inputs have passed waits for the
     others before it goes out TENTATIVE (see ``buckets``); None: it waits for them all."""
+    partition_share: tuple[int, int] | None = None
+    """(index, count): read only the input partitions p with p % count == index (one
+    instance of a fragment scaled out by partition); None: every partition."""
     start_positions: dict[str, dict[int, int]] | None = None
     """Input name -> partition -> offset to start from when the output topic holds no
     SUnion state yet (a fragment moved to another cluster); None: earliest."""
@@ -54,6 +57,10 @@ class SUnionConfig(BaseModel):
         places = [(i.bootstrap, i.topic) for i in self.inputs]
         if len(set(places)) != len(places):
             raise ValueError(f"fragment {self.fragment}: two inputs read the same topic")
+        if self.partition_share is not None and \
+                not 0 <= self.partition_share[0] < self.partition_share[1]:
+            raise ValueError(f"fragment {self.fragment}: partition_share {self.partition_share}"
+                             " needs 0 <= index < count")
         unknown = sorted(set(self.start_positions or {}) - set(names))
         if unknown:
             raise ValueError(f"fragment {self.fragment}: start_positions names unknown "

@@ -646,7 +646,7 @@ class SUnion:
                     raise SUnionError(f"{self.config.fragment}: input {spec.name}: topic "
                                       f"{topic} does not exist on {cluster.bootstrap}")
                 partitions = sorted(metadata.partitions)
-            for partition in partitions:
+            for partition in [p for p in partitions if self._owns(p)]:
                 if partition in restored:
                     state = buckets.add_partition(spec.name, partition,
                                                   restored[partition].resume, restored[partition])
@@ -665,7 +665,7 @@ class SUnion:
         assert buckets is not None
         cluster = next(c for c in self._clusters if c.bootstrap == bootstrap)
         spec = cluster.inputs[topic]
-        if (spec.name, partition) in buckets.partitions:
+        if (spec.name, partition) in buckets.partitions or not self._owns(partition):
             return
         # Offset 0 of a new partition; auto.offset.reset=earliest covers retention.
         offset = self._start_position(spec.name, partition) or 0
@@ -673,6 +673,11 @@ class SUnion:
         cluster.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
         log.info("%s: new partition %s [%d], from offset %d", self.config.fragment, topic,
                  partition, offset)
+
+    def _owns(self, partition: int) -> bool:
+        """Whether this SUnion reads the partition (all, unless ``partition_share``)."""
+        share = self.config.partition_share
+        return share is None or partition % share[1] == share[0]
 
     def _start_position(self, input_name: str, partition: int) -> int | None:
         """The configured start offset; it applies only when the output holds no state."""

@@ -22,6 +22,9 @@ class StreamSpec(BaseModel):
     participant: str
     schema_name: str = Field(alias="schema")
     """A schema file under schemas/, without .avsc."""
+    key: list[str] = Field(default_factory=list)
+    """The fields its producers key its records by (Kafka's default partitioner), if any:
+    a fragment keyed the same way can be scaled out by partition (see ``scaling``)."""
 
 
 class BoxSpec(BaseModel):
