@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from py4j.java_gateway import JavaClass
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -159,18 +161,34 @@ def list_files(location: str, spark: SparkSession | None = None) -> list[str]:
 
 
 def copy_tree(source: str, target: str, spark: SparkSession | None = None) -> int:
-    """Copies a directory of a Hadoop file system to another place (replacing what is
-    there); returns the bytes copied. Local folders are copied file by file by
-    ``checkpoints.sync_checkpoint``, which can also copy only what is new."""
+    """Copies the files of a checkpoint on a Hadoop file system to another place (replacing
+    what is there), file by file; returns the bytes copied.
+
+    The checkpoint may be in use meanwhile: its temporary files (renamed into place when
+    complete) are skipped, and a file deleted before its turn (Spark's clean-up of old
+    versions) is left out, as ``checkpoints.sync_checkpoint`` does with local folders.
+    """
+    from py4j.protocol import Py4JJavaError
+
     source_fs, source_path = _hadoop(source, spark)
     target_fs, target_path = _hadoop(target, spark)
     if not source_fs.exists(source_path):
         return 0
     target_fs.delete(target_path, True)
-    jvm = source_path._gateway_client  # the gateway the paths came from
-    from py4j.java_gateway import JavaClass
-
-    file_util = JavaClass("org.apache.hadoop.fs.FileUtil", jvm)
-    file_util.copy(source_fs, source_path, target_fs, target_path, False, True,
-                   source_fs.getConf())
-    return int(source_fs.getContentSummary(source_path).getLength())
+    file_util = JavaClass("org.apache.hadoop.fs.FileUtil", source_path._gateway_client)
+    path_class = JavaClass("org.apache.hadoop.fs.Path", source_path._gateway_client)
+    copied = 0
+    for relative in list_files(source, spark):
+        name = relative.rsplit("/", 1)[-1]
+        if name.endswith(".tmp") or ".tmp." in name:
+            continue
+        try:
+            status = source_fs.getFileStatus(path_class(source_path, relative))
+            file_util.copy(source_fs, status.getPath(), target_fs,
+                           path_class(target_path, relative), False, True, source_fs.getConf())
+        except Py4JJavaError as error:
+            if "FileNotFoundException" not in str(error.java_exception.getClass().getName()):
+                raise
+            continue
+        copied += int(status.getLen())
+    return copied

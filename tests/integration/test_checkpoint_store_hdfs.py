@@ -112,3 +112,17 @@ def test_checkpoint_store_works_alike_on_hdfs_and_local_folders(
             "local": str(tmp_path / "ck"),
             "file-uri": (tmp_path / "ck").as_uri()}[kind]
     _exercise(root, spark)
+
+
+def test_a_checkpoint_is_copied_inside_hdfs_without_its_temporary_files(
+        hdfs: LocalHdfs, spark: Any) -> None:
+    source, target = f"{hdfs.uri}/medusa/copy-from", f"{hdfs.uri}/medusa/copy-to"
+    store.write_text(f"{source}/commits/0", "v1", spark)
+    store.write_text(f"{source}/state/0/1/1.changelog", "x" * 100, spark)
+    store.write_text(f"{source}/state/0/1/.2.changelog.crc.4f2a.tmp", "half", spark)
+    store.write_text(f"{target}/stale", "old", spark)
+    assert store.copy_tree(source, target, spark) == 102
+    assert store.list_files(target, spark) == ["commits/0", "state/0/1/1.changelog"]
+    assert store.read_text(f"{target}/state/0/1/1.changelog", spark) == "x" * 100
+    store.delete(source, spark)
+    store.delete(target, spark)
