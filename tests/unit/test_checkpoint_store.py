@@ -58,6 +58,11 @@ def test_a_file_uri_and_its_path_are_the_same_place(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("call", [store.exists, store.list_names, store.read_text,
                                   store.delete, store.size])
-def test_another_file_system_needs_a_spark_session(call: Callable[[str], object]) -> None:
+def test_another_file_system_needs_a_spark_session(call: Callable[[str], object],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark.sql import SparkSession
+
+    # None given and none active in this process (another test may have started one).
+    monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda cls: None))
     with pytest.raises(ValueError, match="needs a SparkSession"):
         call("hdfs://127.0.0.1:1/ck")
