@@ -32,6 +32,7 @@ from medusa.trace_view import recent, roots
 from medusa_spark.deploy import deploy, undeploy
 from medusa_spark.scaling import ScaleError, ScaleResult, instances_of, scale
 from tests.federation_processes import NodeProcess, federation_env
+from tests.fragment_checks import assert_exactly_once
 
 pytestmark = pytest.mark.e2e
 
@@ -153,12 +154,8 @@ def _wait_moved(catalog: CatalogClient, name: str, away_from: str, timeout_s: fl
 
 
 def test_every_result_reaches_the_output_exactly_once(scaled_run) -> None:
-    counts = Counter(tuple_id for tuple_id, _, _ in scaled_run.results)
-    duplicated = [i for i, n in counts.items() if n > 1]
-    missing = set(scaled_run.expected) - set(counts)
-    assert not duplicated, f"results written twice across the scale steps: {duplicated[:5]}"
-    assert not missing, f"results lost across the scale steps: {sorted(missing)[:5]}"
-    assert set(counts) == set(scaled_run.expected)
+    assert_exactly_once([i for i, _, _ in scaled_run.results], scaled_run.expected,
+                        "the scale steps")
 
 
 def test_the_results_equal_the_reference(scaled_run) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, refere
 from medusa_spark import checkpoint_store as store
 from medusa_spark.deploy import deploy, move, resolve_fragment, undeploy
 from tests.federation_processes import NodeProcess
+from tests.fragment_checks import assert_exactly_once, wait_running_on
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +59,7 @@ def shared_run(federation, hdfs, spark, registry_module, tmp_path_factory
                    registry_module, spark, catalog,
                    {"plausible": nodes[0].global_name, "per_sensor": nodes[0].global_name},
                    report=lambda _: None)
-            _wait_running(catalog, box, nodes[0].global_name)
+            wait_running_on(catalog, box, nodes[0].global_name)
             watch = OutputWatch(alpha, registry_module, [results_topic]).start()
             steady = SteadyInput(alpha, registry_module, f"{prefix}sensors.readings", SENSORS,
                                  SECONDS)
@@ -73,7 +73,7 @@ def shared_run(federation, hdfs, spark, registry_module, tmp_path_factory
             checkpoints.append(resolve_fragment(catalog, box).spec["checkpoint"])
             time.sleep(8)  # a few batches committed on the new node
             nodes[1].kill()
-            _wait_running(catalog, box, nodes[0].global_name)
+            wait_running_on(catalog, box, nodes[0].global_name)
             checkpoints.append(resolve_fragment(catalog, box).spec["checkpoint"])
             assert steady.finished.wait(SECONDS + 120), "the input did not finish"
             assert steady.error is None, steady.error
@@ -88,23 +88,8 @@ def shared_run(federation, hdfs, spark, registry_module, tmp_path_factory
             node.stop()
 
 
-def _wait_running(catalog: CatalogClient, box: str, node: str, timeout_s: float = 240
-                  ) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        spec = resolve_fragment(catalog, box).spec
-        if spec["node"] == node and spec.get("phase") == "running":
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"{box} did not run on {node} within {timeout_s:.0f}s")
-
-
 def test_every_result_reaches_the_output_exactly_once(shared_run) -> None:
-    counts = Counter(shared_run.results)
-    duplicated = [i for i, n in counts.items() if n > 1]
-    missing = set(shared_run.expected) - set(counts)
-    assert not duplicated, f"results written twice: {duplicated[:5]}"
-    assert not missing, f"results lost: {sorted(missing)[:5]}"
+    assert_exactly_once(shared_run.results, shared_run.expected, "the move and the takeover")
 
 
 def test_the_checkpoints_live_in_hdfs(shared_run, hdfs) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ from medusa.catalog.model import Kind
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
 from medusa_spark.deploy import MoveResult, deploy, move, resolve_fragment, undeploy
 from tests.federation_processes import NodeProcess
+from tests.fragment_checks import assert_exactly_once, wait_running_on
 
 pytestmark = pytest.mark.e2e
 
@@ -63,7 +63,7 @@ def warm_run(federation, nodes, spark, registry_module) -> Iterator[WarmRun]:
                registry_module, spark, catalog,
                {"plausible": NODES[0], "per_sensor": NODES[0]}, report=lambda _: None)
         try:
-            _wait_running(catalog, box, NODES[0])
+            wait_running_on(catalog, box, NODES[0])
             watch = OutputWatch(alpha, registry_module, [results_topic]).start()
             steady = SteadyInput(alpha, registry_module, f"{prefix}sensors.readings", SENSORS,
                                  SECONDS)
@@ -89,22 +89,8 @@ def warm_run(federation, nodes, spark, registry_module) -> Iterator[WarmRun]:
             undeploy(catalog, f"alpha/{name}", report=lambda _: None)
 
 
-def _wait_running(catalog: CatalogClient, box: str, node: str, timeout_s: float = 240) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        spec = resolve_fragment(catalog, box).spec
-        if spec["node"] == node and spec.get("phase") == "running":
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"{box} did not run on {node} within {timeout_s:.0f}s")
-
-
 def test_every_result_reaches_the_output_exactly_once(warm_run) -> None:
-    counts = Counter(tuple_id for tuple_id, _, _ in warm_run.results)
-    duplicated = [i for i, n in counts.items() if n > 1]
-    missing = set(warm_run.expected) - set(counts)
-    assert not duplicated, f"results written twice across the moves: {duplicated[:5]}"
-    assert not missing, f"results lost across the moves: {sorted(missing)[:5]}"
+    assert_exactly_once([i for i, _, _ in warm_run.results], warm_run.expected, "the moves")
     for tuple_id, value, _ in warm_run.results:
         assert value == warm_run.expected[tuple_id], tuple_id
 

@@ -1,0 +1,33 @@
+"""Checks shared by the tests that move, scale or take over a fragment under input."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+
+from medusa.catalog.client import CatalogClient
+from medusa_spark.deploy import resolve_fragment
+
+
+def wait_running_on(catalog: CatalogClient, box: str, node: str, timeout_s: float = 240
+                    ) -> None:
+    """Until the fragment holding ``box`` runs on ``node``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        spec = resolve_fragment(catalog, box).spec
+        if spec["node"] == node and spec.get("phase") == "running":
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"{box} did not run on {node} within {timeout_s:.0f}s")
+
+
+def assert_exactly_once(ids: Iterable[str], expected: Iterable[str], across: str) -> None:
+    """Every expected result id came, none twice, none unexpected."""
+    counts = Counter(ids)
+    wanted = set(expected)
+    duplicated = [i for i, n in counts.items() if n > 1]
+    missing = wanted - set(counts)
+    assert not duplicated, f"results written twice across {across}: {duplicated[:5]}"
+    assert not missing, f"results lost across {across}: {sorted(missing)[:5]}"
+    assert set(counts) == wanted, f"unexpected results: {sorted(set(counts) - wanted)[:5]}"
