@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from medusa.catalog.client import CatalogClient
+from medusa.sensor_windows import OutputWatch
 from medusa_spark.deploy import resolve_fragment
 
 
@@ -31,3 +32,10 @@ def assert_exactly_once(ids: Iterable[str], expected: Iterable[str], across: str
     assert not duplicated, f"results written twice across {across}: {duplicated[:5]}"
     assert not missing, f"results lost across {across}: {sorted(missing)[:5]}"
     assert set(counts) == wanted, f"unexpected results: {sorted(set(counts) - wanted)[:5]}"
+
+
+def wait_first_result(watch: OutputWatch, topic: str, timeout_s: float = 180) -> None:
+    """Until ``topic`` has a result (or the time is up: the test's checks then say why)."""
+    deadline = time.monotonic() + timeout_s
+    while not watch.ids(topic) and time.monotonic() < deadline:
+        time.sleep(0.5)

@@ -31,8 +31,8 @@ from medusa.settings import REPO_ROOT
 from medusa.trace_view import recent, roots
 from medusa_spark.deploy import deploy, undeploy
 from medusa_spark.scaling import ScaleError, ScaleResult, instances_of, scale
-from tests.federation_processes import NodeProcess, federation_env
-from tests.fragment_checks import assert_exactly_once
+from tests.federation_processes import NodeProcess, federation_env, running
+from tests.fragment_checks import assert_exactly_once, wait_first_result
 
 pytestmark = pytest.mark.e2e
 
@@ -58,17 +58,10 @@ class ScaledRun:
 @pytest.fixture(scope="module")
 def nodes(federation, tmp_path_factory) -> Iterator[list[NodeProcess]]:
     run_dir = tmp_path_factory.mktemp("scale-nodes")
-    started = [NodeProcess(name, "alpha", federation, run_dir, secondary=f"alpha/{other}")
-               for name, other in zip(NODES, reversed(NODES), strict=True)]
-    try:
-        for node in started:
-            node.start()
-        for node in started:
-            node.wait_registered()
-        yield started
-    finally:
-        for node in started:
-            node.stop()
+    with running({name: NodeProcess(name, "alpha", federation, run_dir,
+                                     secondary=f"alpha/{other}")
+                  for name, other in zip(NODES, reversed(NODES), strict=True)}) as started:
+        yield list(started.values())
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +84,7 @@ def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]
                                  SECONDS)
             expected = reference(steady.readings())
             steady.start()
-            deadline = time.monotonic() + 180
-            while not watch.ids(results_topic) and time.monotonic() < deadline:
-                time.sleep(0.5)
+            wait_first_result(watch, results_topic)
             steps, instances = [], []
             both = [n.global_name for n in nodes]
             steps.append(scale(catalog, federation, fragment, 2, both, report=lambda _: None))

@@ -17,8 +17,8 @@ from medusa.catalog.client import CatalogClient
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
 from medusa_spark import checkpoint_store as store
 from medusa_spark.deploy import deploy, move, resolve_fragment, undeploy
-from tests.federation_processes import NodeProcess
-from tests.fragment_checks import assert_exactly_once, wait_running_on
+from tests.federation_processes import NodeProcess, running
+from tests.fragment_checks import assert_exactly_once, wait_first_result, wait_running_on
 
 pytestmark = pytest.mark.e2e
 
@@ -41,51 +41,42 @@ def shared_run(federation, hdfs, spark, registry_module, tmp_path_factory
                ) -> Iterator[SharedRun]:
     run_dir = tmp_path_factory.mktemp("hdfs-nodes")
     names = [f"hdfs-{i}" for i in (1, 2)]
-    nodes = [NodeProcess(name, "alpha", federation, run_dir, secondary=f"alpha/{other}",
-                         checkpoint_root=f"{hdfs.uri}/medusa/checkpoints/alpha/{name}")
-             for name, other in zip(names, reversed(names), strict=True)]
+    by_name = {name: NodeProcess(name, "alpha", federation, run_dir, secondary=f"alpha/{other}",
+                                 checkpoint_root=f"{hdfs.uri}/medusa/checkpoints/alpha/{name}")
+               for name, other in zip(names, reversed(names), strict=True)}
     name = f"shared-{uuid.uuid4().hex[:6]}"
     prefix = f"{name}."
     alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
     results_topic = f"{prefix}medusa.{name}.per_sensor"
     box = f"alpha/{name}/per_sensor"
-    try:
-        for node in nodes:
-            node.start()
-        for node in nodes:
-            node.wait_registered()
-        with CatalogClient(federation.catalog_url) as catalog:
-            deploy(network_yaml(name, prefix, box_participant="alpha"), name, federation,
-                   registry_module, spark, catalog,
-                   {"plausible": nodes[0].global_name, "per_sensor": nodes[0].global_name},
-                   report=lambda _: None)
-            wait_running_on(catalog, box, nodes[0].global_name)
-            watch = OutputWatch(alpha, registry_module, [results_topic]).start()
-            steady = SteadyInput(alpha, registry_module, f"{prefix}sensors.readings", SENSORS,
-                                 SECONDS)
-            expected = reference(steady.readings())
-            steady.start()
-            deadline = time.monotonic() + 180
-            while not watch.ids(results_topic) and time.monotonic() < deadline:
-                time.sleep(0.5)
-            checkpoints = [resolve_fragment(catalog, box).spec["checkpoint"]]
-            move(catalog, box, nodes[1].global_name, timeout_s=300, report=lambda _: None)
-            checkpoints.append(resolve_fragment(catalog, box).spec["checkpoint"])
-            time.sleep(8)  # a few batches committed on the new node
-            nodes[1].kill()
-            wait_running_on(catalog, box, nodes[0].global_name)
-            checkpoints.append(resolve_fragment(catalog, box).spec["checkpoint"])
-            assert steady.finished.wait(SECONDS + 120), "the input did not finish"
-            assert steady.error is None, steady.error
-            watch.wait_for(results_topic, set(expected), timeout_s=300)
-            watch.stop()
-            committed = [bool(store.list_names(f"{c}/commits", spark)) for c in checkpoints]
-            yield SharedRun(expected, watch.ids(results_topic), checkpoints, committed,
-                            "\n".join(n.log.read_text(errors="replace") for n in nodes))
-            undeploy(catalog, f"alpha/{name}", report=lambda _: None)
-    finally:
-        for node in nodes:
-            node.stop()
+    with running(by_name) as started, CatalogClient(federation.catalog_url) as catalog:
+        nodes = list(started.values())
+        deploy(network_yaml(name, prefix, box_participant="alpha"), name, federation,
+               registry_module, spark, catalog,
+               {"plausible": nodes[0].global_name, "per_sensor": nodes[0].global_name},
+               report=lambda _: None)
+        wait_running_on(catalog, box, nodes[0].global_name)
+        watch = OutputWatch(alpha, registry_module, [results_topic]).start()
+        steady = SteadyInput(alpha, registry_module, f"{prefix}sensors.readings", SENSORS,
+                             SECONDS)
+        expected = reference(steady.readings())
+        steady.start()
+        wait_first_result(watch, results_topic)
+        checkpoints = [resolve_fragment(catalog, box).spec["checkpoint"]]
+        move(catalog, box, nodes[1].global_name, timeout_s=300, report=lambda _: None)
+        checkpoints.append(resolve_fragment(catalog, box).spec["checkpoint"])
+        time.sleep(8)  # a few batches committed on the new node
+        nodes[1].kill()
+        wait_running_on(catalog, box, nodes[0].global_name)
+        checkpoints.append(resolve_fragment(catalog, box).spec["checkpoint"])
+        assert steady.finished.wait(SECONDS + 120), "the input did not finish"
+        assert steady.error is None, steady.error
+        watch.wait_for(results_topic, set(expected), timeout_s=300)
+        watch.stop()
+        committed = [bool(store.list_names(f"{c}/commits", spark)) for c in checkpoints]
+        yield SharedRun(expected, watch.ids(results_topic), checkpoints, committed,
+                        "\n".join(n.log.read_text(errors="replace") for n in nodes))
+        undeploy(catalog, f"alpha/{name}", report=lambda _: None)
 
 
 def test_every_result_reaches_the_output_exactly_once(shared_run) -> None:

@@ -16,8 +16,8 @@ from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
 from medusa_spark.deploy import MoveResult, deploy, move, resolve_fragment, undeploy
-from tests.federation_processes import NodeProcess
-from tests.fragment_checks import assert_exactly_once, wait_running_on
+from tests.federation_processes import NodeProcess, running
+from tests.fragment_checks import assert_exactly_once, wait_first_result, wait_running_on
 
 pytestmark = pytest.mark.e2e
 
@@ -29,16 +29,9 @@ NODES = ("alpha/warm-1", "alpha/warm-2")
 @pytest.fixture(scope="module")
 def nodes(federation, tmp_path_factory) -> Iterator[list[NodeProcess]]:
     run_dir = tmp_path_factory.mktemp("warm-nodes")
-    started = [NodeProcess(name.split("/")[1], "alpha", federation, run_dir) for name in NODES]
-    try:
-        for node in started:
-            node.start()
-        for node in started:
-            node.wait_registered()
-        yield started
-    finally:
-        for node in started:
-            node.stop()
+    with running({name: NodeProcess(name.split("/")[1], "alpha", federation, run_dir)
+                  for name in NODES}) as started:
+        yield list(started.values())
 
 
 @dataclass
@@ -69,9 +62,7 @@ def warm_run(federation, nodes, spark, registry_module) -> Iterator[WarmRun]:
                                  SECONDS)
             expected = reference(steady.readings())
             steady.start()
-            deadline = time.monotonic() + 180
-            while not watch.ids(results_topic) and time.monotonic() < deadline:
-                time.sleep(0.5)
+            wait_first_result(watch, results_topic)
             moves, checkpoints = [], []
             for target in (NODES[1], NODES[0]):  # there and back, both warm
                 moves.append(move(catalog, box, target, timeout_s=300, report=lambda _: None))
