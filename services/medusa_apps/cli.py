@@ -32,6 +32,10 @@ fault_app = typer.Typer(
     help="Faults on demand: cut, slow and heal the links between participants (through "
          "toxiproxy), kill a node or an SUnion.", no_args_is_help=True)
 app.add_typer(fault_app, name="fault")
+linear_road_app = typer.Typer(
+    help="Linear Road: a run's outputs checked against the benchmark's rules.",
+    no_args_is_help=True)
+app.add_typer(linear_road_app, name="linear-road")
 
 console = Console()
 errors = Console(stderr=True)
@@ -365,10 +369,12 @@ def _print_summary(title: str, summary: dict[str, Any], as_json: bool) -> None:
     console.print(f"[bold]{title}[/]: sent {summary['sent']:,}, failed {summary['failed']:,}, "
                   f"{summary['rate_per_s']:,.0f} records/s over {summary['elapsed_s']:.1f}s, "
                   f"{summary['boundaries']:,} BOUNDARY records")
-    if summary.get("bad_lines"):
-        numbers = ", ".join(map(str, summary["bad_line_numbers"][:20]))
-        console.print(f"[yellow]{summary['bad_lines']} bad line(s) skipped[/] (lines {numbers}"
-                      f"{', ...' if summary['bad_lines'] > 20 else ''})")
+    for prefix, where in (("", ""), ("history_", " in the history file")):
+        if summary.get(f"{prefix}bad_lines"):
+            count = summary[f"{prefix}bad_lines"]
+            numbers = ", ".join(map(str, summary[f"{prefix}bad_line_numbers"][:20]))
+            console.print(f"[yellow]{count} bad line(s) skipped{where}[/] (lines {numbers}"
+                          f"{', ...' if count > 20 else ''})")
     for error in summary.get("errors", []):
         errors.print(f"[red]delivery error:[/] {error}")
 
@@ -385,27 +391,51 @@ def produce_linear_road(
     from_file: Annotated[Path | None, typer.Option(
         "--from-file", exists=True, dir_okay=False,
         help="Replay a file in the benchmark's 15-field CSV format instead.")] = None,
-    strict: Annotated[bool, typer.Option(help="Stop at the first bad CSV line.")] = False,
+    history: Annotated[Path | None, typer.Option(
+        "--history", exists=True, dir_okay=False,
+        help="With --from-file: the benchmark's historical toll file (vid,day,xway,toll), "
+             "published at second 0 ahead of the traffic.")] = None,
+    strict: Annotated[bool, typer.Option(
+        help="Stop at the first bad line (of the CSV or the history file).")] = False,
     write_csv: Annotated[Path | None, typer.Option(
         help="Also write the generated input in the benchmark's CSV format.")] = None,
+    write_history: Annotated[Path | None, typer.Option(
+        help="Also write the generated historical tolls in the benchmark's format "
+             "(vid,day,xway,toll).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the simulation.")] = 7,
     partitions: PartitionsOpt = 4,
     topic_prefix: TopicPrefixOpt = "",
     participant: ParticipantOpt = None,
     as_json: JsonSummaryOpt = False,
 ) -> None:
-    """Publish Linear Road traffic: simulated, or replayed from a CSV file."""
+    """Publish Linear Road traffic and historical tolls: simulated, or replayed from the
+    benchmark's files (a CSV file, and its historical toll file with --history)."""
     from medusa.feeding import feed
     from medusa.linear_road import records as lr
-    from medusa.linear_road.sources import BadLines, StrictCsvError, from_csv, simulated
+    from medusa.linear_road.sources import (
+        BadLines,
+        StrictCsvError,
+        from_csv,
+        read_history,
+        simulated,
+        with_history,
+    )
     from medusa.linear_road.traffic import TrafficProfile
     from medusa.progress import RateProgress
 
+    if history is not None and from_file is None:
+        raise _fail("--history goes with --from-file (the simulation makes its own)", code=2)
     kafka, registry = _clients(participant)
     settings = ProducerSettings()
-    bad_lines = BadLines()
+    bad_lines, history_bad_lines = BadLines(), BadLines()
     if from_file is not None:
         seconds = from_csv(from_file, bad_lines, strict=strict)
+        if history is not None:
+            try:
+                seconds = with_history(read_history(history, history_bad_lines, strict),
+                                       seconds)
+            except StrictCsvError as error:
+                raise _fail(f"{error} (--strict)") from None
         total = None
         description = f"replaying {from_file.name}"
     else:
@@ -413,8 +443,8 @@ def produce_linear_road(
         seconds = simulated(profile)
         total = float(duration - 1)
         description = f"Linear Road L={xways}"
-    if write_csv is not None:
-        seconds = _tee_csv(seconds, write_csv)
+    if write_csv is not None or write_history is not None:
+        seconds = _tee_csv(seconds, write_csv, write_history)
     try:
         with RateProgress(description, total=total) as progress:
             summary = feed(seconds, kafka_config=kafka, registry=registry, topics=lr.TOPICS,
@@ -426,18 +456,88 @@ def produce_linear_road(
     except StrictCsvError as error:
         raise _fail(f"{error} (--strict)") from None
     summary.bad_line_count, summary.bad_lines = bad_lines.count, bad_lines.first
-    _print_summary("Linear Road", summary.as_dict(), as_json)
+    result = summary.as_dict()
+    if history is not None:
+        result["history_bad_lines"] = history_bad_lines.count
+        result["history_bad_line_numbers"] = [number for number, _ in history_bad_lines.first]
+    _print_summary("Linear Road", result, as_json)
     if summary.failed:
         raise typer.Exit(1)
 
 
-def _tee_csv(seconds: Any, path: Path) -> Any:
-    from medusa.linear_road.records import to_csv_line
+def _tee_csv(seconds: Any, csv_path: Path | None, history_path: Path | None) -> Any:
+    """Passes the seconds on, writing their records to the benchmark's files as they go:
+    the traffic to ``csv_path``, the historical tolls to ``history_path``."""
+    import contextlib
 
-    with path.open("w") as out:
+    from medusa.linear_road.records import HistoricalTolls, to_csv_line, to_history_lines
+
+    with contextlib.ExitStack() as files:
+        csv_out = files.enter_context(csv_path.open("w")) if csv_path else None
+        history_out = files.enter_context(history_path.open("w")) if history_path else None
         for t, batch in seconds:
-            out.writelines(to_csv_line(keyed.value) + "\n" for keyed in batch)
+            for keyed in batch:
+                record = keyed.value
+                if isinstance(record, HistoricalTolls):
+                    if history_out is not None:
+                        history_out.writelines(line + "\n" for line in to_history_lines(record))
+                elif csv_out is not None:
+                    csv_out.write(to_csv_line(record) + "\n")
             yield t, batch
+
+
+@linear_road_app.command("validate")
+def linear_road_validate(
+    prefix: Annotated[str, typer.Option(
+        "--prefix", help="The run's topic prefix (as given to `produce linear-road "
+                         "--topic-prefix`).")] = "",
+    participant: ParticipantOpt = None,
+    json_file: Annotated[Path | None, typer.Option(
+        "--json", dir_okay=False, help="Also write the result as JSON to this file.")] = None,
+    idle: Annotated[float, typer.Option(
+        min=0.5, help="The topics are read until nothing came for this many seconds.")
+                    ] = 5.0,
+) -> None:
+    """Check a finished run: read its input and output topics, compute the reference from
+    the inputs and compare, per output type (0 toll notifications, 1 accident alerts,
+    2 account balances, 3 daily expenditures): missing, wrong, duplicated and late
+    (> 5 s) outputs, and response times. Exit 0 on PASS, 1 on FAIL, 2 when the run cannot
+    be read (a topic missing, no input)."""
+    from medusa.linear_road.records import PositionReport
+    from medusa.linear_road.reference import compute
+    from medusa.linear_road.run_records import MissingTopicsError, read_run
+    from medusa.linear_road.validation import validate
+
+    kafka, registry = _clients(participant)
+    try:
+        with console.status(f"reading the run's topics ({prefix or 'no prefix'}) until "
+                            f"nothing comes for {idle:g}s"):
+            run = read_run(kafka, registry, prefix, idle_s=idle)
+    except MissingTopicsError as error:
+        raise _fail(str(error), code=2) from None
+    reports = run.count(PositionReport)
+    if not reports:
+        raise _fail(f"no position reports in {prefix}linear-road.position-reports", code=2)
+    console.print(f"read {len(run.inputs):,} input records ({reports:,} position reports) "
+                  f"and {sum(map(len, run.outputs.values())):,} outputs")
+    if not run.complete:
+        errors.print("[yellow]warning:[/] reading stopped at its time limit, not at the "
+                     "topics' end")
+    with console.status("computing the reference"):
+        reference = compute(run.reference_input())
+    result = validate(run.inputs, run.outputs, reference)
+    console.print(result.table())
+    if json_file is not None:
+        json_file.write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+    if not result.passed:
+        for type_result in result.types:
+            for label, rows in (("missing", type_result.comparison.missing_examples),
+                                ("unexpected", type_result.comparison.unexpected_examples)):
+                for row in rows:
+                    errors.print(f"{type_result.kind.name}, {label}: {json.dumps(row)}")
+        console.print("[bold red]FAIL[/]")
+        raise typer.Exit(1)
+    console.print("[bold green]PASS[/]")
 
 
 @produce_app.command("sensors")

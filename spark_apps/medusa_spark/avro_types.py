@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DataType,
     DoubleType,
@@ -55,6 +56,8 @@ def _field_type(avro_type: Any) -> tuple[DataType, bool]:
             return TimestampType(), False
         if avro_type.get("type") in _PRIMITIVES:
             return _PRIMITIVES[avro_type["type"]], False
+        if avro_type.get("type") == "array" and avro_type.get("items") in _PRIMITIVES:
+            return ArrayType(_PRIMITIVES[avro_type["items"]], containsNull=False), False
         raise UnsupportedAvroTypeError(f"unsupported Avro type {json.dumps(avro_type)}")
     if avro_type in _PRIMITIVES:
         return _PRIMITIVES[avro_type], False
@@ -74,6 +77,8 @@ def type_name(data_type: DataType) -> str:
     """The Avro-side name of a Spark type ('timestamp' for timestamp-millis)."""
     if isinstance(data_type, TimestampType):
         return "timestamp"
+    if isinstance(data_type, ArrayType) and type(data_type.elementType) in _AVRO_NAMES:
+        return f"array<{_AVRO_NAMES[type(data_type.elementType)]}>"
     try:
         return _AVRO_NAMES[type(data_type)]
     except KeyError:
@@ -85,9 +90,11 @@ def record_schema(struct: StructType, name: str, namespace: str) -> str:
     """An Avro record schema for a struct; every field nullable (results may lack a value)."""
     fields = []
     for field in struct.fields:
-        avro_type: Any = ({"type": "long", "logicalType": "timestamp-millis"}
-                          if isinstance(field.dataType, TimestampType)
-                          else type_name(field.dataType))
+        avro_type: Any = type_name(field.dataType)
+        if isinstance(field.dataType, TimestampType):
+            avro_type = {"type": "long", "logicalType": "timestamp-millis"}
+        elif isinstance(field.dataType, ArrayType):
+            avro_type = {"type": "array", "items": type_name(field.dataType.elementType)}
         fields.append({"name": field.name, "type": ["null", avro_type], "default": None})
     record_name = re.sub(r"(^|[_\-.])(\w)", lambda m: m.group(2).upper(), name)
     return json.dumps({"type": "record", "name": record_name, "namespace": namespace,

@@ -27,6 +27,8 @@ from pyspark.sql.types import StructType
 
 from medusa.settings import spark_kafka_options
 from medusa.sunion.config import SUnionConfig, SUnionInput
+from medusa_spark.boxes.port import PortBox
+from medusa_spark.boxes.process import PORT
 from medusa_spark.network.fragments import Fragment
 from medusa_spark.network.validate import Plan
 from medusa_spark.streams import (
@@ -162,8 +164,14 @@ def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame,
         frames[box] = plan.boxes[box].apply(
             {port: frames[src] for port, src in plan.inputs[box].items()})
     rows: list[DataFrame] = []
+    ports: dict[str, dict[str, FragmentOutput]] = {}
     for box, output in wiring.outputs.items():
-        rows.append(_output_rows(box, frames[box], output))
+        if isinstance(plan.boxes[box], PortBox):
+            ports.setdefault(plan.inputs[box]["in"], {})[box] = output
+        else:
+            rows.append(_output_rows(box, frames[box], output))
+    for process, outputs in ports.items():
+        rows.append(_port_rows(plan, frames[process], outputs))
     # BOUNDARY and INVALID records in one reader of the source, not one each.
     inputs = {name: wiring.inputs[name] for name in fragment.inputs}
     rows.append(control_rows(source, inputs).withColumn(OUTPUT, F.lit(None).cast("string")))
@@ -192,6 +200,36 @@ def _output_rows(box: str, results: DataFrame, output: FragmentOutput) -> DataFr
     counted = results.observe(f"box.{box}", F.count(F.lit(1)).alias("rows"))
     return counted.select(F.lit(box).alias(OUTPUT), TYPE, ID, STIME, key.alias(KEY),
                           trace.alias(TRACE), F.struct(*values).alias(packed(box)))
+
+
+def _port_rows(plan: Plan, results: DataFrame, outputs: dict[str, FragmentOutput]
+               ) -> DataFrame:
+    """The rows of a process box's port boxes from one pass over its results: Spark runs a
+    stateful operator once per plan that reads it, so each port box reading it apart would
+    run it (and keep its state) once per port."""
+    output: Column = F.lit(None).cast("string")
+    key: Column = F.lit(None).cast("string")
+    packs = []
+    counts = []
+    for box, fragment_output in outputs.items():
+        port_box = plan.boxes[box]
+        assert isinstance(port_box, PortBox)
+        here = F.col(PORT) == port_box.params.port
+        fields = port_box.field_names(results)
+        values: list[Column] = []
+        for field in fragment_output.fields.fields:
+            column = port_box.column_of(field.name)
+            values.append((F.col(column).cast(field.dataType) if field.name in fields
+                           else F.lit(None).cast(field.dataType)).alias(field.name))
+        packs.append(F.when(here, F.struct(*values)).alias(packed(box)))
+        output = F.when(here, F.lit(box)).otherwise(output)
+        if fragment_output.key:
+            key = F.when(here, F.concat_ws("/", *[F.col(port_box.column_of(k)).cast("string")
+                                                  for k in fragment_output.key])).otherwise(key)
+        counts.append(F.count(F.when(here, 1)).alias(box))
+    counted = results.observe(f"boxes.{next(iter(outputs))}", *counts)
+    return counted.select(output.alias(OUTPUT), TYPE, ID, STIME, key.alias(KEY),
+                          F.lit(None).cast("string").alias(TRACE), *packs)
 
 
 def start_query_frame(spark: SparkSession, plan: Plan, wiring: FragmentWiring,

@@ -103,10 +103,12 @@ class FragmentRun:
         observed = progress.get("observedMetrics") or {}
         rows = {}
         for name, metrics in observed.items():
+            # A Row in PySpark's progress object, a dict in its JSON form.
+            values = metrics.asDict() if hasattr(metrics, "asDict") else (metrics or {})
             if name.startswith("box."):
-                # A Row in PySpark's progress object, a dict in its JSON form.
-                values = metrics.asDict() if hasattr(metrics, "asDict") else (metrics or {})
                 rows[name[4:]] = int(values.get("rows", 0) or 0)
+            elif name.startswith("boxes."):  # a process box's ports, counted in one pass
+                rows.update({box: int(count or 0) for box, count in values.items()})
         return rows
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pyspark
@@ -34,6 +35,8 @@ def spark_session(app_name: str, master: str = "local[2]",
                   settings: StackSettings | None = None) -> SparkSession:
     # Everything this project runs binds to the loopback interface.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers (process boxes) need this interpreter's packages (pandas, pyarrow).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     jars = ",".join(str(jar) for jar in connector_jars(settings))
     builder = SparkSession.builder
     for key, value in HDFS_CLIENT_CONF.items():  # checkpoints on a shared HDFS

@@ -1,7 +1,8 @@
-"""Linear Road input records, their topics, and the benchmark's 15-field CSV format.
+"""Linear Road input records, their topics, and the benchmark's file formats.
 
 CSV fields: Type, Time, VID, Spd, XWay, Lane, Dir, Seg, Pos, QID, S_init, S_end, DOW, TOD, Day;
-fields a type does not use are -1.
+fields a type does not use are -1. The historical toll file has rows ``vid,day,xway,toll``
+(day 1..69), published grouped per (vid, xway) as ``HistoricalTolls``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,13 @@ POSITION_REPORTS = "linear-road.position-reports"
 ACCOUNT_BALANCE_QUERIES = "linear-road.account-balance-queries"
 DAILY_EXPENDITURE_QUERIES = "linear-road.daily-expenditure-queries"
 TRAVEL_TIME_QUERIES = "linear-road.travel-time-queries"
+HISTORICAL_TOLLS = "linear-road.historical-tolls"
+TOLL_NOTIFICATIONS = "linear-road.toll-notifications"
+ACCIDENT_ALERTS = "linear-road.accident-alerts"
+ACCOUNT_BALANCES = "linear-road.account-balances"
+DAILY_EXPENDITURES = "linear-road.daily-expenditures"
+HISTORY_DAYS = 69
+"""Days of historical tolls a car has: day 1 is yesterday."""
 
 CSV_FIELD_COUNT = 15
 STIME_ORIGIN_MS = 86_400_000
@@ -106,23 +114,57 @@ class TravelTimeQuery:
                 self.s_end, self.dow, self.tod, -1]
 
 
-LinearRoadRecord = PositionReport | AccountBalanceQuery | DailyExpenditureQuery | TravelTimeQuery
-RECORD_TYPES: tuple[type[LinearRoadRecord], ...] = (
+@dataclass(frozen=True)
+class HistoricalTolls:
+    """What a car spent on one expressway on each of the last 69 days (``tolls[d - 1]`` on
+    day d): the benchmark's historical toll rows ``vid, day, xway, toll``, grouped per car
+    and expressway. Published before the car's first report."""
+
+    TOPIC: ClassVar[str] = HISTORICAL_TOLLS
+    time: int
+    vid: int
+    xway: int
+    tolls: tuple[int, ...]
+
+    @property
+    def tuple_id(self) -> str:
+        return f"lr/hist/{self.xway}/{self.vid}"
+
+
+def to_history_lines(history: HistoricalTolls) -> list[str]:
+    """The benchmark's historical toll file rows: ``vid,day,xway,toll``."""
+    return [f"{history.vid},{day},{history.xway},{toll}"
+            for day, toll in enumerate(history.tolls, start=1)]
+
+
+CsvRecord = PositionReport | AccountBalanceQuery | DailyExpenditureQuery | TravelTimeQuery
+"""The records of the benchmark's 15-field CSV format."""
+LinearRoadRecord = CsvRecord | HistoricalTolls
+"""Linear Road input, as the producer publishes it: CSV records and historical tolls."""
+RECORD_TYPES: tuple[type[CsvRecord], ...] = (
     PositionReport, AccountBalanceQuery, DailyExpenditureQuery, TravelTimeQuery,
 )
-TOPICS = tuple(record_type.TOPIC for record_type in RECORD_TYPES)
+TOPICS = (*(record_type.TOPIC for record_type in RECORD_TYPES), HISTORICAL_TOLLS)
+"""Every Linear Road input topic, each record keyed by its vid."""
 
 
 def to_dict(record: LinearRoadRecord, _context: Any = None) -> dict[str, Any]:
-    return asdict(record)
+    fields = asdict(record)
+    if isinstance(record, HistoricalTolls):
+        fields["tolls"] = list(record.tolls)
+    return fields
 
 
-def to_csv_line(record: LinearRoadRecord) -> str:
+def to_csv_line(record: CsvRecord) -> str:
     return ",".join(str(value) for value in record.csv_fields())
 
 
 class CsvLineError(MedusaError, ValueError):
     """A line that is not a valid Linear Road record; the message says why."""
+
+
+class HistoryLineError(CsvLineError):
+    """A line that is not a valid historical toll row; the message names the field."""
 
 
 _RANGES = {  # field: (low, high) inclusive, checked on position reports
@@ -131,7 +173,7 @@ _RANGES = {  # field: (low, high) inclusive, checked on position reports
 }
 
 
-def parse_csv_line(line: str) -> LinearRoadRecord:
+def parse_csv_line(line: str) -> CsvRecord:
     parts = [part.strip() for part in line.strip().split(",")]
     if len(parts) != CSV_FIELD_COUNT:
         raise CsvLineError(f"expected {CSV_FIELD_COUNT} comma-separated fields, got {len(parts)}")
@@ -159,3 +201,30 @@ def parse_csv_line(line: str) -> LinearRoadRecord:
             return TravelTimeQuery(time, vid, xway, qid, s_init, s_end, dow, tod)
         case _:
             raise CsvLineError(f"unknown record type {kind} (expected 0, 2, 3 or 4)")
+
+
+HISTORY_FIELDS = ("vid", "day", "xway", "toll")
+"""The fields of a row of the benchmark's historical toll file, in order."""
+
+
+def parse_history_line(line: str) -> tuple[int, int, int, int]:
+    """``(vid, day, xway, toll)`` of a row of the benchmark's historical toll file
+    (``vid,day,xway,toll``, comma separated, spaces allowed)."""
+    parts = [part.strip() for part in line.strip().split(",")]
+    if len(parts) != len(HISTORY_FIELDS):
+        raise HistoryLineError(f"expected {len(HISTORY_FIELDS)} comma-separated fields "
+                               f"({','.join(HISTORY_FIELDS)}), got {len(parts)}")
+    values = []
+    for number, (name, part) in enumerate(zip(HISTORY_FIELDS, parts, strict=True), start=1):
+        try:
+            values.append(int(part))
+        except ValueError:
+            raise HistoryLineError(
+                f"field {number} ({name}) is not an integer: {part!r}") from None
+    vid, day, xway, toll = values
+    if not 1 <= day <= HISTORY_DAYS:
+        raise HistoryLineError(f"field 2 (day) must be in 1..{HISTORY_DAYS}, got {day}")
+    for number, name, value in ((1, "vid", vid), (3, "xway", xway), (4, "toll", toll)):
+        if value < 0:
+            raise HistoryLineError(f"field {number} ({name}) must not be negative, got {value}")
+    return vid, day, xway, toll

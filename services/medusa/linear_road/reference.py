@@ -1,229 +1,374 @@
-"""An independent, pure-Python reference for the Linear Road semantics in SEMANTICS.md.
+"""An independent, pure-Python reference for the Linear Road rules in SEMANTICS.md.
 
-It computes the four compared output streams from position reports alone, one small
-function per numbered rule, so that the Spark query network's output can be checked
-against it record for record (as multisets, without `emit_time`).
+It reads the whole input at once and computes every compared output, one small function per
+numbered rule, so that the streaming implementation can be checked against it record for
+record. Records are processed in SEMANTICS.md's order: by time, and within one second the
+historical tolls, then the position reports, then the queries, each in input order.
 
-Readings of SEMANTICS.md chosen where it leaves room (the most literal one each time):
-- Rules 1, 3, 8, 9 use the report's own `seg` field ("r's seg", "the report r's fields");
-  rule 5 computes the accident's segment as `pos // 5280`, as it says. The two agree on
-  valid input, where `seg == pos // 5280`.
-- Rule 2: the LAV is the plain mean of the existing per-minute `avg_speed` values of
-  minutes m-5 .. m-1 (not weighted by report counts), summed in minute order.
-- Rule 3 looks for reports at exactly `time - 90/60/30`; speed plays no part.
-- Rules 6, 7 and 10: an accident zone covers segments of the accident's own xway and dir.
-- Rules 7 and 9: without a segment-statistics row for m-1 there is no toll row, so the
-  notification carries toll 0 and lav 0 even where LAV(m) exists.
-- Rule 8: with more than one report of a vid at `time - 30` on the xway (not produced by
-  the simulation), a report is new-segment unless one of them has the same seg and dir.
-- Rules 4 and 10 deduplicate: one dispatch per run, one alert per accident segment. Every
-  other output is one record per qualifying report (a duplicated report counts twice).
+Readings chosen where SEMANTICS.md leaves room (the most literal one, or the benchmark's):
+- Segments: statistics, triggers, tolls and alerts use a report's own `seg` field; an
+  accident's segment is `pos // 5280`, as rule 6 says. They agree on valid input.
+- Rules 1-2: statistics are of whole minutes (the toll of minute m only needs minutes before
+  m). The LAV is the plain mean of the `avg_speed` of minutes m-5 .. m-1 that have
+  statistics, computed exactly (fractions) and rounded half up.
+- Rule 3: "no accident active on the segment or the four downstream of it" means that the
+  segment is in the zone (rule 6) of an accident active in minute m on the same xway and
+  dir, the same condition as rule 9's; an alerted report's toll is therefore 0.
+- Rule 5: a new trip restarts the count of identical reports even at an identical place
+  (possible only after an exit-lane report). A car that stops reporting stays stopped, so
+  an accident whose cars never report again is never cleared.
+- Rule 6: an accident detected and cleared in the same minute is never active. A place has
+  at most one open accident: a new one there needs the previous one cleared first.
+- Rule 7: only a different `seg` (or a new trip) triggers; a report in the same segment with
+  another dir does not.
+- Rule 9: one alert per triggering report, naming the nearest accident ahead.
+- Rule 10: the charge is the toll of the car's last toll notification, on the report's xway.
+- Rule 11: `result_time` is the query's own time; the balance includes the charges of that
+  second (its reports come before its queries).
+- Rule 12: the row used is the last historical row for (vid, xway) processed before the
+  query (a row processed later does not count); a `day` outside 1 .. len(tolls) gives 0.
+- Several reports of one car in one second are consecutive reports in input order.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
 from typing import Any
 
 from medusa.linear_road.records import (
     EXIT_LANE,
     FEET_PER_SEGMENT,
     SEGMENTS,
+    AccountBalanceQuery,
+    DailyExpenditureQuery,
+    HistoricalTolls,
     LinearRoadRecord,
     PositionReport,
+    TravelTimeQuery,
 )
 
-REPORT_INTERVAL_S = 30
-ZONE_SEGMENTS = 4
+LAV_MINUTES = 5
 TOLL_MAX_LAV = 40
 TOLL_MIN_CARS = 50
+STOPPED_REPORTS = 4
+ZONE_SEGMENTS = 4
 
-SegmentKey = tuple[int, int, int]  # (xway, dir, seg)
+Segment = tuple[int, int, int]  # (xway, dir, seg)
 SegmentMinute = tuple[int, int, int, int]  # (xway, dir, seg, minute)
+Place = tuple[int, int, int]  # (xway, dir, pos)
+Record = LinearRoadRecord | HistoricalTolls
+Row = dict[str, Any]
 
 
 @dataclass
 class ReferenceOutput:
-    segment_statistics: list[dict[str, Any]]  # {xway, dir, seg, minute, car_count, avg_speed}
-    toll_notifications: list[dict[str, Any]]  # {vid, time, xway, seg, dir, lav, toll}
-    accident_alerts: list[dict[str, Any]]  # {vid, time, xway, dir, seg}
-    tow_truck_dispatches: list[dict[str, Any]]  # {vid, time, xway, dir, lane, seg, pos}
+    toll_notifications: list[Row]  # {vid, time, xway, dir, seg, lav, toll}
+    accident_alerts: list[Row]  # {vid, time, xway, dir, seg}
+    account_balances: list[Row]  # {qid, vid, time, result_time, balance}
+    daily_expenditures: list[Row]  # {qid, vid, time, xway, day, expenditure}
+    toll_assessments: list[Row]  # {vid, time, xway, toll}
+    segment_statistics: list[Row]  # {xway, dir, seg, minute, car_count, avg_speed}
 
+    def balance_at(self, vid: int, second: int) -> int:
+        """The sum of the car's charges (toll assessments) with time <= `second`."""
+        return balance(self._charges_by_vid.get(vid, []), vid, second)
 
-@dataclass(frozen=True)
-class SegmentStatistics:
-    car_count: int
-    avg_speed: float
-
-
-@dataclass(frozen=True)
-class Accident:
-    xway: int
-    dir: int
-    seg: int
-    minute: int
+    @cached_property
+    def _charges_by_vid(self) -> dict[int, list[Row]]:
+        return charges_by_vid(self.toll_assessments)
 
 
 def minute(time: int) -> int:
-    """Time section: the simulation minute of a report second (minute 1 is 0..59)."""
+    """The simulation minute of a second: minute 1 is seconds 0..59."""
     return time // 60 + 1
 
 
-def _place(report: PositionReport) -> tuple[int, int, int, int]:
-    return (report.xway, report.dir, report.lane, report.pos)
+# Processing order -----------------------------------------------------------------------------
+
+_RANK: dict[type, int] = {HistoricalTolls: 0, PositionReport: 1, AccountBalanceQuery: 2,
+                          DailyExpenditureQuery: 2, TravelTimeQuery: 2}
 
 
-# Rule 1 -------------------------------------------------------------------------------------
+def processing_order(records: Iterable[Record]) -> list[Record]:
+    """By time; within a second historical tolls, reports, queries, each in input order."""
+    return sorted(records, key=lambda record: (record.time, _RANK[type(record)]))
 
-def segment_statistics(reports: Iterable[PositionReport]) -> dict[SegmentMinute, SegmentStatistics]:
-    """Rule 1: distinct vids and mean speed per (xway, dir, seg, minute), every lane."""
-    vids: dict[SegmentMinute, set[int]] = defaultdict(set)
-    speeds: dict[SegmentMinute, list[int]] = defaultdict(list)
+
+# Rule 1: statistics ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Statistics:
+    cars: int
+    avg_speed: Fraction
+
+
+def mean(values: list[Fraction]) -> Fraction:
+    return sum(values, Fraction(0)) / len(values)
+
+
+def segment_statistics(reports: list[PositionReport]) -> dict[SegmentMinute, Statistics]:
+    """Rule 1: distinct vids, and the mean of the per-car mean speeds, per segment minute."""
+    speeds: dict[SegmentMinute, dict[int, list[Fraction]]] = defaultdict(
+        lambda: defaultdict(list))
     for r in reports:
-        key = (r.xway, r.dir, r.seg, minute(r.time))
-        vids[key].add(r.vid)
-        speeds[key].append(r.speed)
-    return {key: SegmentStatistics(len(vids[key]), sum(s) / len(s)) for key, s in speeds.items()}
+        speeds[(r.xway, r.dir, r.seg, minute(r.time))][r.vid].append(Fraction(r.speed))
+    return {key: Statistics(len(cars), mean([mean(s) for s in cars.values()]))
+            for key, cars in speeds.items()}
 
 
-# Rule 2 -------------------------------------------------------------------------------------
+# Rule 2: LAV ----------------------------------------------------------------------------------
 
-def latest_average_velocity(stats: dict[SegmentMinute, SegmentStatistics],
-                            segment: SegmentKey, m: int) -> float | None:
-    """Rule 2: mean avg_speed of the segment's rows of minutes m-5..m-1; None without rows."""
-    xway, direction, seg = segment
-    speeds = [row.avg_speed for prev in range(m - 5, m)
-              if (row := stats.get((xway, direction, seg, prev))) is not None]
-    return sum(speeds) / len(speeds) if speeds else None
+def round_half_up(value: Fraction) -> int:
+    return math.floor(value + Fraction(1, 2))
 
 
-# Rule 3 -------------------------------------------------------------------------------------
-
-def stop_events(reports: list[PositionReport]) -> list[PositionReport]:
-    """Rule 3: reports with identical (xway, dir, lane, pos) reports at -90, -60, -30 s."""
-    seen = {(r.vid, r.time, *_place(r)) for r in reports}
-    return [r for r in reports
-            if all((r.vid, r.time - back, *_place(r)) in seen for back in (30, 60, 90))]
+def lav(stats: dict[SegmentMinute, Statistics], segment: Segment, m: int) -> int | None:
+    """Rule 2: the rounded mean avg_speed of minutes m-5 .. m-1 with statistics; or None."""
+    speeds = [stats[(*segment, p)].avg_speed for p in range(m - LAV_MINUTES, m)
+              if (*segment, p) in stats]
+    return round_half_up(mean(speeds)) if speeds else None
 
 
-# Rule 4 -------------------------------------------------------------------------------------
+# Rule 3: toll ---------------------------------------------------------------------------------
 
-def tow_truck_dispatches(stops: list[PositionReport]) -> list[dict[str, Any]]:
-    """Rule 4: one dispatch per run of stop events 30 s apart: the run's first stop event."""
-    stopped = {(s.vid, s.time, *_place(s)) for s in stops}
-    dispatches = {
-        (s.vid, s.time, s.xway, s.dir, s.lane, s.seg, s.pos) for s in stops
-        if (s.vid, s.time - REPORT_INTERVAL_S, *_place(s)) not in stopped
-    }
-    fields = ("vid", "time", "xway", "dir", "lane", "seg", "pos")
-    return [dict(zip(fields, row, strict=True)) for row in dispatches]
-
-
-# Rule 5 -------------------------------------------------------------------------------------
-
-def accidents(stops: list[PositionReport]) -> set[Accident]:
-    """Rule 5: 2+ distinct vids stopped at one (xway, dir, lane, pos) in one 30 s slot."""
-    vids: dict[tuple[int, int, int, int, int], set[int]] = defaultdict(set)
-    for s in stops:
-        vids[(*_place(s), s.time // REPORT_INTERVAL_S)].add(s.vid)
-    return {
-        Accident(xway, direction, pos // FEET_PER_SEGMENT, minute(slot * REPORT_INTERVAL_S))
-        for (xway, direction, _lane, pos, slot), cars in vids.items() if len(cars) >= 2
-    }
-
-
-# Rule 6 -------------------------------------------------------------------------------------
-
-def accident_zones(found: Iterable[Accident]) -> dict[SegmentMinute, set[int]]:
-    """Rule 6: (xway, dir, seg, m+1) upstream of each accident -> the accidents' segments."""
-    zones: dict[SegmentMinute, set[int]] = defaultdict(set)
-    for a in found:
-        upstream = (range(a.seg - ZONE_SEGMENTS, a.seg + 1) if a.dir == 0
-                    else range(a.seg, a.seg + ZONE_SEGMENTS + 1))
-        for seg in upstream:
-            if 0 <= seg < SEGMENTS:
-                zones[(a.xway, a.dir, seg, a.minute + 1)].add(a.seg)
-    return dict(zones)
-
-
-# Rule 7 -------------------------------------------------------------------------------------
-
-def segment_toll(stats: dict[SegmentMinute, SegmentStatistics],
-                 zones: dict[SegmentMinute, set[int]], segment: SegmentKey, m: int) -> int:
-    """Rule 7: 2*(cars-50)^2 if m >= 2, LAV(m) < 40, cars(m-1) > 50 and no zone; else 0."""
-    if m < 2 or (*segment, m) in zones:
-        return 0
-    lav = latest_average_velocity(stats, segment, m)
-    row = stats.get((*segment, m - 1))
-    cars = row.car_count if row is not None else 0
-    if lav is not None and lav < TOLL_MAX_LAV and cars > TOLL_MIN_CARS:
+def toll(stats: dict[SegmentMinute, Statistics], accidents: list[Accident],
+         segment: Segment, m: int) -> int:
+    """Rule 3: 2 * (cars(m-1) - 50)^2 if LAV(m) < 40, cars(m-1) > 50 and no accident ahead."""
+    average = lav(stats, segment, m)
+    previous = stats.get((*segment, m - 1))
+    cars = previous.cars if previous is not None else 0
+    if (average is not None and average < TOLL_MAX_LAV and cars > TOLL_MIN_CARS
+            and not accidents_ahead(accidents, segment, m)):
         return 2 * (cars - TOLL_MIN_CARS) ** 2
     return 0
 
 
-# Rule 8 -------------------------------------------------------------------------------------
+# Rules 4 and 5: trips and stopped cars --------------------------------------------------------
 
-def new_segment_reports(reports: list[PositionReport]) -> list[PositionReport]:
-    """Rule 8: off the exit lane, and no report at -30 s on the xway with the same seg and dir."""
-    where: dict[tuple[int, int, int], set[tuple[int, int]]] = defaultdict(set)
+def starts_trip(previous: PositionReport | None, r: PositionReport) -> bool:
+    """Rule 4: the car's first report, or its previous one was on the exit lane or on another
+    xway."""
+    return previous is None or previous.lane == EXIT_LANE or previous.xway != r.xway
+
+
+def identical(a: PositionReport, b: PositionReport) -> bool:
+    """Rule 5: the same (xway, dir, lane, pos)."""
+    return (a.xway, a.dir, a.lane, a.pos) == (b.xway, b.dir, b.lane, b.pos)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A position report, the car's previous report, whether it starts a trip (rule 4) and
+    its run (rule 5): the consecutive identical reports of the trip ending with it."""
+
+    report: PositionReport
+    previous: PositionReport | None
+    new_trip: bool
+    run: int
+
+
+def car_steps(reports: list[PositionReport]) -> list[Step]:
+    """Rules 4 and 5 for each report, walking each car's reports in order."""
+    last: dict[int, Step] = {}
+    steps = []
     for r in reports:
-        where[(r.vid, r.time, r.xway)].add((r.seg, r.dir))
-    return [r for r in reports if r.lane != EXIT_LANE
-            and (r.seg, r.dir) not in where.get((r.vid, r.time - REPORT_INTERVAL_S, r.xway), ())]
+        before = last.get(r.vid)
+        previous = before.report if before is not None else None
+        new_trip = starts_trip(previous, r)
+        run = 1
+        if before is not None and not new_trip and identical(before.report, r):
+            run = before.run + 1
+        step = Step(r, previous, new_trip, run)
+        last[r.vid] = step
+        steps.append(step)
+    return steps
 
 
-# Rule 9 -------------------------------------------------------------------------------------
-
-def toll_notifications(new_reports: list[PositionReport],
-                       stats: dict[SegmentMinute, SegmentStatistics],
-                       zones: dict[SegmentMinute, set[int]]) -> list[dict[str, Any]]:
-    """Rule 9: per new-segment report, the toll row's toll and int(LAV), or zeros."""
-    notifications = []
-    for r in new_reports:
-        segment, m = (r.xway, r.dir, r.seg), minute(r.time)
-        lav = latest_average_velocity(stats, segment, m)
-        has_toll_row = lav is not None and (*segment, m - 1) in stats
-        notifications.append({
-            "vid": r.vid, "time": r.time, "xway": r.xway, "seg": r.seg, "dir": r.dir,
-            "lav": int(lav) if has_toll_row and lav is not None else 0,
-            "toll": segment_toll(stats, zones, segment, m),
-        })
-    return notifications
+def is_stopped(step: Step) -> bool:
+    """Rule 5: stopped from the fourth consecutive identical report on."""
+    return step.run >= STOPPED_REPORTS
 
 
-# Rule 10 ------------------------------------------------------------------------------------
+# Rule 6: accidents ----------------------------------------------------------------------------
 
-def accident_alerts(new_reports: list[PositionReport],
-                    zones: dict[SegmentMinute, set[int]]) -> list[dict[str, Any]]:
-    """Rule 10: per new-segment report in a zone, one alert per accident segment."""
-    return [{"vid": r.vid, "time": r.time, "xway": r.xway, "dir": r.dir, "seg": accident_seg}
-            for r in new_reports
-            for accident_seg in sorted(zones.get((r.xway, r.dir, r.seg, minute(r.time)), ()))]
+@dataclass
+class Accident:
+    xway: int
+    dir: int
+    pos: int
+    detected: int  # minute d
+    cleared: int | None = None  # minute c; None while not cleared
+
+    @property
+    def seg(self) -> int:
+        return self.pos // FEET_PER_SEGMENT
+
+    def active(self, m: int) -> bool:
+        """Active in minutes d+1 .. c (d+1 .. forever while not cleared)."""
+        return self.detected + 1 <= m and (self.cleared is None or m <= self.cleared)
+
+    def zone(self) -> range:
+        """Its segment and the four upstream, within 0..99."""
+        a = self.seg
+        low, high = (a - ZONE_SEGMENTS, a) if self.dir == 0 else (a, a + ZONE_SEGMENTS)
+        return range(max(low, 0), min(high, SEGMENTS - 1) + 1)
 
 
-# All rules ----------------------------------------------------------------------------------
+def accidents(steps: list[Step]) -> list[Accident]:
+    """Rule 6: an accident at a place while 2+ cars are stopped there; detected at the report
+    making the second car stopped, cleared at the report leaving fewer than two."""
+    stopped_cars: dict[Place, set[int]] = defaultdict(set)
+    stopped_at: dict[int, Place] = {}  # vid -> where it is stopped
+    open_accidents: dict[Place, Accident] = {}
+    found = []
+    for step in steps:
+        r = step.report
+        before = stopped_at.pop(r.vid, None)
+        after = (r.xway, r.dir, r.pos) if is_stopped(step) else None
+        if before is not None and before != after:
+            stopped_cars[before].discard(r.vid)
+            if len(stopped_cars[before]) < 2 and before in open_accidents:
+                open_accidents.pop(before).cleared = minute(r.time)
+        if after is not None:
+            stopped_at[r.vid] = after
+            if r.vid not in stopped_cars[after]:
+                stopped_cars[after].add(r.vid)
+                if len(stopped_cars[after]) == 2:
+                    accident = Accident(*after, detected=minute(r.time))
+                    open_accidents[after] = accident
+                    found.append(accident)
+    return found
 
-def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+
+def accidents_ahead(accidents: list[Accident], segment: Segment, m: int) -> list[Accident]:
+    """The accidents active in minute m on the segment's xway and dir whose zone has it."""
+    xway, direction, seg = segment
+    return [a for a in accidents if (a.xway, a.dir) == (xway, direction) and a.active(m)
+            and seg in a.zone()]
+
+
+# Rule 7: triggering reports -------------------------------------------------------------------
+
+def triggers(step: Step) -> bool:
+    """Rule 7: not on the exit lane, and a new trip or another segment than the previous."""
+    r, previous = step.report, step.previous
+    return r.lane != EXIT_LANE and (
+        step.new_trip or (previous is not None and r.seg != previous.seg))
+
+
+# Rule 8: toll notifications -------------------------------------------------------------------
+
+def toll_notification(r: PositionReport, stats: dict[SegmentMinute, Statistics],
+                      accidents: list[Accident]) -> Row:
+    """Rule 8: the report's fields, the LAV (0 without one) and the toll of its minute."""
+    segment, m = (r.xway, r.dir, r.seg), minute(r.time)
+    average = lav(stats, segment, m)
+    return {"vid": r.vid, "time": r.time, "xway": r.xway, "dir": r.dir, "seg": r.seg,
+            "lav": average if average is not None else 0,
+            "toll": toll(stats, accidents, segment, m)}
+
+
+# Rule 9: accident alerts ----------------------------------------------------------------------
+
+def accident_alert(r: PositionReport, accidents: list[Accident]) -> Row | None:
+    """Rule 9: an alert naming the nearest active accident ahead whose zone has the report."""
+    ahead = accidents_ahead(accidents, (r.xway, r.dir, r.seg), minute(r.time))
+    if not ahead:
+        return None
+    nearest = min(ahead, key=lambda a: abs(a.seg - r.seg))
+    return {"vid": r.vid, "time": r.time, "xway": r.xway, "dir": r.dir, "seg": nearest.seg}
+
+
+# Rule 10: toll assessments --------------------------------------------------------------------
+
+def toll_assessments(triggering: list[Step], notifications: list[Row]) -> list[Row]:
+    """Rule 10: at a triggering report that does not start a trip, the car is charged the
+    toll of its previous toll notification. `notifications[i]` is `triggering[i]`'s."""
+    last_toll: dict[int, int] = {}
+    charges = []
+    for step, notification in zip(triggering, notifications, strict=True):
+        r = step.report
+        if not step.new_trip and r.vid in last_toll:
+            charges.append({"vid": r.vid, "time": r.time, "xway": r.xway,
+                            "toll": last_toll[r.vid]})
+        last_toll[r.vid] = notification["toll"]
+    return charges
+
+
+# Rule 11: account balances --------------------------------------------------------------------
+
+def charges_by_vid(charges: list[Row]) -> dict[int, list[Row]]:
+    grouped: dict[int, list[Row]] = defaultdict(list)
+    for charge in charges:
+        grouped[charge["vid"]].append(charge)
+    return dict(grouped)
+
+
+def balance(charges: list[Row], vid: int, second: int) -> int:
+    """The sum of the car's charges with time <= second."""
+    return sum(c["toll"] for c in charges if c["vid"] == vid and c["time"] <= second)
+
+
+def account_balance(q: AccountBalanceQuery, charges: list[Row]) -> Row:
+    """Rule 11: the car's balance at the query's own second."""
+    return {"qid": q.qid, "vid": q.vid, "time": q.time, "result_time": q.time,
+            "balance": balance(charges, q.vid, q.time)}
+
+
+# Rule 12: daily expenditures ------------------------------------------------------------------
+
+def daily_expenditure(q: DailyExpenditureQuery,
+                      history: dict[tuple[int, int], tuple[int, ...]]) -> Row:
+    """Rule 12: `tolls[day - 1]` of the car's historical row for the xway (0 without one)."""
+    tolls = history.get((q.vid, q.xway), ())
+    spent = tolls[q.day - 1] if 1 <= q.day <= len(tolls) else 0
+    return {"qid": q.qid, "vid": q.vid, "time": q.time, "xway": q.xway, "day": q.day,
+            "expenditure": spent}
+
+
+# All rules ------------------------------------------------------------------------------------
+
+def _sorted(rows: list[Row]) -> list[Row]:
     return sorted(rows, key=lambda row: tuple(row.values()))
 
 
-def compute(records: Iterable[LinearRoadRecord]) -> ReferenceOutput:
-    """All rules: the four output streams of the position reports among `records`."""
-    reports = [r for r in records if isinstance(r, PositionReport)]
+def compute(records: Iterable[Record]) -> ReferenceOutput:
+    """Every rule over the whole input."""
+    ordered = processing_order(records)
+    reports = [r for r in ordered if isinstance(r, PositionReport)]
     stats = segment_statistics(reports)
-    stops = stop_events(reports)
-    zones = accident_zones(accidents(stops))
-    new_reports = new_segment_reports(reports)
-    statistics_rows = [
-        {"xway": xway, "dir": direction, "seg": seg, "minute": m,
-         "car_count": row.car_count, "avg_speed": row.avg_speed}
-        for (xway, direction, seg, m), row in stats.items()
-    ]
+    steps = car_steps(reports)
+    found = accidents(steps)
+    triggering = [step for step in steps if triggers(step)]
+    notifications = [toll_notification(step.report, stats, found) for step in triggering]
+    alerts = [alert for step in triggering
+              if (alert := accident_alert(step.report, found)) is not None]
+    charges = toll_assessments(triggering, notifications)
+    charged = charges_by_vid(charges)
+
+    history: dict[tuple[int, int], tuple[int, ...]] = {}
+    balances, expenditures = [], []
+    for record in ordered:
+        if isinstance(record, HistoricalTolls):
+            history[(record.vid, record.xway)] = record.tolls
+        elif isinstance(record, AccountBalanceQuery):
+            balances.append(account_balance(record, charged.get(record.vid, [])))
+        elif isinstance(record, DailyExpenditureQuery):
+            expenditures.append(daily_expenditure(record, history))
+
+    statistics = [{"xway": xway, "dir": direction, "seg": seg, "minute": m,
+                   "car_count": row.cars, "avg_speed": float(row.avg_speed)}
+                  for (xway, direction, seg, m), row in stats.items()]
     return ReferenceOutput(
-        segment_statistics=_sorted(statistics_rows),
-        toll_notifications=_sorted(toll_notifications(new_reports, stats, zones)),
-        accident_alerts=_sorted(accident_alerts(new_reports, zones)),
-        tow_truck_dispatches=_sorted(tow_truck_dispatches(stops)),
+        toll_notifications=_sorted(notifications),
+        accident_alerts=_sorted(alerts),
+        account_balances=_sorted(balances),
+        daily_expenditures=_sorted(expenditures),
+        toll_assessments=_sorted(charges),
+        segment_statistics=_sorted(statistics),
     )

@@ -1,8 +1,9 @@
-"""Where Linear Road input comes from: the simulation, or a file in the benchmark's CSV format."""
+"""Where Linear Road input comes from: the simulation (traffic and historical tolls), or the
+benchmark's files: its 15-field CSV traffic and its historical toll table."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,14 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from medusa.errors import MedusaError
 from medusa.feeding import FeedSummary, Keyed, feed
 from medusa.linear_road import records as lr
-from medusa.linear_road.records import CsvLineError, LinearRoadRecord, parse_csv_line
+from medusa.linear_road.records import (
+    HISTORY_DAYS,
+    CsvLineError,
+    HistoricalTolls,
+    LinearRoadRecord,
+    parse_csv_line,
+    parse_history_line,
+)
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
 from medusa.producing import TupleProducer
 from medusa.progress import RateProgress
@@ -20,11 +28,13 @@ from medusa.schemas import schema_for_topic
 
 
 def keyed(record: LinearRoadRecord) -> Keyed:
-    # Keyed by car so that one car's reports stay in order on one partition.
+    # Keyed by car so that one car's records stay in order on one partition.
     return Keyed(record.TOPIC, str(record.vid), record.tuple_id, record)
 
 
 def simulated(profile: TrafficProfile) -> Iterator[tuple[float, list[Keyed]]]:
+    """The simulation's records per second: each new car's historical tolls, then the
+    position reports, then the queries."""
     for t, records in TrafficSimulation(profile).run():
         yield t, [keyed(record) for record in records]
 
@@ -35,8 +45,8 @@ def publish_traffic(profile: TrafficProfile, *, kafka_config: dict[str, Any],
                     end_of_stream: bool = False) -> FeedSummary:
     """Publishes a simulation to the Linear Road input topics at ``speedup``.
 
-    With ``end_of_stream`` a final BOUNDARY far beyond the last report follows: nothing
-    smaller will come, so every window downstream closes.
+    With ``end_of_stream`` a final BOUNDARY far beyond the last report follows on every
+    input topic: nothing smaller will come, so every window downstream closes.
     """
     summary = feed(simulated(profile), kafka_config=kafka_config, registry=registry,
                    topics=lr.TOPICS, to_dict=lr.to_dict, source_id="linear-road",
@@ -44,9 +54,11 @@ def publish_traffic(profile: TrafficProfile, *, kafka_config: dict[str, Any],
                    progress=progress, total_seconds=profile.duration_s - 1.0,
                    topic_prefix=topic_prefix, stime_origin_ms=lr.STIME_ORIGIN_MS)
     if end_of_stream:
-        with TupleProducer(kafka_config, registry, topic_prefix + lr.POSITION_REPORTS,
-                           schema_for_topic(lr.POSITION_REPORTS), "linear-road") as producer:
-            producer.emit_boundaries(lr.STIME_ORIGIN_MS + (profile.duration_s + 3600) * 1000)
+        for topic in lr.TOPICS:
+            with TupleProducer(kafka_config, registry, topic_prefix + topic,
+                               schema_for_topic(topic), "linear-road") as producer:
+                producer.emit_boundaries(
+                    lr.STIME_ORIGIN_MS + (profile.duration_s + 3600) * 1000)
     return summary
 
 
@@ -96,3 +108,48 @@ def from_csv(path: Path, bad_lines: BadLines, strict: bool = False
             batch.append(keyed(record))
     if batch:
         yield float(current_time or 0), batch
+
+
+def read_history(path: Path, bad_lines: BadLines, strict: bool = False
+                 ) -> list[HistoricalTolls]:
+    """The benchmark's historical toll file (rows ``vid,day,xway,toll``) as one
+    ``HistoricalTolls`` per (vid, xway), at second 0, in the order of their first rows; a
+    day without a row is 0. A second row for the same (vid, day, xway) is a bad line."""
+    tolls: dict[tuple[int, int], list[int]] = {}
+    with path.open() as lines:
+        for line_number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                vid, day, xway, toll = parse_history_line(line)
+                days = tolls.setdefault((vid, xway), [-1] * HISTORY_DAYS)
+                if days[day - 1] >= 0:
+                    raise CsvLineError(
+                        f"a second row for vid {vid}, day {day}, xway {xway}")
+                days[day - 1] = toll
+            except CsvLineError as error:
+                if strict:
+                    raise StrictCsvError(path, line_number, str(error)) from None
+                bad_lines.add(line_number, str(error))
+    return [HistoricalTolls(0, vid, xway, tuple(max(0, toll) for toll in days))
+            for (vid, xway), days in tolls.items()]
+
+
+def with_history(history: Iterable[HistoricalTolls],
+                 seconds: Iterable[tuple[float, list[Keyed]]]
+                 ) -> Iterator[tuple[float, list[Keyed]]]:
+    """``seconds`` with the historical tolls published first, at second 0 (ahead of the
+    records of second 0, if any)."""
+    rows = [keyed(record) for record in history]
+    first = True
+    for t, batch in seconds:
+        if first:
+            first = False
+            if t == 0:
+                yield t, rows + batch
+                continue
+            if rows:
+                yield 0.0, rows
+        yield t, batch
+    if first and rows:
+        yield 0.0, rows

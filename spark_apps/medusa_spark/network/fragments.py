@@ -118,6 +118,9 @@ def fragments_of(plan: Plan, member: dict[str, str]) -> dict[str, Fragment]:
     for box, ports in plan.inputs.items():
         for source in ports.values():
             readers.setdefault(source, set()).add(box)
+            if plan.boxes[box].type_name == "port" and member[source] != member[box]:
+                raise NetworkError(f"box {box!r}, field 'fragment': a port box runs in the "
+                                   f"fragment of its process box {source!r}")
     for name in names:
         boxes = tuple(b for b in plan.order if member[b] == name)
         inputs = sorted({src for b in boxes for src in plan.inputs[b].values()

@@ -11,6 +11,8 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from medusa.schemas import load_schema
 from medusa_spark.avro_types import WIDENS_TO, struct_of, type_name
 from medusa_spark.boxes import BOX_TYPES, Box, BoxError
+from medusa_spark.boxes.port import PortBox
+from medusa_spark.boxes.process import ProcessBox
 from medusa_spark.network.model import NetworkError, NetworkSpec
 from medusa_spark.streams import ID, STIME, TYPE
 
@@ -95,6 +97,7 @@ def check_structure(network: NetworkSpec) -> Plan:
         if not used:
             raise NetworkError(f"stream {stream!r}: no arrow comes from or goes to it")
 
+    _check_ports(boxes, inputs, output_stream)
     graph = {name: {src for src in ports.values() if src in boxes}
              for name, ports in inputs.items()}
     try:
@@ -103,6 +106,27 @@ def check_structure(network: NetworkSpec) -> Plan:
         cycle = " -> ".join(error.args[1])
         raise NetworkError(f"the network has a cycle: {cycle}") from None
     return Plan(network, boxes, order, inputs, output_stream)
+
+
+def _check_ports(boxes: dict[str, Box], inputs: dict[str, dict[str, str]],
+                 output_stream: dict[str, str | None]) -> None:
+    """A process box is read by port boxes only, and each writes a declared stream: a
+    fragment then writes all its ports from one pass (see ``fragment``)."""
+    for name, box in boxes.items():
+        upstream = inputs[name].get("in")
+        if isinstance(box, PortBox):
+            if not isinstance(boxes.get(upstream or ""), ProcessBox):
+                raise NetworkError(f"box {name!r}, field 'in': a port box reads a process box, "
+                                   f"not {upstream!r}")
+            if output_stream[name] is None:
+                raise NetworkError(f"box {name!r}: a port box must write a declared stream")
+        elif any(isinstance(boxes.get(src), ProcessBox) for src in inputs[name].values()):
+            raise NetworkError(f"box {name!r}: reads a process box directly; read one of its "
+                               "ports through a port box")
+    for name, box in boxes.items():
+        if isinstance(box, ProcessBox) and output_stream[name] is not None:
+            raise NetworkError(f"box {name!r}: a process box writes through port boxes, "
+                               f"not to stream {output_stream[name]!r}")
 
 
 def empty_stream(spark: SparkSession, fields: StructType) -> DataFrame:
@@ -156,7 +180,7 @@ def _check_declared(box: str, stream: str, produced: StructType, declared: Struc
             raise NetworkError(f"box {box!r}, field {field_.name!r}: stream {stream!r} needs it "
                                "but the box does not produce it")
         have, want = produced_types[field_.name], type_name(field_.dataType)
-        if want not in WIDENS_TO[have]:
+        if want not in WIDENS_TO.get(have, {have}):
             raise NetworkError(f"box {box!r}, field {field_.name!r}: type mismatch, the box "
                                f"produces {have} but stream {stream!r} has {want}")
     extra = set(produced_types) - {f.name for f in declared.fields}

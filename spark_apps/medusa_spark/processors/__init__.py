@@ -1,0 +1,1 @@
+"""Processors of the example networks' process boxes."""

@@ -1,0 +1,234 @@
+"""Linear Road's processors: the benchmark's rules (services/medusa/linear_road/SEMANTICS.md)
+computed as the records come, for the ``process`` boxes of networks/linear_road.yaml.
+
+``Road`` takes the position reports and the account balance queries of every expressway
+(one group: a balance query names only its car) and gives toll notifications, accident
+alerts and account balances. (Daily expenditures are a join in the network.)
+
+Rows come in stime order, and within one second reports before queries, so when the
+first report of minute m arrives the statistics of minute m-1 are complete, and the
+accidents active in minute m are known (one detected in m acts from m+1; one cleared in
+m still acts in m).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, ClassVar
+
+import pandas as pd
+from pyspark.sql.types import IntegerType, StructField, StructType
+
+from medusa_spark.boxes.process import Processor
+from medusa_spark.streams import ID, STIME
+
+EXIT_LANE = 4
+FEET_PER_SEGMENT = 5280
+SEGMENTS = 100
+ZONE = 4
+LAV_MINUTES = 5
+TOLL_MAX_LAV = 40
+TOLL_MIN_CARS = 50
+ANSWER_WINDOW_S = 60
+
+
+def _ints(*names: str) -> StructType:
+    return StructType([StructField(name, IntegerType(), False) for name in names])
+
+
+def minute(time: int) -> int:
+    return time // 60 + 1
+
+
+Segment = tuple[int, int, int]  # (xway, dir, seg)
+Place = tuple[int, int, int]  # (xway, dir, pos): where an accident is
+
+
+@dataclass
+class Car:
+    xway: int
+    dir: int
+    lane: int
+    pos: int
+    seg: int
+    same: int = 1
+    """Consecutive reports at this (xway, dir, lane, pos)."""
+    stopped_at: Place | None = None
+    pending_toll: int | None = None
+    """The toll of its last notification, charged when it leaves that segment."""
+
+
+@dataclass
+class Accident:
+    detected: int
+    """Minute of detection: it acts from the next one."""
+    cleared: int | None = None
+    """Minute of clearing: it acts through it."""
+
+    def active(self, m: int) -> bool:
+        return self.detected < m and (self.cleared is None or m <= self.cleared)
+
+
+@dataclass
+class RoadState:
+    cars: dict[int, Car] = field(default_factory=dict)
+    balances: dict[int, int] = field(default_factory=dict)
+    speeds: dict[tuple[int, int, int, int], dict[int, list[int]]] = field(default_factory=dict)
+    """(xway, dir, seg, minute) -> vid -> [sum of speeds, reports]: the open minutes."""
+    statistics: dict[Segment, dict[int, tuple[int, Fraction]]] = field(default_factory=dict)
+    """Segment -> minute -> (cars, mean of the cars' mean speeds), for closed minutes."""
+    stopped: dict[Place, set[int]] = field(default_factory=dict)
+    accidents: dict[Place, list[Accident]] = field(default_factory=dict)
+    minute: int = 0
+    """The minute of the latest record."""
+
+
+class Road(Processor):
+    inputs: ClassVar[tuple[str, ...]] = ("reports", "balance_queries")
+    outputs: ClassVar[dict[str, StructType]] = {
+        "toll_notifications": _ints("vid", "time", "xway", "dir", "seg", "lav", "toll"),
+        "accident_alerts": _ints("vid", "time", "xway", "dir", "seg"),
+        "account_balances": _ints("qid", "vid", "time", "result_time", "balance"),
+    }
+
+    def process(self, state: Any | None, rows: pd.DataFrame
+                ) -> tuple[Any, dict[str, pd.DataFrame]]:
+        road: RoadState = state if state is not None else RoadState()
+        out: dict[str, list[tuple[Any, ...]]] = {port: [] for port in self.outputs}
+        columns = [rows[c].to_numpy() for c in
+                   ("_in", ID, STIME, "time", "vid", "speed", "xway", "lane", "dir", "seg",
+                    "pos", "qid")]
+        for port, _id, stime, *values in zip(*columns, strict=True):
+            time, vid = int(values[0]), int(values[1])
+            self._advance(road, minute(time))
+            if port == "reports":
+                speed, xway, lane, direction, seg, pos = (int(v) for v in values[2:8])
+                self._report(road, out, stime, time, vid, speed, xway, lane, direction, seg,
+                             pos)
+            else:
+                qid = int(values[8])
+                out["account_balances"].append(
+                    (f"lr/balance/{qid}", stime, qid, vid, time, time,
+                     road.balances.get(vid, 0)))
+        frames = {}
+        for port, results in out.items():
+            names = [ID, STIME, *(f.name for f in self.outputs[port].fields)]
+            frames[port] = pd.DataFrame(results, columns=names)
+        return road, frames
+
+    # Minutes ---------------------------------------------------------------------------
+
+    def _advance(self, road: RoadState, m: int) -> None:
+        """Closes the statistics of the minutes before ``m``; forgets what no rule needs."""
+        if m <= road.minute:
+            return
+        road.minute = m
+        for key in [k for k in road.speeds if k[3] < m]:
+            per_car = road.speeds.pop(key)
+            means = [Fraction(total, count) for total, count in per_car.values()]
+            road.statistics.setdefault(key[:3], {})[key[3]] = (
+                len(means), sum(means, Fraction(0)) / len(means))
+        for segment, minutes in list(road.statistics.items()):
+            for old in [k for k in minutes if k < m - LAV_MINUTES]:
+                del minutes[old]
+            if not minutes:
+                del road.statistics[segment]
+        for place, found in list(road.accidents.items()):
+            found[:] = [a for a in found if a.cleared is None or a.cleared >= m - 1]
+            if not found:
+                del road.accidents[place]
+
+    def _lav(self, road: RoadState, segment: Segment, m: int) -> int | None:
+        minutes = road.statistics.get(segment, {})
+        speeds = [minutes[k][1] for k in range(m - LAV_MINUTES, m) if k in minutes]
+        if not speeds:
+            return None
+        mean = sum(speeds, Fraction(0)) / len(speeds)
+        return int(mean + Fraction(1, 2))  # rounded, halves up (speeds are not negative)
+
+    def _accident_ahead(self, road: RoadState, xway: int, direction: int, seg: int,
+                        m: int) -> int | None:
+        """The segment of the nearest accident active in minute m within four segments
+        downstream (in the direction of travel), or None."""
+        nearest: int | None = None
+        for (a_xway, a_dir, pos), found in road.accidents.items():
+            if a_xway != xway or a_dir != direction or not any(a.active(m) for a in found):
+                continue
+            a_seg = pos // FEET_PER_SEGMENT
+            distance = a_seg - seg if direction == 0 else seg - a_seg
+            if 0 <= distance <= ZONE and (nearest is None or distance < abs(nearest - seg)):
+                nearest = a_seg
+        return nearest
+
+    def _toll(self, road: RoadState, segment: Segment, m: int, lav: int | None) -> int:
+        cars = road.statistics.get(segment, {}).get(m - 1, (0, Fraction(0)))[0]
+        if lav is None or lav >= TOLL_MAX_LAV or cars <= TOLL_MIN_CARS:
+            return 0
+        if self._accident_ahead(road, *segment, m) is not None:
+            return 0
+        return 2 * (cars - TOLL_MIN_CARS) ** 2
+
+    # Reports ---------------------------------------------------------------------------
+
+    def _report(self, road: RoadState, out: dict[str, list[tuple[Any, ...]]], stime: Any,
+                time: int, vid: int, speed: int, xway: int, lane: int, direction: int,
+                seg: int, pos: int) -> None:
+        m = minute(time)
+        per_car = road.speeds.setdefault((xway, direction, seg, m), {}).setdefault(vid, [0, 0])
+        per_car[0] += speed
+        per_car[1] += 1
+
+        car = road.cars.get(vid)
+        new_trip = car is None or car.lane == EXIT_LANE or car.xway != xway
+        same_place = (car is not None and not new_trip and
+                      (car.dir, car.lane, car.pos) == (direction, lane, pos))
+        triggers = lane != EXIT_LANE and (new_trip or car is None or car.seg != seg)
+        if car is not None and car.stopped_at is not None and not same_place:
+            self._leave(road, car.stopped_at, vid, m)
+            car.stopped_at = None
+        if car is None:
+            car = road.cars[vid] = Car(xway, direction, lane, pos, seg)
+        elif same_place:
+            car.same += 1
+        else:
+            car.xway, car.dir, car.lane, car.pos, car.seg, car.same = (
+                xway, direction, lane, pos, seg, 1)
+        if new_trip:
+            car.pending_toll = None  # left by the exit: the last segment is not charged
+        if car.same >= 4 and car.stopped_at is None:
+            car.stopped_at = (xway, direction, pos)
+            self._stop(road, car.stopped_at, vid, m)
+        if lane == EXIT_LANE and car.stopped_at is None:
+            del road.cars[vid]  # its next report starts a trip, whatever it kept
+        if not triggers:
+            return
+        segment = (xway, direction, seg)
+        lav = self._lav(road, segment, m)
+        toll = self._toll(road, segment, m, lav)
+        out["toll_notifications"].append(
+            (f"lr/toll/{vid}/{time}", stime, vid, time, xway, direction, seg, lav or 0, toll))
+        ahead = self._accident_ahead(road, xway, direction, seg, m)
+        if ahead is not None:
+            out["accident_alerts"].append(
+                (f"lr/alert/{vid}/{time}", stime, vid, time, xway, direction, ahead))
+        if car.pending_toll is not None:
+            road.balances[vid] = road.balances.get(vid, 0) + car.pending_toll
+        car.pending_toll = toll
+
+    def _stop(self, road: RoadState, place: Place, vid: int, m: int) -> None:
+        cars = road.stopped.setdefault(place, set())
+        cars.add(vid)
+        found = road.accidents.setdefault(place, [])
+        if len(cars) >= 2 and not any(a.cleared is None for a in found):
+            found.append(Accident(detected=m))
+
+    def _leave(self, road: RoadState, place: Place, vid: int, m: int) -> None:
+        cars = road.stopped.get(place, set())
+        cars.discard(vid)
+        if len(cars) < 2:
+            for accident in road.accidents.get(place, []):
+                if accident.cleared is None:
+                    accident.cleared = m
+        if not cars:
+            road.stopped.pop(place, None)
