@@ -26,12 +26,15 @@ from rich.table import Table
 
 from medusa.consuming import TupleConsumer
 from medusa.envelope import TupleType
+from medusa.linear_road import records as lr
 from medusa.linear_road.reference import compute
+from medusa.linear_road.run_records import read_run
 from medusa.linear_road.traffic import (
     PEAK_REPORTS_PER_S_PER_XWAY,
     TrafficProfile,
     TrafficSimulation,
 )
+from medusa.linear_road.validation import validate
 from medusa.registry import registry_client
 from medusa.schemas import NODE_LOAD_TOPIC
 from medusa.settings import REPO_ROOT, StackSettings, kafka_config
@@ -44,10 +47,10 @@ from medusa_apps.bench.live import percentile, shown
 
 NETWORK = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks" / "linear_road.yaml"
 OUTPUTS = {
-    "segment_statistics": "linear-road.segment-statistics",
-    "toll_notifications": "linear-road.toll-notifications",
-    "accident_alerts": "linear-road.accident-alerts",
-    "tow_truck_dispatches": "linear-road.tow-truck-dispatches",
+    "toll_notifications": lr.TOLL_NOTIFICATIONS,
+    "accident_alerts": lr.ACCIDENT_ALERTS,
+    "account_balances": lr.ACCOUNT_BALANCES,
+    "daily_expenditures": lr.DAILY_EXPENDITURES,
 }
 NODE = "node-1"
 
@@ -237,18 +240,13 @@ def run_demo(duration_s: int, speedup: float, xways: int, console: Console) -> b
                   f"{shown(percentile(watch.toll_latencies, 0.99))} "
                   f"(bound {LATENCY_BOUND_S:g}s)")
 
-    console.print("[bold]5. Against the reference[/]")
-    all_match = True
-    for name in OUTPUTS:
-        want = Counter(json.dumps(row, sort_keys=True) for row in getattr(reference, name))
-        got = Counter(watch.rows[name])
-        missing, extra = sum((want - got).values()), sum((got - want).values())
-        ok = not missing and not extra
-        all_match &= ok
-        console.print(f"  {name:<22} {sum(got.values()):>7,} records  "
-                      + ("[green]equal to the reference" if ok else
-                         f"[red]{missing} missing, {extra} extra"))
-    console.print("[bold green]All outputs equal the reference." if all_match else
-                  "[bold red]The outputs differ from the reference.")
+    console.print("[bold]5. Validated: against the reference and the 5 s response rule[/]")
+    with console.status("reading the run's inputs and outputs"):
+        run = read_run(config, registry_client(endpoints.registry_url), prefix)
+    result = validate(run.inputs, run.outputs, compute(run.reference_input()))
+    console.print(result.table())
+    all_match = result.passed
+    console.print("[bold green]PASS: every output equals the reference, within 5 s."
+                  if all_match else "[bold red]FAIL: see the table above.")
     console.print(f"The node keeps running (logs in {layout.logs_dir}); `make down` stops all.")
     return all_match

@@ -57,7 +57,43 @@ def test_the_base_network_and_linear_road_are_valid(spark) -> None:
     assert plan.order == ["moving", "per_minute"]
     assert plan.output_schemas["per_minute"].names == [
         "xway", "dir", "seg", "minute", "car_count", "avg_speed"]
-    assert len(validate(load_network(LINEAR_ROAD), spark).boxes) == 13
+    linear_road = validate(load_network(LINEAR_ROAD), spark)
+    assert sorted(linear_road.boxes) == ["alerts", "balances", "expenditures", "road", "tolls"]
+    assert linear_road.output_schemas["tolls"].names == [
+        "vid", "time", "xway", "dir", "seg", "lav", "toll"]
+
+
+def _linear_road(change) -> str:  # type: ignore[no-untyped-def]
+    raw = yaml.safe_load(LINEAR_ROAD.read_text())
+    change(raw)
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+def test_a_process_box_names_a_processor_class(spark) -> None:
+    def bad(raw):  # type: ignore[no-untyped-def]
+        raw["boxes"]["road"]["params"]["processor"] = "medusa_spark.processors.linear_road:Nope"
+    message = rejected(spark, _linear_road(bad))
+    assert "box 'road', field 'params.processor'" in message and "not a Processor" in message
+
+
+def test_a_port_box_names_a_port_of_its_process_box(spark) -> None:
+    def bad(raw):  # type: ignore[no-untyped-def]
+        raw["boxes"]["alerts"]["params"]["port"] = "alarms"
+    message = rejected(spark, _linear_road(bad))
+    assert "box 'alerts', field 'params.port'" in message and "accident_alerts" in message
+
+
+def test_a_process_box_is_read_through_its_ports_only(spark) -> None:
+    def bad(raw):  # type: ignore[no-untyped-def]
+        raw["boxes"]["copy"] = {"type": "filter", "params": {"predicate": "true"}}
+        raw["arrows"].append({"from": "road", "to": "copy"})
+    message = rejected(spark, _linear_road(bad))
+    assert "box 'copy': reads a process box directly" in message
+
+
+def test_a_port_box_reads_a_process_box(spark) -> None:
+    message = rejected(spark, network(boxes__moving={"type": "port", "params": {"port": "x"}}))
+    assert "box 'moving', field 'in': a port box reads a process box" in message
 
 
 def test_unknown_box_type(spark) -> None:

@@ -20,6 +20,7 @@ from medusa.dead_letters import (
     dead_letter_topic,
 )
 from medusa.envelope import Envelope, TupleType, decode_record
+from medusa.linear_road.records import HISTORY_DAYS
 from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
 from medusa.sensors import SensorReading, sensor_readings, to_dict
@@ -174,22 +175,27 @@ def test_csv_replay_counts_bad_lines_and_publishes_the_rest(
 
 def test_generated_linear_road_traffic_reaches_every_input_topic(
         federation, kafka_config, tmp_path: Path) -> None:
-    csv = tmp_path / "generated.csv"
+    csv, history = tmp_path / "generated.csv", tmp_path / "history.txt"
     prefix = f"test.{uuid.uuid4().hex[:6]}."
     result = _cli(federation, "produce", "linear-road", "--duration", "120", "--peak-rate", "100",
-                  "--speedup", "0", "--write-csv", str(csv), "--json", "--topic-prefix", prefix)
+                  "--speedup", "0", "--write-csv", str(csv), "--write-history", str(history),
+                  "--json", "--topic-prefix", prefix)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["failed"] == 0
     lines = csv.read_text().splitlines()
-    assert summary["sent"] == len(lines) > 1000
+    # The historical tolls: the benchmark's rows (a car's 69 days), one record per car.
+    cars = len(history.read_text().splitlines()) // HISTORY_DAYS
+    assert summary["sent"] == len(lines) + cars and len(lines) > 1000
     assert "sent" in result.stderr, "a progress line with the rate is shown"
-    by_type = {kind: sum(1 for line in lines if line.startswith(f"{kind},")) for kind in "0234"}
+    by_type = {kind: sum(1 for line in lines if line.startswith(f"{kind},")) for kind in "023"}
     for kind, topic in (("0", "position-reports"), ("2", "account-balance-queries"),
-                        ("3", "daily-expenditure-queries"), ("4", "travel-time-queries")):
+                        ("3", "daily-expenditure-queries")):
         messages = _read_all(kafka_config, f"{prefix}linear-road.{topic}")
         assert by_type[kind] > 0
         assert len([m for m in messages if m.value() is not None]) == by_type[kind], topic
+    messages = _read_all(kafka_config, f"{prefix}linear-road.historical-tolls")
+    assert len([m for m in messages if m.value() is not None]) == cars > 0
 
 
 def test_bad_cli_arguments_say_what_was_expected(federation) -> None:

@@ -26,6 +26,8 @@ NETWORK = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks" / "linear_road.
 DIRECTION_OF = {"alpha": 0, "beta": 1}
 """Which participant's sensors report which direction of the expressways."""
 UNION = "position_reports"
+QUERY_STREAMS = ("account_balance_queries", "daily_expenditure_queries", "historical_tolls",
+                 "daily_expenditures")
 """The union box takes the single stream's name, so the rest of the network is unchanged."""
 
 
@@ -40,6 +42,12 @@ def split_network_yaml(name: str, topic_prefix: str, availability_bound: str,
     cluster also holds its outputs; under another name, on topics of its own."""
     raw = yaml.safe_load(NETWORK.read_text())
     streams = raw["streams"]
+    # Position reports only: no queries, so no historical tolls and no expenditures.
+    for unfed in QUERY_STREAMS:
+        del streams[unfed]
+    raw["boxes"] = {name: box for name, box in raw["boxes"].items() if name != "expenditures"}
+    raw["arrows"] = [a for a in raw["arrows"] if not {a["from"], a["to"].split(".")[0]}
+                     & {*QUERY_STREAMS, "expenditures"}]
     single = streams.pop(UNION)
     for stream in streams.values():
         stream["participant"] = host

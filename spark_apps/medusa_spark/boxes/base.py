@@ -41,6 +41,8 @@ class Box(ABC):
     """Input port names; ``("*",)`` takes any number of inputs."""
     Params: ClassVar[type[BoxParams]]
     stateful: ClassVar[bool] = False
+    optional_ports: ClassVar[bool] = False
+    """Whether ports may stay without an arrow (at least one must have one)."""
 
     def __init__(self, box_id: str, params: dict[str, Any] | None) -> None:
         self.box_id = box_id

@@ -96,6 +96,7 @@ class ProcessBox(Box):
     Params = ProcessParams
     params: ProcessParams
     stateful = True
+    optional_ports = True
 
     def __init__(self, box_id: str, params: dict[str, Any] | None) -> None:
         super().__init__(box_id, params)
@@ -115,8 +116,9 @@ class ProcessBox(Box):
 
     def _merged(self, inputs: dict[str, DataFrame]) -> DataFrame:
         """Every input's rows in one frame: ``_in``, the envelope, and all inputs' fields."""
+        ports = [port for port in self.ports if port in inputs]
         types: dict[str, Any] = {}
-        for port in self.ports:
+        for port in ports:
             for f in inputs[port].schema.fields:
                 if f.name.startswith("_"):
                     continue
@@ -126,10 +128,10 @@ class ProcessBox(Box):
                                                    f"({seen.simpleString()}, "
                                                    f"{f.dataType.simpleString()})")
         for field in self.params.key:
-            for port in self.ports:
+            for port in ports:
                 self.require_fields(inputs[port], [field], f"key (input {port!r})")
         merged: DataFrame | None = None
-        for port in self.ports:
+        for port in ports:
             frame = inputs[port]
             columns = [F.lit(port).alias(INPUT_PORT), F.col(TYPE), F.col(ID),
                        F.unix_millis(F.col(STIME)).alias(STIME)]

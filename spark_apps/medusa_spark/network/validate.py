@@ -88,7 +88,8 @@ def check_structure(network: NetworkSpec) -> Plan:
         inputs[target][port] = arrow.source
 
     for name, box in boxes.items():
-        missing = [p for p in box.ports if p != "*" and p not in inputs[name]]
+        missing = [p for p in box.ports if p != "*" and p not in inputs[name]
+                   and not box.optional_ports]
         if missing or not inputs[name]:
             raise NetworkError(f"box {name!r}: no arrow into port(s) "
                                f"{', '.join(missing or ['in'])}")

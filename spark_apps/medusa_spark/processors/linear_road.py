@@ -96,9 +96,9 @@ class Road(Processor):
                 ) -> tuple[Any, dict[str, pd.DataFrame]]:
         road: RoadState = state if state is not None else RoadState()
         out: dict[str, list[tuple[Any, ...]]] = {port: [] for port in self.outputs}
-        columns = [rows[c].to_numpy() for c in
+        columns = [rows[c].to_numpy() if c in rows.columns else [None] * len(rows) for c in
                    ("_in", ID, STIME, "time", "vid", "speed", "xway", "lane", "dir", "seg",
-                    "pos", "qid")]
+                    "pos", "qid")]  # no qid column when no balance queries are wired
         for port, _id, stime, *values in zip(*columns, strict=True):
             time, vid = int(values[0]), int(values[1])
             self._advance(road, minute(time))
