@@ -26,6 +26,7 @@ from rich.table import Table
 
 from medusa.consuming import TupleConsumer
 from medusa.envelope import TupleType
+from medusa.latency_stats import percentile, shown
 from medusa.linear_road import records as lr
 from medusa.linear_road.reference import compute
 from medusa.linear_road.run_records import read_run
@@ -43,7 +44,6 @@ from medusa.stack.endpoints import Endpoints, resolve
 from medusa.stack.install import install
 from medusa.stack.layout import StackLayout
 from medusa_apps.bench.linear_road_latency import LATENCY_BOUND_S, Publisher
-from medusa_apps.bench.live import percentile, shown
 
 NETWORK = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks" / "linear_road.yaml"
 OUTPUTS = {

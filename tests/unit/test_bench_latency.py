@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from medusa.latency_stats import percentile, rounded, with_missing
 from medusa.linear_road.records import AccountBalanceQuery, PositionReport
 from medusa.linear_road.validation import Published, Timing, Validation, validate
 from medusa_apps.bench.linear_road_latency import (
@@ -18,7 +19,6 @@ from medusa_apps.bench.linear_road_latency import (
     profile_for,
     step_met,
 )
-from medusa_apps.bench.live import percentile, rounded, with_missing
 
 pytestmark = pytest.mark.unit
 

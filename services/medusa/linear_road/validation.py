@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from rich.table import Table
 
+from medusa.latency_stats import percentile, rounded, shown
 from medusa.linear_road import records as lr
 from medusa.linear_road.records import (
     AccountBalanceQuery,
@@ -102,26 +103,10 @@ class Published:
 # The nearest rank, as medusa_apps.bench.live computes it (which this package may not import).
 
 
-def percentile(values: Sequence[float], share: float) -> float | None:
-    """The nearest-rank percentile of ``values`` (0 < share <= 1); None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(share * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
 
 
-def rounded(value: float | None, digits: int = 3) -> float | str | None:
-    """For JSON: a finite value rounded, ``inf`` as the string "inf"."""
-    if value is None:
-        return None
-    return "inf" if math.isinf(value) else round(value, digits)
 
 
-def shown(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return "never" if math.isinf(value) else f"{value:.2f}s"
 
 
 # -- triggers: the input record each output answers -----------------------------------------

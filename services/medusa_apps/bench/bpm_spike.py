@@ -46,11 +46,11 @@ from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.contracts import accept, propose, revoke
 from medusa.federation_status import latest_load_reports
+from medusa.latency_stats import percentile
 from medusa.schemas import epoch_ms
 from medusa.sensor_windows import WINDOW_MS, OutputWatch, SteadyInput, network_yaml
 from medusa.stack.endpoints import Endpoints
 from medusa_apps.bench.dpc_partition import wait_running
-from medusa_apps.bench.live import percentile
 
 PARTICIPANTS = ("alpha", "beta", "gamma")
 COPIES = 3

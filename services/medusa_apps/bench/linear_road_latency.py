@@ -58,6 +58,7 @@ from rich.console import Console
 
 from medusa.consuming import TupleConsumer
 from medusa.envelope import TupleType
+from medusa.latency_stats import percentile, rounded
 from medusa.linear_road import records as lr
 from medusa.linear_road.traffic import PEAK_REPORTS_PER_S_PER_XWAY, TrafficProfile
 from medusa.linear_road.validation import (
@@ -70,7 +71,7 @@ from medusa.linear_road.validation import (
 from medusa.progress import RateProgress
 from medusa.settings import REPO_ROOT, kafka_config
 from medusa.stack.endpoints import Endpoints
-from medusa_apps.bench.live import LatencyProgress, percentile, rounded
+from medusa_apps.bench.live import LatencyProgress
 from medusa_spark.local_run import LocalNetworkRun
 from medusa_spark.network.model import load_network
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -168,6 +169,10 @@ def _runner(processor_type: type[Processor], output: StructType) -> Any:
     def run(_key: Any, frames: Iterator[pd.DataFrame], state: GroupState
             ) -> Iterator[pd.DataFrame]:
         if not instance:
+            # pyspark's own serializer concatenates frames with all-null columns (the
+            # ports a batch has no results for) and pandas warns about it at every batch.
+            warnings.filterwarnings("ignore", category=FutureWarning,
+                                    message="The behavior of DataFrame concatenation")
             instance.append(processor_type())
         rows = pd.concat(list(frames), ignore_index=True)
         rows["_order"] = rows[INPUT_PORT].map(order)
