@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from medusa_spark.durations import duration_ms
 from medusa_spark.fragment import FragmentWiring, start_query_frame
@@ -131,15 +131,37 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
               .foreachBatch(writer)
               .option("checkpointLocation", checkpoint))
     if interval == AVAILABLE_NOW:  # process what is there, then stop (benchmarks)
-        query = stream.trigger(availableNow=True).start()
+        stream = stream.trigger(availableNow=True)
     else:
         duration_ms(interval)  # fail early on a malformed trigger
-        query = stream.trigger(processingTime=interval).start()
+        stream = stream.trigger(processingTime=interval)
+    query = _start(spark, stream, plan.network.state_partitions)
+    if interval != AVAILABLE_NOW:
         threading.Thread(target=_write_boundaries_when_idle,
                          args=(query, writer, max(duration_ms(interval), 200) / 1000),
                          name=f"idle-boundaries {wiring.global_name}", daemon=True).start()
     return FragmentRun(wiring, query, writer, checkpoint,
                        0 if interval == AVAILABLE_NOW else duration_ms(interval))
+
+
+_STARTING = threading.Lock()
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def _start(spark: SparkSession, stream: DataStreamWriter, partitions: int | None
+           ) -> StreamingQuery:
+    """Starts the query with ``partitions`` state partitions, if given: a query takes the
+    session's settings when it starts (and keeps them in its checkpoint), so the node's
+    default is set aside only meanwhile."""
+    if partitions is None:
+        return stream.start()
+    with _STARTING:
+        default = spark.conf.get(SHUFFLE_PARTITIONS) or "200"
+        spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
+        try:
+            return stream.start()
+        finally:
+            spark.conf.set(SHUFFLE_PARTITIONS, default)
 
 
 def _write_boundaries_when_idle(query: StreamingQuery, writer: FragmentWriter,

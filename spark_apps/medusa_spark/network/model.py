@@ -66,6 +66,11 @@ class NetworkSpec(BaseModel):
     """Default participant of intermediate topics."""
     partitions: int = Field(4, ge=1)
     """Partitions of the topics the network creates."""
+    state_partitions: int | None = Field(None, ge=1)
+    """Partitions of the fragments' state and shuffles (Spark's shuffle partitions), fixed
+    when a fragment first starts; the node's default (4) when not given. Each partition
+    costs every batch a task and a state store commit, used or not: one for a network
+    whose state is one group."""
     trigger: str = "500 milliseconds"
     bucket: str = "1 second"
     """The SUnion's bucket in stime: a fragment's input is released bucket by bucket once

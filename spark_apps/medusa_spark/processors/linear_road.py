@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import pandas as pd
 from pyspark.sql.types import IntegerType, StructField, StructType
@@ -45,18 +45,24 @@ Segment = tuple[int, int, int]  # (xway, dir, seg)
 Place = tuple[int, int, int]  # (xway, dir, pos): where an accident is
 
 
-@dataclass
-class Car:
+class Car(NamedTuple):
+    """A car's latest report and what follows from it. Kept in the state as a plain tuple:
+    the state is pickled every batch, and 50,000 cars an expressway make objects costly."""
+
     xway: int
     dir: int
     lane: int
     pos: int
     seg: int
-    same: int = 1
-    """Consecutive reports at this (xway, dir, lane, pos)."""
-    stopped_at: Place | None = None
-    pending_toll: int | None = None
-    """The toll of its last notification, charged when it leaves that segment."""
+    same: int
+    """Consecutive reports at this (xway, dir, lane, pos), counted up to 4."""
+    stopped: bool
+    """Stopped here (at its xway, dir and pos)."""
+    pending_toll: int
+    """The toll of its last notification, charged when it leaves that segment; -1: none."""
+
+
+NO_TOLL = -1
 
 
 @dataclass
@@ -72,10 +78,12 @@ class Accident:
 
 @dataclass
 class RoadState:
-    cars: dict[int, Car] = field(default_factory=dict)
+    cars: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """vid -> its ``Car`` as a plain tuple."""
     balances: dict[int, int] = field(default_factory=dict)
-    speeds: dict[tuple[int, int, int, int], dict[int, list[int]]] = field(default_factory=dict)
-    """(xway, dir, seg, minute) -> vid -> [sum of speeds, reports]: the open minutes."""
+    speeds: dict[tuple[int, int, int, int], dict[int, tuple[int, int]]] = field(
+        default_factory=dict)
+    """(xway, dir, seg, minute) -> vid -> (sum of speeds, reports): the open minutes."""
     statistics: dict[Segment, dict[int, tuple[int, Fraction]]] = field(default_factory=dict)
     """Segment -> minute -> (cars, mean of the cars' mean speeds), for closed minutes."""
     stopped: dict[Place, set[int]] = field(default_factory=dict)
@@ -175,46 +183,43 @@ class Road(Processor):
                 time: int, vid: int, speed: int, xway: int, lane: int, direction: int,
                 seg: int, pos: int) -> None:
         m = minute(time)
-        per_car = road.speeds.setdefault((xway, direction, seg, m), {}).setdefault(vid, [0, 0])
-        per_car[0] += speed
-        per_car[1] += 1
+        speeds = road.speeds.setdefault((xway, direction, seg, m), {})
+        total, count = speeds.get(vid, (0, 0))
+        speeds[vid] = (total + speed, count + 1)
 
-        car = road.cars.get(vid)
-        new_trip = car is None or car.lane == EXIT_LANE or car.xway != xway
-        same_place = (car is not None and not new_trip and
-                      (car.dir, car.lane, car.pos) == (direction, lane, pos))
-        triggers = lane != EXIT_LANE and (new_trip or car is None or car.seg != seg)
-        if car is not None and car.stopped_at is not None and not same_place:
-            self._leave(road, car.stopped_at, vid, m)
-            car.stopped_at = None
-        if car is None:
-            car = road.cars[vid] = Car(xway, direction, lane, pos, seg)
-        elif same_place:
-            car.same += 1
+        saved = road.cars.get(vid)
+        last = Car._make(saved) if saved is not None else None
+        new_trip = last is None or last.lane == EXIT_LANE or last.xway != xway
+        same_place = (last is not None and not new_trip and
+                      (last.dir, last.lane, last.pos) == (direction, lane, pos))
+        triggers = lane != EXIT_LANE and (new_trip or last is None or last.seg != seg)
+        if last is not None and last.stopped and not same_place:
+            self._leave(road, (last.xway, last.dir, last.pos), vid, m)
+        same = min(last.same + 1, 4) if last is not None and same_place else 1
+        stopped = same_place and last is not None and last.stopped
+        if same >= 4 and not stopped:
+            stopped = True
+            self._stop(road, (xway, direction, pos), vid, m)
+        # Left by the exit, a car's last segment is not charged.
+        pending = NO_TOLL if new_trip or last is None else last.pending_toll
+        if triggers:
+            segment = (xway, direction, seg)
+            lav = self._lav(road, segment, m)
+            toll = self._toll(road, segment, m, lav)
+            out["toll_notifications"].append(
+                (f"lr/toll/{vid}/{time}", stime, vid, time, xway, direction, seg, lav or 0,
+                 toll))
+            ahead = self._accident_ahead(road, xway, direction, seg, m)
+            if ahead is not None:
+                out["accident_alerts"].append(
+                    (f"lr/alert/{vid}/{time}", stime, vid, time, xway, direction, ahead))
+            if pending != NO_TOLL:
+                road.balances[vid] = road.balances.get(vid, 0) + pending
+            pending = toll
+        if lane == EXIT_LANE and not stopped:
+            road.cars.pop(vid, None)  # its next report starts a trip, whatever it kept
         else:
-            car.xway, car.dir, car.lane, car.pos, car.seg, car.same = (
-                xway, direction, lane, pos, seg, 1)
-        if new_trip:
-            car.pending_toll = None  # left by the exit: the last segment is not charged
-        if car.same >= 4 and car.stopped_at is None:
-            car.stopped_at = (xway, direction, pos)
-            self._stop(road, car.stopped_at, vid, m)
-        if lane == EXIT_LANE and car.stopped_at is None:
-            del road.cars[vid]  # its next report starts a trip, whatever it kept
-        if not triggers:
-            return
-        segment = (xway, direction, seg)
-        lav = self._lav(road, segment, m)
-        toll = self._toll(road, segment, m, lav)
-        out["toll_notifications"].append(
-            (f"lr/toll/{vid}/{time}", stime, vid, time, xway, direction, seg, lav or 0, toll))
-        ahead = self._accident_ahead(road, xway, direction, seg, m)
-        if ahead is not None:
-            out["accident_alerts"].append(
-                (f"lr/alert/{vid}/{time}", stime, vid, time, xway, direction, ahead))
-        if car.pending_toll is not None:
-            road.balances[vid] = road.balances.get(vid, 0) + car.pending_toll
-        car.pending_toll = toll
+            road.cars[vid] = (xway, direction, lane, pos, seg, same, stopped, pending)
 
     def _stop(self, road: RoadState, place: Place, vid: int, m: int) -> None:
         cars = road.stopped.setdefault(place, set())
