@@ -11,6 +11,7 @@ from medusa.linear_road.records import AccountBalanceQuery, PositionReport
 from medusa.linear_road.validation import Published, Timing, Validation, validate
 from medusa_apps.bench.linear_road_latency import (
     OUTPUTS,
+    RAMP_S,
     TYPE_FIGURES,
     StepResult,
     batch_breakdown,
@@ -195,7 +196,9 @@ def test_batch_breakdown_sums_phases_and_operators() -> None:
     assert batch_breakdown([])["batches"] == 0
 
 
-def test_l_expressways_run_at_the_peak_rate_from_the_start() -> None:
+def test_l_expressways_rise_from_the_floor_then_hold_the_peak_rate() -> None:
     profile = profile_for(3, 120)
-    assert profile.xways == 3 and profile.duration_s == 120
-    assert profile.start_rate == profile.peak_rate == 1700
+    assert profile.xways == 3 and profile.duration_s == RAMP_S + 120
+    assert (profile.start_rate, profile.peak_rate, profile.ramp_s) == (100, 1700, RAMP_S)
+    floor = profile_for(1, 90, rate_per_xway=100)
+    assert floor.start_rate == floor.peak_rate == 100 and floor.ramp_s is None

@@ -1,13 +1,13 @@
 """Linear Road's L-rating: the most expressways whose outputs are all correct and within 5 s.
 
-Step L runs the Linear Road network (one fragment with its SUnion, as on a node:
-``LocalNetworkRun``) on topics of its own and feeds it L expressways at the
-benchmark's peak rate, in real time, for ``hold_s`` seconds. How L maps to a
-rate: the traffic simulation keeps 1,700 x 30 = 51,000 cars per expressway,
-each reporting every 30 s, i.e. 1,700 position reports per second per
-expressway (``PEAK_REPORTS_PER_S_PER_XWAY``, the benchmark's rate at the end
-of its 3-hour ramp); cars enter at most 1,701 per second per expressway, so the
-rate climbs to L x 1,700/s over the first 30 s and holds there. About 1% of
+Step L runs the Linear Road network (its fragments with their SUnions, as on a
+node: ``LocalNetworkRun``) on topics of its own and feeds it L expressways in real
+time: rising over ``RAMP_S`` from the floor's rate to the benchmark's peak rate,
+then holding that for ``hold_s`` seconds. How L maps to a rate: the traffic
+simulation keeps 1,700 x 30 = 51,000 cars per expressway, each reporting every
+30 s, i.e. 1,700 position reports per second per expressway
+(``PEAK_REPORTS_PER_S_PER_XWAY``, the benchmark's rate at the end of its 3-hour
+ramp). About 1% of
 reports bring a query (account balance or daily expenditure) on top, and each
 new car its historical tolls first: every input topic of the network is fed, each
 with a BOUNDARY every second (its SUnion waits on every input).
@@ -94,12 +94,20 @@ FLOOR_REPORTS_PER_S = 100
 what the query costs whatever the data (its planning, operators and state commits)."""
 
 
+RAMP_S = 60
+"""Seconds a step's rate takes to rise from the floor's to its own: the benchmark's input
+rises from a trickle too (over its 3 hours), and every car entering brings its historical
+tolls and a first toll notification, so all entering at once would double the load."""
+
+
 def profile_for(xways: int, hold_s: int,
                 rate_per_xway: int = PEAK_REPORTS_PER_S_PER_XWAY) -> TrafficProfile:
-    """L expressways at ``rate_per_xway`` (by default the peak rate) from the start (the
-    cars still take 30 s to enter)."""
-    return TrafficProfile(xways=xways, duration_s=hold_s, peak_rate=rate_per_xway,
-                          start_rate=rate_per_xway, seed=xways)
+    """L expressways rising over ``RAMP_S`` from the floor's rate to ``rate_per_xway`` (by
+    default the peak rate), then holding it for ``hold_s``."""
+    start = min(rate_per_xway, FLOOR_REPORTS_PER_S)
+    return TrafficProfile(xways=xways, duration_s=RAMP_S + hold_s, peak_rate=rate_per_xway,
+                          start_rate=start, ramp_s=RAMP_S if start < rate_per_xway else None,
+                          seed=xways)
 
 
 # -- results -------------------------------------------------------------------------------
@@ -615,7 +623,7 @@ def run_steps(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistr
     results: list[StepResult] = []
     for xways in range(1, max_xways + 1):
         say(f"Linear Road L={xways}: {xways * PEAK_REPORTS_PER_S_PER_XWAY:,} position "
-            f"reports/s for {hold_s}s (the first 30 s ramp up)")
+            f"reports/s for {hold_s}s, after rising to it over {RAMP_S}s")
         step = run_step(spark, endpoints, registry, xways, hold_s, checkpoints / f"l{xways}",
                         say)
         results.append(step)
