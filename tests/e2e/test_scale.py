@@ -215,7 +215,7 @@ def _statistics_network(name: str, prefix: str) -> str:
                 "group_by": ["xway", "dir", "seg"],
                 "aggregates": {"car_count": {"count": "*"}, "avg_speed": {"avg": "speed"}},
                 "fields": {"xway": "xway", "dir": "dir", "seg": "seg", "minute": minute,
-                           "car_count": "car_count", "avg_speed": "avg_speed"}}}},
+                           "car_count": "CAST(car_count AS INT)", "avg_speed": "avg_speed"}}}},
         "arrows": [{"from": "position_reports", "to": "car_speeds"},
                    {"from": "car_speeds", "to": "segment_stats"},
                    {"from": "segment_stats", "to": "segment_statistics"}],
@@ -239,7 +239,7 @@ def test_linear_road_statistics_scaled_out_and_in_equal_the_reference(
     first = nodes[0].global_name
     with CatalogClient(federation.catalog_url) as catalog:
         deploy(_statistics_network(name, prefix), name, federation, registry_module, spark,
-               catalog, {"segment_stats": first}, report=lambda _: None)
+               catalog, {"car_speeds": first, "segment_stats": first}, report=lambda _: None)
         try:
             fragment = catalog.list(Kind.FRAGMENTS, network=network)[0].name
             _wait_all_running(catalog, network)
