@@ -494,6 +494,10 @@ def linear_road_validate(
     participant: ParticipantOpt = None,
     json_file: Annotated[Path | None, typer.Option(
         "--json", dir_okay=False, help="Also write the result as JSON to this file.")] = None,
+    outputs_file: Annotated[Path | None, typer.Option(
+        "--write-outputs", dir_okay=False,
+        help="Also write every output as the benchmark does (type, then its fields in the "
+             "paper's order, Emit in simulation seconds), one per line.")] = None,
     idle: Annotated[float, typer.Option(
         min=0.5, help="The topics are read until nothing came for this many seconds.")
                     ] = 5.0,
@@ -506,7 +510,7 @@ def linear_road_validate(
     from medusa.linear_road.records import PositionReport
     from medusa.linear_road.reference import compute
     from medusa.linear_road.run_records import MissingTopicsError, read_run
-    from medusa.linear_road.validation import validate
+    from medusa.linear_road.validation import Triggers, benchmark_lines, validate
 
     kafka, registry = _clients(participant)
     try:
@@ -529,6 +533,9 @@ def linear_road_validate(
     console.print(result.table())
     if json_file is not None:
         json_file.write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+    if outputs_file is not None:
+        lines = benchmark_lines(run.outputs, Triggers.of(run.inputs))
+        outputs_file.write_text("".join(line + "\n" for line in lines))
     if not result.passed:
         for type_result in result.types:
             for label, rows in (("missing", type_result.comparison.missing_examples),

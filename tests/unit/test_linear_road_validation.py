@@ -21,6 +21,7 @@ from medusa.linear_road.validation import (
     OUTPUT_KINDS,
     Published,
     Triggers,
+    benchmark_lines,
     emit_seconds,
     validate,
 )
@@ -228,6 +229,12 @@ def test_the_table_has_a_row_per_type() -> None:
 
 def test_emit_in_simulation_seconds() -> None:
     assert emit_seconds(30, 2.5) == 32.5
+
+
+def test_outputs_written_as_the_benchmark_does_with_emit_in_simulation_seconds() -> None:
+    lines = benchmark_lines(outputs(response_s=2.5), Triggers.of(INPUTS))
+    assert lines == ["0,7,0,2,0,0", "0,7,30,32,35,8", "0,8,30,32,20,0", "1,30,32,10",
+                     "2,100,102,100,1,10", "3,101,103,2,6"]
 
 
 def test_run_records_put_inputs_in_processing_order() -> None:

@@ -193,6 +193,30 @@ def timings(kind: OutputKind, rows: Iterable[Row], triggers: Triggers) -> list[T
     return found
 
 
+BENCHMARK_FIELDS = {
+    0: ("vid", "time", "emit", "lav", "toll"),
+    1: ("time", "emit", "seg"),
+    2: ("time", "emit", "result_time", "qid", "balance"),
+    3: ("time", "emit", "qid", "expenditure"),
+}
+"""Each output type's tuple after its type, in the order of the benchmark's paper."""
+
+
+def benchmark_lines(outputs: Mapping[str, Sequence[Row]], triggers: Triggers) -> list[str]:
+    """The run's outputs as the benchmark writes them, ``Emit`` in simulation seconds
+    (the output's time plus its response time, rounded down); ``-1`` where unknown."""
+    lines = []
+    for kind in OUTPUT_KINDS:
+        for row in outputs.get(kind.field, []):
+            published = triggers.publish_ms(kind, row)
+            emit = (-1 if published is None or row.get("emit_time") is None else
+                    math.floor(emit_seconds(int(row["time"]), response_s(row, published))))
+            values = {**row, "emit": emit}
+            lines.append(",".join(str(v) for v in (kind.type, *(values[f] for f in
+                                                             BENCHMARK_FIELDS[kind.type]))))
+    return lines
+
+
 # -- matching ---------------------------------------------------------------------------------
 
 
