@@ -146,11 +146,9 @@ class ProcessBox(Box):
 
     def apply(self, inputs: dict[str, DataFrame]) -> DataFrame:
         merged = self._merged(inputs)
-        keys = ([F.col(k) for k in self.params.key] if self.params.key
-                else [F.lit(0).alias(GROUP)])
-        if not self.params.key:
+        if not self.params.key:  # one group
             merged = merged.withColumn(GROUP, F.lit(0))
-            keys = [F.col(GROUP)]
+        keys = [F.col(k) for k in self.params.key or [GROUP]]
         state_struct = StructType([StructField("state", BinaryType()),
                                    StructField("tentative", BooleanType())])
         output = self.output_struct()
