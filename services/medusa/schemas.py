@@ -35,7 +35,6 @@ DEFAULT_TOPICS: dict[str, str] = {
     "linear-road.account-balances": "account_balance",
     "linear-road.daily-expenditures": "daily_expenditure",
     "linear-road.segment-statistics": "segment_statistics",
-    "linear-road.tow-truck-dispatches": "tow_truck_dispatch",
     "sensors.readings": "sensor_reading",
     HEARTBEAT_TOPIC: "heartbeat",
     NODE_LOAD_TOPIC: "node_load_report",
