@@ -190,10 +190,16 @@ def test_batch_breakdown_sums_phases_and_operators() -> None:
     assert breakdown["add_batch_without_kafka_ms_total"] == 280.0
     assert breakdown["trigger_ms_p50"] == 200.0 and breakdown["trigger_ms_p99"] == 400.0
     (operator,) = breakdown["state_operators"]
-    assert operator == {"operator": "stateStoreSave", "updates_ms": 30, "removals_ms": 6,
+    assert operator == {"query": "", "operator": "stateStoreSave", "updates_ms": 30,
+                        "removals_ms": 6,
                         "commit_ms": 10, "rows_updated": 10, "rows_removed": 5,
                         "rows_total": 35, "memory_bytes": 1000}
     assert batch_breakdown([])["batches"] == 0
+    # Two queries (a network's two fragments): their operators stay apart.
+    two = batch_breakdown([{"name": "road", "stateOperators": [{"operatorName": "a"}]},
+                           {"name": "join", "stateOperators": [{"operatorName": "b"}]}])
+    assert [(o["query"], o["operator"]) for o in two["state_operators"]] == [
+        ("join", "b"), ("road", "a")]
 
 
 def test_l_expressways_rise_from_the_floor_then_hold_the_peak_rate() -> None:

@@ -235,7 +235,7 @@ def batch_breakdown(progresses: Sequence[dict[str, Any]], writer_ms: float = 0.0
     the plan (``sources``: the sources of the progress report).
     """
     phases: Counter[str] = Counter()
-    operators: dict[int, dict[str, Any]] = {}
+    operators: dict[tuple[str, int], dict[str, Any]] = {}
     triggers: list[float] = []
     rows = scans = 0
     for progress in progresses:
@@ -244,8 +244,10 @@ def batch_breakdown(progresses: Sequence[dict[str, Any]], writer_ms: float = 0.0
         triggers.append(float((progress.get("durationMs") or {}).get("triggerExecution", 0)))
         rows += int(progress.get("numInputRows") or 0)
         scans = max(scans, len(progress.get("sources") or []))
+        query = str(progress.get("name") or "")  # a network may run several queries
         for index, operator in enumerate(progress.get("stateOperators") or []):
-            entry = operators.setdefault(index, {
+            entry = operators.setdefault((query, index), {
+                "query": query,
                 "operator": operator.get("operatorName", f"#{index}"), "updates_ms": 0,
                 "removals_ms": 0, "commit_ms": 0, "rows_updated": 0, "rows_removed": 0,
                 "rows_total": 0, "memory_bytes": 0})
