@@ -18,6 +18,7 @@ source's BOUNDARY rows (``_output`` null), and records that cannot be decoded
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,19 +188,33 @@ def owned_keys(instance: Instance) -> Column:
     return F.pmod(key, F.lit(instance.count)) == F.lit(instance.index)
 
 
-def _output_rows(box: str, results: DataFrame, output: FragmentOutput) -> DataFrame:
-    values: list[Column] = []
+def _packed_value(output: FragmentOutput, column_of: Callable[[str], str | None]) -> Column:
+    """An output's fields as a struct in its schema's order, each from the column
+    ``column_of`` names; null where there is none (emit_time: stamped by the writer)."""
+    values = []
     for field in output.fields.fields:
-        if field.name in results.columns:
-            values.append(F.col(field.name).cast(field.dataType).alias(field.name))
-        else:  # emit_time: stamped by the writer
-            values.append(F.lit(None).cast(field.dataType).alias(field.name))
-    key = (F.concat_ws("/", *[F.col(k).cast("string") for k in output.key])
-           if output.key else F.lit(None).cast("string"))
+        column = column_of(field.name)
+        value = F.col(column) if column is not None else F.lit(None)
+        values.append(value.cast(field.dataType).alias(field.name))
+    return F.struct(*values)
+
+
+def _kafka_key(output: FragmentOutput, column_of: Callable[[str], str | None]) -> Column:
+    """The output's key fields joined by '/'; null when it declares none."""
+    if not output.key:
+        return F.lit(None).cast("string")
+    return F.concat_ws("/", *[F.col(column_of(k) or k).cast("string") for k in output.key])
+
+
+def _output_rows(box: str, results: DataFrame, output: FragmentOutput) -> DataFrame:
+    def column_of(field: str) -> str | None:
+        return field if field in results.columns else None
+
     trace = F.col(TRACE) if TRACE in results.columns else F.lit(None).cast("string")
     counted = results.observe(f"box.{box}", F.count(F.lit(1)).alias("rows"))
-    return counted.select(F.lit(box).alias(OUTPUT), TYPE, ID, STIME, key.alias(KEY),
-                          trace.alias(TRACE), F.struct(*values).alias(packed(box)))
+    return counted.select(F.lit(box).alias(OUTPUT), TYPE, ID, STIME,
+                          _kafka_key(output, column_of).alias(KEY), trace.alias(TRACE),
+                          _packed_value(output, column_of).alias(packed(box)))
 
 
 def _port_rows(plan: Plan, results: DataFrame, outputs: dict[str, FragmentOutput]
@@ -215,17 +230,11 @@ def _port_rows(plan: Plan, results: DataFrame, outputs: dict[str, FragmentOutput
         port_box = plan.boxes[box]
         assert isinstance(port_box, PortBox)
         here = F.col(PORT) == port_box.params.port
-        fields = port_box.field_names(results)
-        values: list[Column] = []
-        for field in fragment_output.fields.fields:
-            column = port_box.column_of(field.name)
-            values.append((F.col(column).cast(field.dataType) if field.name in fields
-                           else F.lit(None).cast(field.dataType)).alias(field.name))
-        packs.append(F.when(here, F.struct(*values)).alias(packed(box)))
+        column_of = {f: port_box.column_of(f) for f in port_box.field_names(results)}.get
+        packs.append(F.when(here, _packed_value(fragment_output, column_of)).alias(packed(box)))
         output = F.when(here, F.lit(box)).otherwise(output)
         if fragment_output.key:
-            key = F.when(here, F.concat_ws("/", *[F.col(port_box.column_of(k)).cast("string")
-                                                  for k in fragment_output.key])).otherwise(key)
+            key = F.when(here, _kafka_key(fragment_output, column_of)).otherwise(key)
         counts.append(F.count(F.when(here, 1)).alias(box))
     counted = results.observe(f"boxes.{next(iter(outputs))}", *counts)
     return counted.select(output.alias(OUTPUT), TYPE, ID, STIME, key.alias(KEY),
