@@ -13,10 +13,12 @@ import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from medusa.settings import StackSettings
+from medusa.settings import kafka_config as client_config
 from medusa.stack.endpoints import Endpoints, resolve
 from medusa.stack.layout import StackLayout
 from tests.hdfs_fixtures import hdfs, installed_hdfs  # noqa: F401 (fixtures)
@@ -25,6 +27,7 @@ from tests.hdfs_fixtures import hdfs, installed_hdfs  # noqa: F401 (fixtures)
 # the kernel's ephemeral range (32768 and up), where outgoing connections take ports.
 TEST_PORTS = {
     "kafka_base_port": 29092, "registry_port": 28081, "registry_management_port": 28082,
+    "registry_internal_port": 28083,
     "jaeger_otlp_grpc_port": 24317,
     "jaeger_otlp_http_port": 24318, "jaeger_query_port": 26686, "jaeger_query_grpc_port": 26685,
     "jaeger_health_port": 23133, "jaeger_metrics_port": 28888, "toxiproxy_port": 28474,
@@ -50,6 +53,8 @@ class LocalFederation:
     """The launcher-managed stack of this test session."""
 
     def __init__(self, run_dir: Path) -> None:
+        # The tests' own clients find the stack's credentials through the run folder.
+        os.environ["MEDUSA_RUN_DIR"] = str(run_dir)
         self.settings = StackSettings(run_dir=run_dir, **TEST_PORTS)
         self.layout = StackLayout.from_settings(self.settings)
 
@@ -107,8 +112,8 @@ def topic(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def kafka_config(federation: Endpoints) -> dict[str, str]:
-    return {"bootstrap.servers": federation.bootstrap()}
+def kafka_config(federation: Endpoints) -> dict[str, Any]:
+    return client_config(federation.bootstrap())
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from confluent_kafka.schema_registry import (
 )
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from medusa.credentials import own_token
 from medusa.errors import MedusaError
 from medusa.schemas import AvroSchema, subject_for
 
@@ -39,8 +40,13 @@ REQUEST_TIMEOUT_S = 30
 
 
 def registry_client(url: str) -> SchemaRegistryClient:
+    """A client that writes as this process's principal (``medusa.credentials``)."""
     # Without a timeout the client waits forever on a registry that does not answer.
-    return SchemaRegistryClient({"url": url, "timeout": REQUEST_TIMEOUT_S})
+    config: dict[str, object] = {"url": url, "timeout": REQUEST_TIMEOUT_S}
+    token = own_token()
+    if token is not None:
+        config["basic.auth.user.info"] = ":".join(token)
+    return SchemaRegistryClient(config)
 
 
 # Subjects are "<topic>-value", always: newer clients default to looking up subject

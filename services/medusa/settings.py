@@ -39,9 +39,10 @@ class KafkaClientSettings(BaseSettings):
     sasl_password: SecretStr | None = None
 
     def librdkafka(self, **overrides: Any) -> dict[str, Any]:
-        """The one mapping from snake_case fields to librdkafka keys."""
+        """The one mapping from snake_case fields to librdkafka keys, with this process's
+        credentials (see ``authenticated``)."""
         config: dict[str, Any] = {}
-        for name, value in self.model_dump().items():
+        for name, value in authenticated(self).model_dump().items():
             if value is None:
                 continue
             if isinstance(value, SecretStr):
@@ -99,6 +100,23 @@ def kafka_config(bootstrap: str, librdkafka_keys: Mapping[str, Any] | None = Non
     return config
 
 
+def authenticated(settings: KafkaClientSettings) -> KafkaClientSettings:
+    """The settings, with this process's principal and SCRAM password from the stack's
+    credentials file when ``MEDUSA_KAFKA_SASL_*`` name none (see ``medusa.credentials``)."""
+    if settings.sasl_mechanism is not None:
+        return settings
+    from medusa import credentials
+
+    stack = credentials.load(credentials.credentials_file(StackSettings().run_dir))
+    if stack is None:
+        return settings  # a stack without authentication
+    principal = credentials.acting_principal()
+    return settings.model_copy(update={
+        "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": credentials.SCRAM_MECHANISM,
+        "sasl_username": principal,
+        "sasl_password": SecretStr(stack.secret(principal).kafka_password)})
+
+
 def spark_kafka_options(bootstrap: str) -> dict[str, str]:
     """The same settings as options of Spark's Kafka source and sink (``kafka.*``).
 
@@ -106,7 +124,7 @@ def spark_kafka_options(bootstrap: str) -> dict[str, str]:
     with the Java client's login module; other mechanisms (GSSAPI, OAUTHBEARER) need a JAAS
     configuration of their own, which these settings do not describe.
     """
-    settings = kafka_client_settings()
+    settings = authenticated(kafka_client_settings())
     options = KafkaConfig({"kafka.bootstrap.servers": bootstrap,
                            "kafka.security.protocol": settings.security_protocol})
     mechanism = settings.sasl_mechanism
@@ -140,6 +158,8 @@ class StackSettings(BaseSettings):
     kafka_base_port: int = Field(19092, ge=1024, le=65000)
     registry_port: int = Field(18081, ge=1024, le=65535)
     registry_management_port: int = Field(18082, ge=1024, le=65535)
+    registry_internal_port: int = Field(18083, ge=1024, le=65535)
+    """The registry itself; clients reach it through its gateway on ``registry_port``."""
     jaeger_otlp_grpc_port: int = Field(14317, ge=1024, le=65535)
     jaeger_otlp_http_port: int = Field(14318, ge=1024, le=65535)
     jaeger_query_port: int = Field(16686, ge=1024, le=65535)

@@ -37,15 +37,17 @@ from medusa.tracing import context_of, traceparent
 log = logging.getLogger("medusa.bpm")
 
 Reports = Callable[[], Mapping[str, Mapping[str, Any]]]
-Mover = Callable[[CatalogClient, str, str, str | None], object]
-"""(catalog, fragment, node, traceparent the new node's hand-over continues)."""
+Mover = Callable[[CatalogClient, str, str, str | None, str | None], object]
+"""(catalog, fragment, node, traceparent the new node's hand-over continues, contract it
+moves under: None when it comes home)."""
 
 
-def _move(catalog: CatalogClient, fragment: str, node: str, parent: str | None) -> object:
+def _move(catalog: CatalogClient, fragment: str, node: str, parent: str | None,
+          contract: str | None) -> object:
     from medusa_spark.deploy import move
 
     return move(catalog, fragment, node, report=lambda line: log.info("%s", line.strip()),
-                trace_parent=parent)
+                trace_parent=parent, contract=contract)
 
 
 class BpmAgent:
@@ -161,7 +163,8 @@ class BpmAgent:
                     "hand-over", context=context_of(offer.trace),
                     attributes={"medusa.fragment": offer.fragment,
                                 "medusa.node": offer.node}) as span:
-                self.move(self.catalog, offer.fragment, offer.node, traceparent(span))
+                self.move(self.catalog, offer.fragment, offer.node, traceparent(span),
+                          offer.contract)
         moved = now_ms() if at_ms is None else at_ms
         self.catalog.update(Kind.OFFERS, entry.name, lambda spec: None if spec is None else {
             **spec, "status": "done", "decided_at": spec.get("decided_at") or moved})
@@ -235,7 +238,7 @@ class BpmAgent:
         with self.tracer.start_as_current_span(f"{MOVE_ROOT}{fragment.name}", attributes={
                 "medusa.fragment": fragment.name, "medusa.bpm.origin": self.participant,
                 "medusa.bpm.reason": why, "medusa.node": home}) as span:
-            self.move(self.catalog, fragment.name, home, traceparent(span))
+            self.move(self.catalog, fragment.name, home, traceparent(span), None)
         self._pay_periods(fragment, offers, known, now, until_now=True)
         return f"brought {fragment.name} home to {home}: {why}"
 

@@ -700,6 +700,7 @@ def node(
 
     from medusa import tracing
     from medusa.catalog.client import CatalogClient
+    from medusa.credentials import act_as
     from medusa.registry import registry_client
     from medusa.settings import HaSettings
     from medusa.stack.endpoints import resolve
@@ -716,6 +717,7 @@ def node(
                     f"(known: {', '.join(endpoints.kafka)})", 2)
     if secondary is not None and secondary.count("/") != 1:
         raise _fail(f"--secondary: expected participant/node, got {secondary!r}", 2)
+    act_as(participant)  # its Kafka clients, Spark's included, and catalog writes are its
     catalog = CatalogClient(endpoints.catalog_url)
     if not catalog.healthy():
         catalog.close()
@@ -1055,6 +1057,7 @@ def bpm(
     from medusa import tracing
     from medusa.bpm.ledger import Ledger, read_entries
     from medusa.catalog.client import CatalogClient
+    from medusa.credentials import act_as
     from medusa.federation_status import latest_load_reports
     from medusa.registry import registry_client
     from medusa.settings import kafka_config
@@ -1066,6 +1069,7 @@ def bpm(
     if participant not in endpoints.kafka:
         raise _fail(f"--participant: no participant {participant!r} "
                     f"(known: {', '.join(endpoints.kafka)})", 2)
+    act_as(participant)
     tracing.configure("medusa-bpm", endpoints.otlp_endpoint)
     registry = registry_client(endpoints.registry_url)
     stopped = threading.Event()
@@ -1378,6 +1382,28 @@ def fault_kill(
     console.print(f"killed {target} (pid {pid}) with SIGKILL")
 
 
+@schemas_app.command("gateway")
+def schemas_gateway(
+    port: Annotated[int | None, typer.Option(
+        min=1024, max=65535, help="HTTP port [default: MEDUSA_REGISTRY_PORT or 18081].")] = None,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    upstream: Annotated[str | None, typer.Option(
+        help="The registry it guards [default: http://127.0.0.1:MEDUSA_REGISTRY_INTERNAL_PORT]."
+    )] = None,
+) -> None:
+    """Serve the registry's front door: reads open, writes only with a participant's token."""
+    from medusa import credentials
+    from medusa.registry_gateway import serve
+
+    _service_logging()
+    settings = StackSettings()
+    stack = credentials.load(credentials.credentials_file(settings.run_dir))
+    if stack is None:
+        raise _fail(f"no credentials in {settings.run_dir}: `medusa up` makes them")
+    serve(upstream or f"http://127.0.0.1:{settings.registry_internal_port}", stack.tokens(),
+          host, port or settings.registry_port)
+
+
 @catalog_app.command("serve")
 def catalog_serve(
     port: Annotated[int | None, typer.Option(
@@ -1390,7 +1416,7 @@ def catalog_serve(
 ) -> None:
     """Serve the catalog's HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
 
-    from medusa import tracing
+    from medusa import credentials, tracing
     from medusa.catalog.service import serve
     from medusa.stack.endpoints import resolve
 
@@ -1401,8 +1427,10 @@ def catalog_serve(
     if home not in endpoints.kafka:
         raise _fail(f"--home: no participant {home!r} (known: {', '.join(endpoints.kafka)})", 2)
     tracing.configure("medusa-catalog", endpoints.otlp_endpoint)
+    stack = credentials.load(credentials.credentials_file(settings.run_dir))
     serve(endpoints, home, host, port or settings.catalog_port, topic,
-          check_network=check_network_structure)
+          check_network=check_network_structure,
+          tokens=stack.tokens() if stack is not None else None)
 
 
 def check_network_structure(definition: str) -> None:

@@ -28,7 +28,7 @@ from medusa_spark.network.fragments import (
 )
 from medusa_spark.network.model import parse_network
 from medusa_spark.network.validate import Plan, validate
-from medusa_spark.wiring import network_topics
+from medusa_spark.wiring import network_topics, topic_uses
 
 Report = Callable[[str], None]
 
@@ -41,8 +41,9 @@ def running_nodes(catalog: CatalogClient) -> list[NodeSlot]:
             for e in catalog.list(Kind.NODES) if e.spec.get("status") == "up"]
 
 
-def _placed_on(node: str, trace_parent: str | None = None
+def _placed_on(node: str, trace_parent: str | None = None, contract: str | None = None
                ) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
+    """``contract``: the BPM contract it moves under, onto a partner's node."""
     def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
         if spec is None:
             return None
@@ -50,6 +51,12 @@ def _placed_on(node: str, trace_parent: str | None = None
         if placed is not None and trace_parent:
             # The new node's hand-over and first output join the caller's trace.
             placed["takeover_trace"] = trace_parent
+        if placed is not None:
+            home = node.split("/", 1)[0] == spec["network"].split("/", 1)[0]
+            if home:
+                placed["contract"] = None
+            elif contract is not None:
+                placed["contract"] = contract
         return placed
     return change
 
@@ -60,12 +67,13 @@ def _set_to(wanted: dict[str, Any]) -> Callable[[dict[str, Any] | None], dict[st
     return change
 
 
-def _redeployed(boxes: list[str], ha: str, replica: str | None
+def _redeployed(boxes: list[str], ha: str, replica: str | None,
+                uses: dict[str, list[dict[str, str]]]
                 ) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
     def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
         if spec is None:
             return None
-        wanted = {**spec, "boxes": boxes, "ha": ha, "replica": replica}
+        wanted = {**spec, "boxes": boxes, "ha": ha, "replica": replica, **uses}
         if (spec.get("ha", "passive"), spec.get("replica")) != (ha, replica):
             wanted["replica_ready"] = False
         if spec.get("phase") == "failed":  # a redeploy gives a failed fragment a new start
@@ -164,7 +172,7 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
     for name, node in named_nodes.items():
         if name in existing:  # placed before: a new node here is a move
             placement[name] = node
-    network_topics(plan, fragments, endpoints, registry)
+    topics = network_topics(plan, fragments, endpoints, registry)
 
     def definition(spec: dict[str, Any] | None) -> dict[str, Any] | None:
         return None if spec and spec["definition"] == text else {"definition": text}
@@ -187,15 +195,16 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
             if secondary in running and secondary.split("/")[0] == node.split("/")[0]:
                 replica = secondary
         boxes = list(fragment.boxes)
+        uses = topic_uses(topics, fragment)
         if name in existing:
             if name in placement and placement[name] != existing[name].spec["node"]:
                 catalog.update(Kind.FRAGMENTS, global_name, _placed_on(node))
             catalog.update(Kind.FRAGMENTS, global_name,
-                           _redeployed(boxes, fragment.ha, replica))
+                           _redeployed(boxes, fragment.ha, replica, uses))
         else:
             catalog.put(Kind.FRAGMENTS, global_name,
                         {"network": network_name, "boxes": boxes, "node": node,
-                         "ha": fragment.ha, "replica": replica})
+                         "ha": fragment.ha, "replica": replica, **uses})
         standby = f" (replica on {replica})" if replica else ""
         if fragment.ha == "active" and replica is None:
             standby = " (ha: active, but its node has no live secondary on its cluster)"
@@ -265,7 +274,7 @@ class MoveResult:
 
 def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.0,
          report: Report = print, trace_parent: str | None = None,
-         warm: bool = True) -> MoveResult:
+         warm: bool = True, contract: str | None = None) -> MoveResult:
     """Moves a fragment (named, or by one of its boxes), with its state, to ``target``, and
     waits until it runs there. ``trace_parent``: a traceparent the new node's hand-over
     span continues.
@@ -275,7 +284,8 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
     while the fragment goes on running; only then does the old node stop, and the replica
     takes the output over, so the pause does not grow with the state. Across clusters
     (load moved to a partner) the target resumes from the checkpoint the old node
-    released.
+    released. ``contract``: the BPM contract under which it moves to a partner; the
+    partner's access to its topics lasts as long as the contract (``medusa.access``).
     """
     entry = resolve_fragment(catalog, name)
     node = catalog.get(Kind.NODES, target)
@@ -288,7 +298,7 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
     deadline = started + timeout_s
     if warm and warm_move_possible(entry.spec, target):
         _warm_up(catalog, entry.name, target, deadline, report)
-    catalog.update(Kind.FRAGMENTS, entry.name, _placed_on(target, trace_parent))
+    catalog.update(Kind.FRAGMENTS, entry.name, _placed_on(target, trace_parent, contract))
     report(f"  {entry.name}: handing over from {source} to {target}")
     last_phase = ""
     while time.monotonic() < deadline:

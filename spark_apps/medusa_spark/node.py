@@ -43,6 +43,7 @@ from opentelemetry import trace
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
+from medusa.access import explained
 from medusa.catalog.client import CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.errors import MedusaError
@@ -516,7 +517,8 @@ class Node:
         def failed(spec: dict[str, Any] | None) -> dict[str, Any] | None:
             if spec is None or spec.get("node") != self.global_name:
                 return None
-            return {**spec, "error": error[:4000], "restarts": restarts,
+            return {**spec, "error": explained(error, self.participant)[:4000],
+                    "restarts": restarts,
                     **({"phase": phase} if phase else {})}
         self.catalog.update(Kind.FRAGMENTS, name, failed)
 

@@ -115,6 +115,19 @@ def sunion_topic(topics: NetworkTopics, fragment: Fragment) -> str:
     return f"{topics.prefix}medusa.{network.name}.{fragment.name}.{fingerprint}.in"
 
 
+def topic_uses(topics: NetworkTopics, fragment: Fragment) -> dict[str, list[dict[str, str]]]:
+    """What the fragment reads and writes, by cluster: the catalog keeps it with the
+    fragment, and the ACLs a partner that runs it gets are made from it."""
+    network = topics.plan.network
+
+    def use(name: str) -> dict[str, str]:
+        return {"participant": topics.participants[name], "topic": topics.streams[name].topic}
+    reads = [use(name) for name in fragment.inputs]
+    # A fragment moved off its origin's node rebases from its SUnion topic there.
+    reads.append({"participant": network.participant, "topic": sunion_topic(topics, fragment)})
+    return {"reads": reads, "writes": [use(box) for box in fragment.outputs]}
+
+
 def fragment_wiring(topics: NetworkTopics, network_name: str, fragment: Fragment,
                     node_bootstrap: str, max_delay_ms: int | None = None,
                     instance: Instance | None = None) -> FragmentWiring:

@@ -22,6 +22,7 @@ from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.contracts import accept, propose, revoke
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
+from medusa.settings import kafka_config
 from medusa_apps.bench.dpc_partition import wait_running
 from medusa_spark.deploy import deploy, undeploy
 from tests.federation_processes import NodeProcess, federation_env, running
@@ -76,7 +77,7 @@ def bpm_run(federation, nodes, spark, registry_module, tmp_path_factory) -> Iter
     prefix = f"{name}."
     network = f"alpha/{name}"
     results_topic = f"{prefix}medusa.{name}.per_sensor"  # the example's boxes are beta's
-    alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
+    alpha = kafka_config(federation.bootstrap("alpha"))
     with CatalogClient(federation.catalog_url) as catalog:
         deploy(network_yaml(name, prefix), name, federation, registry_module, spark, catalog,
                {"plausible": ALPHA_NODE, "per_sensor": ALPHA_NODE})
@@ -85,7 +86,7 @@ def bpm_run(federation, nodes, spark, registry_module, tmp_path_factory) -> Iter
                            host="beta", price=PRICE, delta=DELTA, movable=[network],
                            period_s=3600, by="alpha")
         accept(catalog, contract.name, by="beta")
-        watch = OutputWatch({"bootstrap.servers": federation.bootstrap("beta")},
+        watch = OutputWatch(kafka_config(federation.bootstrap("beta")),
                             registry_module, [results_topic]).start()
         steady = SteadyInput(alpha, registry_module, f"{prefix}sensors.readings", SENSORS,
                              SECONDS)
@@ -137,7 +138,7 @@ def test_the_hand_over_loses_and_duplicates_nothing(bpm_run: BpmRun) -> None:
 
 def test_the_ledger_records_the_move_at_the_contract_price(bpm_run: BpmRun, federation,
                                                            registry_module) -> None:
-    entries = [e for e in read_entries([{"bootstrap.servers": federation.bootstrap(p)}
+    entries = [e for e in read_entries([kafka_config(federation.bootstrap(p))
                                         for p in ("alpha", "beta")], registry_module)
                if e["contract"] == bpm_run.contract]
     moves = [e for e in entries if e["kind"] == "move"]

@@ -22,6 +22,7 @@ from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind, OfferSpec
 from medusa.contracts import now_ms
 from medusa.schemas import epoch_ms
+from medusa.settings import kafka_config
 from medusa_apps.bench.bpm_spike import (
     HOSTS,
     AgentProcess,
@@ -166,7 +167,7 @@ def test_the_ledger_holds_the_moves_and_hosted_time_at_the_contract_prices(
         spike, federation, registry_module) -> None:
     run, _, _ = spike
     contracts = set(run.contracts.values())
-    entries = [e for e in read_entries([{"bootstrap.servers": federation.bootstrap(p)}
+    entries = [e for e in read_entries([kafka_config(federation.bootstrap(p))
                                         for p in [*HOSTS.values(), "alpha"]], registry_module)
                if e["contract"] in contracts]
     moves = [e for e in entries if e["kind"] == "move"]

@@ -15,6 +15,7 @@ import pytest
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
+from medusa.settings import kafka_config
 from medusa_spark.deploy import MoveResult, deploy, move, undeploy
 from tests.federation_processes import NodeProcess
 
@@ -61,8 +62,8 @@ def moved_run(federation, nodes, spark, registry_module) -> Iterator[MovedRun]:
     name = f"sw-{uuid.uuid4().hex[:6]}"
     prefix = f"{name}."
     text = network_yaml(name, prefix)
-    alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
-    beta = {"bootstrap.servers": federation.bootstrap("beta")}
+    alpha = kafka_config(federation.bootstrap("alpha"))
+    beta = kafka_config(federation.bootstrap("beta"))
     crossed_topic = f"{prefix}medusa.{name}.plausible"
     results_topic = f"{prefix}medusa.{name}.per_sensor"
     with CatalogClient(federation.catalog_url) as catalog:

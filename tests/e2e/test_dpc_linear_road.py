@@ -26,6 +26,7 @@ from medusa.linear_road.reference import ReferenceOutput, compute
 from medusa.linear_road.split import DIRECTION_OF, SplitInput, split_network_yaml
 from medusa.linear_road.traffic import TrafficProfile
 from medusa.progress import RateProgress
+from medusa.settings import kafka_config
 from medusa.stable_view import StableView, stable_view
 from medusa_apps.bench.dpc_partition import FaultWindow, OutputRecorder, wait_running
 from tests.federation_processes import NodeProcess, running
@@ -103,7 +104,7 @@ def split_run(federation, node, links, spark, registry_module) -> Iterator[Split
                {box: node.global_name for box in raw["boxes"]})
         try:
             wait_running(catalog, network)
-            beta = {"bootstrap.servers": federation.bootstrap("beta")}
+            beta = kafka_config(federation.bootstrap("beta"))
             recorders = {out: OutputRecorder(beta, registry_module,
                                              prefix + raw["streams"][out]["topic"])
                          for out in OUTPUTS}
@@ -135,7 +136,7 @@ def _run_with_a_cut(federation, registry, links, prefix: str,
     """Traffic on both participants; once results flow, the link is cut until tentative
     results came out, then healed; the traffic ends a little later. Returns what was sent
     once every output's stable view holds its reference with nothing left to correct."""
-    configs = {p: {"bootstrap.servers": federation.bootstrap(p)} for p in DIRECTION_OF}
+    configs = {p: kafka_config(federation.bootstrap(p)) for p in DIRECTION_OF}
     failed: list[BaseException] = []
     with RateProgress("linear road, two participants") as progress:
         traffic = SplitInput(PROFILE, kafka_configs=configs, registry=registry,

@@ -28,6 +28,7 @@ from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
 from medusa.progress import RateProgress
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
 from medusa.settings import REPO_ROOT
+from medusa.settings import kafka_config as client_config
 from medusa.trace_view import recent, roots
 from medusa_spark.deploy import deploy, undeploy
 from medusa_spark.scaling import ScaleError, ScaleResult, instances_of, scale
@@ -69,7 +70,7 @@ def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]
     name = f"scaled-{uuid.uuid4().hex[:6]}"
     prefix = f"{name}."
     network = f"alpha/{name}"
-    alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
+    alpha = client_config(federation.bootstrap("alpha"))
     results_topic = f"{prefix}medusa.{name}.per_sensor"
     try:
         with CatalogClient(federation.catalog_url) as catalog:
@@ -305,7 +306,7 @@ def test_autoscale_scales_a_bottleneck_out_and_an_idle_fragment_in_with_a_trace_
     name = f"auto-{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
     env = {**federation_env(federation, tmp_path), "COLUMNS": "200"}
-    alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
+    alpha = client_config(federation.bootstrap("alpha"))
     # A trigger no batch keeps up with: the fragment is a bottleneck from its first batches.
     text = network_yaml(name, f"{name}.", box_participant="alpha", trigger="100 milliseconds")
     with CatalogClient(federation.catalog_url) as catalog:

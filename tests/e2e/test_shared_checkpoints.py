@@ -15,6 +15,7 @@ import pytest
 
 from medusa.catalog.client import CatalogClient
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
+from medusa.settings import kafka_config
 from medusa_spark import checkpoint_store as store
 from medusa_spark.deploy import deploy, move, resolve_fragment, undeploy
 from tests.federation_processes import NodeProcess, running
@@ -46,7 +47,7 @@ def shared_run(federation, hdfs, spark, registry_module, tmp_path_factory
                for name, other in zip(names, reversed(names), strict=True)}
     name = f"shared-{uuid.uuid4().hex[:6]}"
     prefix = f"{name}."
-    alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
+    alpha = kafka_config(federation.bootstrap("alpha"))
     results_topic = f"{prefix}medusa.{name}.per_sensor"
     box = f"alpha/{name}/per_sensor"
     with running(by_name) as started, CatalogClient(federation.catalog_url) as catalog:

@@ -7,6 +7,7 @@ from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER
 from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
 from medusa.sensors import sensor_readings, to_dict
+from medusa.settings import spark_kafka_options
 from medusa.topics import ensure_topics
 from medusa_spark.wire import decode_avro, header, schema_id
 
@@ -23,7 +24,7 @@ def test_spark_decodes_the_wire_format_with_the_writer_schema(
             producer.produce(reading, reading.tuple_id, reading.measured_at, key=reading.sensor_id)
 
     raw = (spark.read.format("kafka")
-           .option("kafka.bootstrap.servers", kafka_config["bootstrap.servers"])
+           .options(**spark_kafka_options(kafka_config["bootstrap.servers"]))
            .option("subscribe", topic).option("startingOffsets", "earliest")
            .option("includeHeaders", "true").load())
     data = raw.where(F.col("value").isNotNull())

@@ -15,6 +15,7 @@ import pytest
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
+from medusa.settings import kafka_config
 from medusa_spark.deploy import MoveResult, deploy, move, resolve_fragment, undeploy
 from tests.federation_processes import NodeProcess, running
 from tests.fragment_checks import assert_exactly_once, wait_first_result, wait_running_on
@@ -48,7 +49,7 @@ class WarmRun:
 def warm_run(federation, nodes, spark, registry_module) -> Iterator[WarmRun]:
     name = f"warm-{uuid.uuid4().hex[:6]}"
     prefix = f"{name}."
-    alpha = {"bootstrap.servers": federation.bootstrap("alpha")}
+    alpha = kafka_config(federation.bootstrap("alpha"))
     results_topic = f"{prefix}medusa.{name}.per_sensor"
     box = f"alpha/{name}/per_sensor"
     with CatalogClient(federation.catalog_url) as catalog:

@@ -19,6 +19,7 @@ from medusa.bpm.ledger import Ledger, balances, read_entries
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.contracts import accept, propose, revoke
+from medusa.settings import kafka_config
 from medusa_apps.bpm_agent import BpmAgent
 from tests.federation_processes import CatalogProcess, federation_env
 from tests.integration.test_catalog import NETWORK
@@ -50,7 +51,7 @@ class Federation:
                 "load": load, "fragments": fragments}
 
     def move(self, catalog: CatalogClient, fragment: str, node: str,
-             _parent: str | None) -> None:
+             _parent: str | None, _contract: str | None) -> None:
         catalog.update(Kind.FRAGMENTS, fragment,
                        lambda spec: None if spec is None else {**spec, "node": node})
         self.moves.append((fragment, node))
@@ -68,7 +69,7 @@ class Federation:
 @pytest.fixture
 def federated(federation, registry, tmp_path) -> Iterator[Federation]:
     process = CatalogProcess(federation, tmp_path).start()
-    ledger = Ledger({"bootstrap.servers": federation.bootstrap("alpha")}, registry, "alpha")
+    ledger = Ledger(kafka_config(federation.bootstrap("alpha")), registry, "alpha")
     try:
         with CatalogClient(process.url) as catalog:
             for node in ("alpha/n1", "beta/n1"):
@@ -122,7 +123,7 @@ def test_an_overloaded_origin_offers_the_host_accepts_and_the_fragment_moves(
 
     # The ledger: the move at the unit price times the load, and the hosting from the move
     # to the contract's end, pro rata of its one-hour period; once each, even read again.
-    entries = [e for e in read_entries([{"bootstrap.servers": federation.bootstrap(p)}
+    entries = [e for e in read_entries([kafka_config(federation.bootstrap(p))
                                         for p in ("alpha", "beta")], registry)
                if e["contract"] == contract]
     assert [e["kind"] for e in entries] == ["move", "hosting"], [

@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
+from medusa.settings import kafka_config
 from medusa.topics import ensure_topics
 from tests.federation_processes import federation_env
 
@@ -33,7 +34,7 @@ def test_alpha_reaches_beta_through_the_link(federation, links) -> None:
     through_link = federation.seen_from("alpha").bootstrap("beta")
     assert through_link != federation.bootstrap("beta")
     assert through_link == federation.links["beta-from-alpha"]
-    metadata = AdminClient({"bootstrap.servers": through_link}).list_topics(timeout=10)
+    metadata = AdminClient(kafka_config(through_link)).list_topics(timeout=10)
     assert [b.port for b in metadata.brokers.values()] == [int(through_link.split(":")[1])], \
         "beta's broker advertises the link to alpha's clients, so they stay behind it"
     assert federation.seen_from("beta").bootstrap("beta") == federation.bootstrap("beta")
@@ -41,11 +42,11 @@ def test_alpha_reaches_beta_through_the_link(federation, links) -> None:
 
 def test_a_partition_cuts_alpha_off_beta_until_it_heals(federation, links, topic) -> None:
     beta = federation.bootstrap("beta")
-    ensure_topics({"bootstrap.servers": beta}, [topic], partitions=1)
-    producer = Producer({"bootstrap.servers": beta})  # beta's own sensors: never cut off
-    consumer = Consumer({"bootstrap.servers": federation.seen_from("alpha").bootstrap("beta"),
-                         "group.id": f"test-{uuid.uuid4()}", "auto.offset.reset": "earliest",
-                         "reconnect.backoff.max.ms": 1000})
+    ensure_topics(kafka_config(beta), [topic], partitions=1)
+    producer = Producer(kafka_config(beta))  # beta's own sensors: never cut off
+    consumer = Consumer(kafka_config(federation.seen_from("alpha").bootstrap("beta"), {
+        "group.id": f"test-{uuid.uuid4()}", "auto.offset.reset": "earliest",
+        "reconnect.backoff.max.ms": 1000}))
     consumer.subscribe([topic])
     try:
         producer.produce(topic, b"before")
@@ -69,10 +70,10 @@ def test_a_partition_cuts_alpha_off_beta_until_it_heals(federation, links, topic
 
 def test_a_slow_link_delays_what_crosses_it(federation, links, topic) -> None:
     beta = federation.bootstrap("beta")
-    ensure_topics({"bootstrap.servers": beta}, [topic], partitions=1)
+    ensure_topics(kafka_config(beta), [topic], partitions=1)
     links.slow("alpha", "beta", 700)
     assert set(_conditions(links).values()) == {"slow (+700 ms)"} and _untouched(links)
-    admin = AdminClient({"bootstrap.servers": federation.seen_from("alpha").bootstrap("beta")})
+    admin = AdminClient(kafka_config(federation.seen_from("alpha").bootstrap("beta")))
     began = time.monotonic()
     admin.list_topics(topic, timeout=30)
     # A fresh connection's request and answer each wait 700 ms: a lower bound, not a timing.

@@ -20,6 +20,7 @@ from medusa.consuming import TupleConsumer
 from medusa.envelope import Envelope, TupleType
 from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
+from medusa.settings import kafka_config
 from medusa.topics import dead_letter_topic
 from medusa_spark.local_run import LocalNetworkRun
 from medusa_spark.network.model import NetworkSpec, parse_network
@@ -155,7 +156,7 @@ def test_undecodable_input_goes_to_the_dead_letter_topic(spark, federation, regi
     garbage = b"\x00\x00\x00\x7f\x7fgarbage"
     moving = network({"moving": {"type": "filter", "params": {"predicate": "speed > 0"}}},
                      [{"from": "reports", "to": "moving"}])
-    config = {"bootstrap.servers": federation.bootstrap()}
+    config = kafka_config(federation.bootstrap())
     with LocalNetworkRun(spark, moving, federation, registry, tmp_path / "checkpoints",
                          topic_prefix=prefix) as run:
         bad = Producer(config)
@@ -173,8 +174,8 @@ def test_undecodable_input_goes_to_the_dead_letter_topic(spark, federation, regi
         with TupleConsumer(config, registry, [out_topic], f"t-{uuid.uuid4()}") as consumer:
             found = [c.record for c in consumer.drain() if c.record.type is TupleType.STABLE]
     assert [r.value["vid"] for r in found] == [1], "processing goes on after a bad record"
-    reader = Consumer({"bootstrap.servers": federation.bootstrap(),
-                       "group.id": f"t-{uuid.uuid4()}", "auto.offset.reset": "earliest"})
+    reader = Consumer(kafka_config(federation.bootstrap(), {
+        "group.id": f"t-{uuid.uuid4()}", "auto.offset.reset": "earliest"}))
     reader.subscribe([dead_letter_topic(run.topic("reports"))])
     letters = []
     for _ in range(30):

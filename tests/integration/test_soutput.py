@@ -8,6 +8,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from medusa.envelope import ID_HEADER, TYPE_HEADER
+from medusa.settings import kafka_config as client_config
 from medusa.topics import ensure_topics
 from medusa_spark.soutput import OutputFencedError, OutRecord, SOutput, transactional_id
 
@@ -21,9 +22,9 @@ def _records(topic: str, ids: range) -> list[OutRecord]:
 
 
 def _committed_ids(bootstrap: str, topic: str) -> list[str]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{topic}",
-                         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                         "enable.partition.eof": True})
+    consumer = Consumer(client_config(bootstrap, {
+        "group.id": f"read-{topic}", "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed", "enable.partition.eof": True}))
     consumer.subscribe([topic])
     ids, ended = [], set()
     try:
@@ -61,8 +62,8 @@ def test_a_takeover_fences_the_old_writer_and_drops_what_it_wrote(kafka_config,
 
 def test_an_open_transaction_of_a_dead_writer_is_aborted(kafka_config, output_topic) -> None:
     bootstrap = kafka_config["bootstrap.servers"]
-    dead = Producer({"bootstrap.servers": bootstrap,
-                     "transactional.id": transactional_id(output_topic)})
+    dead = Producer(client_config(bootstrap,
+                                  {"transactional.id": transactional_id(output_topic)}))
     dead.init_transactions(30)
     dead.begin_transaction()
     for record in _records(output_topic, range(0, 5)):  # half a batch, then the node dies

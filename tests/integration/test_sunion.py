@@ -40,7 +40,7 @@ from medusa.jaeger_client import Trace
 from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
 from medusa.sensors import SensorReading, sensor_readings, to_dict
-from medusa.settings import REPO_ROOT
+from medusa.settings import REPO_ROOT, kafka_config
 from medusa.sunion import (
     INPUT_HEADER,
     POSITIONS_HEADER,
@@ -82,10 +82,9 @@ class OutputReader:
     records: list[OutRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._consumer = Consumer({"bootstrap.servers": self.bootstrap,
-                                   "group.id": f"read-{uuid.uuid4()}",
-                                   "enable.auto.commit": False,
-                                   "isolation.level": "read_committed"})
+        self._consumer = Consumer(kafka_config(self.bootstrap, {
+            "group.id": f"read-{uuid.uuid4()}", "enable.auto.commit": False,
+            "isolation.level": "read_committed"}))
         partitions = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic]
         self._consumer.assign([TopicPartition(self.topic, p, 0) for p in partitions.partitions])
 
@@ -150,8 +149,9 @@ def assert_each_once(records: list[OutRecord], expected_ids: set[str]) -> None:
 
 
 def _read_topic(bootstrap: str, topic: str, count: int, timeout_s: float = 60.0) -> list[Any]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}",
-                        "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    consumer = Consumer(kafka_config(bootstrap, {
+        "group.id": f"read-{uuid.uuid4()}", "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed"}))
     consumer.subscribe([topic])
     messages: list[Any] = []
     deadline = time.monotonic() + timeout_s
@@ -205,7 +205,7 @@ def clusters(federation) -> tuple[str, str]:
 
 
 def _sensor_producer(bootstrap: str, registry: Any, topic: str) -> TupleProducer:
-    return TupleProducer({"bootstrap.servers": bootstrap}, registry, topic,
+    return TupleProducer(kafka_config(bootstrap), registry, topic,
                          load_schema("sensor_reading"), f"src-{topic}", to_dict=to_dict,
                          boundary_interval_s=0.2)
 
@@ -213,8 +213,8 @@ def _sensor_producer(bootstrap: str, registry: Any, topic: str) -> TupleProducer
 def test_two_clusters_merge_in_bucket_order_each_tuple_once(clusters, registry, topic) -> None:
     alpha, beta = clusters
     topic_a, topic_b, output = f"{topic}.a", f"{topic}.b", f"{topic}.out"
-    ensure_topics({"bootstrap.servers": alpha}, [topic_a], partitions=2)
-    ensure_topics({"bootstrap.servers": beta}, [topic_b], partitions=1)
+    ensure_topics(kafka_config(alpha), [topic_a], partitions=2)
+    ensure_topics(kafka_config(beta), [topic_b], partitions=1)
     config = SUnionConfig(fragment="alpha/test/merge", output_topic=output,
                           output_bootstrap=alpha, bucket_ms=500,
                           inputs=[SUnionInput(name="a", topic=topic_a, bootstrap=alpha),
@@ -318,8 +318,8 @@ def _state(path: Path) -> dict[str, Any]:
 def test_a_kill_9_loses_and_duplicates_nothing(clusters, registry, topic, tmp_path) -> None:
     alpha, beta = clusters
     topic_a, topic_b, output = f"{topic}.a", f"{topic}.b", f"{topic}.out"
-    ensure_topics({"bootstrap.servers": alpha}, [topic_a], partitions=2)
-    ensure_topics({"bootstrap.servers": beta}, [topic_b], partitions=1)
+    ensure_topics(kafka_config(alpha), [topic_a], partitions=2)
+    ensure_topics(kafka_config(beta), [topic_b], partitions=1)
     base = SUnionConfig(fragment="alpha/test/kill", output_topic=output, output_bootstrap=alpha,
                         bucket_ms=200,
                         inputs=[SUnionInput(name="a", topic=topic_a, bootstrap=alpha),
@@ -379,13 +379,13 @@ def test_unusable_and_late_records_are_dead_lettered_on_their_input_cluster(
         clusters, topic) -> None:
     alpha, beta = clusters
     topic_a, topic_b, output = f"{topic}.a", f"{topic}.b", f"{topic}.out"
-    ensure_topics({"bootstrap.servers": alpha}, [topic_a], partitions=1)
-    ensure_topics({"bootstrap.servers": beta}, [topic_b], partitions=1)
+    ensure_topics(kafka_config(alpha), [topic_a], partitions=1)
+    ensure_topics(kafka_config(beta), [topic_b], partitions=1)
     config = SUnionConfig(fragment="alpha/test/dlq", output_topic=output,
                           output_bootstrap=alpha,
                           inputs=[SUnionInput(name="a", topic=topic_a, bootstrap=alpha),
                                   SUnionInput(name="b", topic=topic_b, bootstrap=beta)])
-    to_a, to_b = Producer({"bootstrap.servers": alpha}), Producer({"bootstrap.servers": beta})
+    to_a, to_b = Producer(kafka_config(alpha)), Producer(kafka_config(beta))
 
     def send(producer: Producer, target: str, envelope: Envelope | None,
              value: bytes | None = AVRO_LIKE) -> None:
@@ -446,11 +446,11 @@ def test_unusable_and_late_records_are_dead_lettered_on_their_input_cluster(
 def test_a_new_instance_fences_the_old_one(clusters, topic) -> None:
     alpha, _ = clusters
     topic_a, output = f"{topic}.a", f"{topic}.out"
-    ensure_topics({"bootstrap.servers": alpha}, [topic_a], partitions=1)
+    ensure_topics(kafka_config(alpha), [topic_a], partitions=1)
     config = SUnionConfig(fragment="alpha/test/fence", output_topic=output,
                           output_bootstrap=alpha,
                           inputs=[SUnionInput(name="a", topic=topic_a, bootstrap=alpha)])
-    producer = Producer({"bootstrap.servers": alpha})
+    producer = Producer(kafka_config(alpha))
     producer.produce(topic_a, value=AVRO_LIKE,
                      headers=Envelope(TupleType.STABLE, "t1", BASE_MS).headers())
     producer.produce(topic_a, value=None,
@@ -478,7 +478,7 @@ def test_a_new_instance_fences_the_old_one(clusters, topic) -> None:
 def test_a_partition_added_to_an_input_is_followed(clusters, topic) -> None:
     alpha, _ = clusters
     topic_a, output = f"{topic}.a", f"{topic}.out"
-    admin_config = {"bootstrap.servers": alpha}
+    admin_config = kafka_config(alpha)
     ensure_topics(admin_config, [topic_a], partitions=1)
     config = SUnionConfig(fragment="alpha/test/grow", output_topic=output,
                           output_bootstrap=alpha,
@@ -520,11 +520,11 @@ def test_a_partition_added_to_an_input_is_followed(clusters, topic) -> None:
 def test_positions_are_found_behind_a_large_aborted_transaction(clusters, topic) -> None:
     alpha, _ = clusters
     topic_a, output = f"{topic}.a", f"{topic}.out"
-    ensure_topics({"bootstrap.servers": alpha}, [topic_a], partitions=1)
+    ensure_topics(kafka_config(alpha), [topic_a], partitions=1)
     config = SUnionConfig(fragment="alpha/test/tail", output_topic=output,
                           output_bootstrap=alpha,
                           inputs=[SUnionInput(name="a", topic=topic_a, bootstrap=alpha)])
-    producer = Producer({"bootstrap.servers": alpha})
+    producer = Producer(kafka_config(alpha))
 
     def send(kind: TupleType, tuple_id: str, stime: int) -> None:
         value = None if kind is TupleType.BOUNDARY else AVRO_LIKE
@@ -537,7 +537,7 @@ def test_positions_are_found_behind_a_large_aborted_transaction(clusters, topic)
     with running(config) as first:
         _wait_for(lambda: first.state()["records_out"] == 1, "the first release")
     # A writer dies in the middle of a transaction larger than the first read-back window.
-    dying = Producer({"bootstrap.servers": alpha, "transactional.id": transactional_id(output)})
+    dying = Producer(kafka_config(alpha, {"transactional.id": transactional_id(output)}))
     dying.init_transactions(30)
     dying.begin_transaction()
     for index in range(1200):
@@ -581,8 +581,8 @@ def test_an_up_failure_period_is_one_trace_in_jaeger(federation, clusters, regis
                                                       tmp_path) -> None:
     alpha, beta = clusters
     topic_a, topic_b, output = f"{topic}.a", f"{topic}.b", f"{topic}.out"
-    ensure_topics({"bootstrap.servers": alpha}, [topic_a], partitions=1)
-    ensure_topics({"bootstrap.servers": beta}, [topic_b], partitions=1)
+    ensure_topics(kafka_config(alpha), [topic_a], partitions=1)
+    ensure_topics(kafka_config(beta), [topic_b], partitions=1)
     fragment = f"alpha/test/trace-{uuid.uuid4().hex[:8]}"
     state_file = tmp_path / "state.json"
     config = SUnionConfig(fragment=fragment, output_topic=output, output_bootstrap=alpha,

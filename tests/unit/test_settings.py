@@ -1,4 +1,5 @@
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pydantic import SecretStr, ValidationError
@@ -32,9 +33,9 @@ def test_stack_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert [p.name for p in layout.participants] == ["alpha", "beta", "gamma"]
     assert [p.bootstrap for p in layout.participants] == [
         "127.0.0.1:30000", "127.0.0.1:30010", "127.0.0.1:30020"]
-    # brokers and controllers; per link (6 ordered pairs) a listener and a proxy; registry,
-    # Jaeger, catalog, detector, toxiproxy: all distinct
-    assert len(layout.all_ports()) == 6 + 6 * 2 + 11
+    # brokers and controllers; per link (6 ordered pairs) a listener and a proxy; registry
+    # (gateway, itself, health), Jaeger, catalog, detector, toxiproxy: all distinct
+    assert len(layout.all_ports()) == 6 + 6 * 2 + 12
     assert {link.name for link in layout.links} == {
         "alpha-from-beta", "alpha-from-gamma", "beta-from-alpha", "beta-from-gamma",
         "gamma-from-alpha", "gamma-from-beta"}
@@ -47,11 +48,15 @@ def test_bad_setting_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def kafka_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
-    """A clean ``MEDUSA_KAFKA_*`` environment, read afresh by the cached settings."""
+def kafka_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+              ) -> Iterator[pytest.MonkeyPatch]:
+    """A clean ``MEDUSA_KAFKA_*`` environment, read afresh by the cached settings, and a
+    run folder without a stack's credentials."""
     for name in ("SECURITY_PROTOCOL", "SASL_MECHANISM", "SASL_USERNAME", "SASL_PASSWORD",
                  "CLIENT_ID", "BOOTSTRAP_SERVERS"):
         monkeypatch.delenv(f"MEDUSA_KAFKA_{name}", raising=False)
+    monkeypatch.setenv("MEDUSA_RUN_DIR", str(tmp_path))
+    monkeypatch.delenv("MEDUSA_PARTICIPANT", raising=False)
     kafka_client_settings.cache_clear()
     yield monkeypatch
     kafka_client_settings.cache_clear()
@@ -134,3 +139,23 @@ def test_up_starts_one_bpm_agent_per_participant_unless_told_not_to(tmp_path) ->
     assert agents[0].ready() and health_checks(layout)["bpm-alpha"][1]()
     quiet = StackLayout.from_settings(StackSettings(run_dir=tmp_path, stack_bpm_agents=False))
     assert agent_components(quiet) == [] and "bpm-alpha" not in health_checks(quiet)
+
+
+def test_a_stacks_credentials_authenticate_the_acting_participant(kafka_env,
+                                                                   tmp_path: Path) -> None:
+    from medusa import credentials
+
+    stack = credentials.ensure(credentials.credentials_file(tmp_path), ["alpha", "beta"])
+    assert credentials.credentials_file(tmp_path).stat().st_mode & 0o777 == 0o600
+    config = kafka_config("h:9092")
+    assert (config["security.protocol"], config["sasl.mechanism"], config["sasl.username"]) \
+        == ("SASL_PLAINTEXT", "SCRAM-SHA-256", "admin")
+    kafka_env.setenv("MEDUSA_PARTICIPANT", "beta")
+    config = kafka_config("h:9092")
+    assert config["sasl.username"] == "beta"
+    assert config["sasl.password"] == stack.secret("beta").kafka_password
+    assert stack.secret("beta").kafka_password not in repr(config)
+    assert stack.secret("beta").token not in repr(stack)
+    options = spark_kafka_options("h:9092")
+    assert 'username="beta"' in options["kafka.sasl.jaas.config"]
+    assert stack.secret("beta").kafka_password not in str(options)

@@ -2,20 +2,28 @@
 
 Writes are versioned: a create sends no version, an update sends the version it
 read, and a stale one gets 409 instead of overwriting someone else's change.
+
+Writes (PUT, DELETE) are authenticated, when the service is given tokens: each carries
+``Authorization: Bearer <token>`` of a principal, and ``authorization`` says what that
+principal may change (401 without a known token, 403 beyond its rights). Reads stay open.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the handlers' annotations at
 # run time, and the PUT bodies are types made per kind inside a function.
-from collections.abc import Callable
+import logging
+import secrets
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 import yaml
-from fastapi import Body, FastAPI, HTTPException, Path, Query, Request
+from fastapi import Body, Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from opentelemetry.context import attach, detach
 from opentelemetry.propagate import extract
 from pydantic import BaseModel, Field, ValidationError, create_model
 
+from medusa.catalog.authorization import refusal
 from medusa.catalog.model import (
     PART,
     SPECS,
@@ -30,6 +38,8 @@ from medusa.catalog.model import (
     StreamSpec,
 )
 from medusa.catalog.store import CatalogStore, CatalogUnavailableError, VersionConflictError
+
+log = logging.getLogger("medusa.catalog")
 
 Segment = Annotated[str, Path(pattern=rf"^{PART}$", max_length=63)]
 
@@ -58,6 +68,52 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"description": "Malformed request, or it names something that does not exist"},
     503: {"model": Problem, "description": "The catalog cannot reach its Kafka topic"},
 }
+WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    401: {"model": Problem, "description": "No participant's token, or an unknown one"},
+    403: {"model": Problem, "description": "The token's principal may not change this entity"},
+}
+
+UNAUTHENTICATED = "catalog writes need a participant's token (Authorization: Bearer ...)"
+
+_bearer = HTTPBearer(auto_error=False, description="A participant's catalog token "
+                                                   "(see ``medusa.credentials``)")
+
+
+class Authenticator:
+    """Who makes a write, from its bearer token: a FastAPI dependency of the writes.
+
+    ``tokens`` maps each token to its principal; None turns authentication off (an
+    unsecured stack), and every write is then made by nobody in particular (None).
+    """
+
+    def __init__(self, tokens: Mapping[str, str] | None) -> None:
+        self._tokens = None if tokens is None else [
+            (token.encode(), principal) for token, principal in tokens.items()]
+
+    def __call__(self, request: Request, credentials: Annotated[
+            HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str | None:
+        if self._tokens is None:
+            return None
+        principal = None if credentials is None else _principal_of(self._tokens,
+                                                                   credentials.credentials)
+        if principal is None:
+            # The token itself is never logged: a mistyped one may be close to a real one.
+            log.warning("catalog: refused %s %s from an unknown principal (%s token)",
+                        request.method, request.url.path,
+                        "no" if credentials is None else "an unknown")
+            raise HTTPException(401, UNAUTHENTICATED, headers={"WWW-Authenticate": "Bearer"})
+        return principal
+
+
+def _principal_of(tokens: list[tuple[bytes, str]], presented: str) -> str | None:
+    # Compared with every token, in constant time, so timing tells nothing of them.
+    presented_bytes = presented.encode()
+    found = None
+    for token, principal in tokens:
+        if secrets.compare_digest(token, presented_bytes):
+            found = principal
+    return found
 
 
 def _put_body(spec: type[Spec]) -> type[BaseModel]:
@@ -171,13 +227,16 @@ def _outline(definition: str) -> _Outline:
     return outline
 
 
-def create_app(store: CatalogStore, check_network: NetworkCheck | None = None) -> FastAPI:
+def create_app(store: CatalogStore, check_network: NetworkCheck | None = None,
+               tokens: Mapping[str, str] | None = None) -> FastAPI:
     """The API over ``store``; ``check_network`` vets network definitions (None: only their
-    name and participant are checked)."""
+    name and participant are checked); ``tokens`` maps each write token to its principal
+    (None: writes are not authenticated)."""
     app = FastAPI(title="Medusa catalog", version="1",
                   description="Participants, nodes, streams, query networks, fragment placement "
                               "and contracts of a Medusa federation.")
     references = References(store, check_network)
+    authenticate = Authenticator(tokens)
 
     @app.middleware("http")
     async def _continue_trace(request: Request, call_next: Any) -> Any:
@@ -202,11 +261,12 @@ def create_app(store: CatalogStore, check_network: NetworkCheck | None = None) -
         return Health(status="ok", entries=store.size, revision=store.revision)
 
     for kind in Kind:
-        _routes(app, store, references, kind)
+        _routes(app, store, references, authenticate, kind)
     return app
 
 
-def _routes(app: FastAPI, store: CatalogStore, references: References, kind: Kind) -> None:
+def _routes(app: FastAPI, store: CatalogStore, references: References,
+            authenticate: Authenticator, kind: Kind) -> None:
     spec_type = SPECS[kind]
     body_type = _put_body(spec_type)
     singular = kind.singular
@@ -214,6 +274,7 @@ def _routes(app: FastAPI, store: CatalogStore, references: References, kind: Kin
         "participant", "network", "fragment"]
     path = f"/v1/{kind.value}/" + "/".join(f"{{{s}}}" for s in segments)
     tags: list[str | Any] = [kind.value]
+    Principal = Annotated[str | None, Depends(authenticate)]  # None: authentication is off
 
     def name_of(parts: dict[str, str]) -> str:
         return "/".join(parts[s] for s in segments)
@@ -240,58 +301,86 @@ def _routes(app: FastAPI, store: CatalogStore, references: References, kind: Kin
             raise HTTPException(404, f"no {singular} {name_of(parts)}")
         return entry
 
-    def put_entry(body: Any, **parts: str) -> Entry:
-        name = name_of(parts)
-        references.check(kind, name, body.spec)
-        return store.put(kind, name, body.spec.model_dump(mode="json"), body.version)
+    def authorize(principal: str | None, method: str, name: str, current: Entry | None,
+                  new: dict[str, Any] | None) -> None:
+        if principal is None:
+            return
+        reason = refusal(principal, kind, name, None if current is None else current.spec, new)
+        if reason is not None:
+            log.warning("catalog: refused %s %s %s to %s: %s", method, singular, name,
+                        principal, reason)
+            raise HTTPException(403, reason)
 
-    def delete_entry(version: int | None, **parts: str) -> Entry:
-        return store.delete(kind, name_of(parts), version)
+    def put_entry(body: Any, principal: str | None, **parts: str) -> Entry:
+        name = name_of(parts)
+        spec = body.spec.model_dump(mode="json")
+        current = store.get(kind, name)
+        authorize(principal, "PUT", name, current, spec)
+        references.check(kind, name, body.spec)
+        if (current.version if current else None) != body.version:
+            # As the store would; checked here too so that the write replaces the very
+            # version it was authorized against, not one written since.
+            raise VersionConflictError(kind, name, body.version,
+                                       current.version if current else None)
+        return store.put(kind, name, spec, body.version)
+
+    def delete_entry(version: int | None, principal: str | None, **parts: str) -> Entry:
+        name = name_of(parts)
+        current = store.get(kind, name)
+        authorize(principal, "DELETE", name, current, None)
+        if version is None and principal is not None and current is not None:
+            version = current.version  # removes only what the principal may remove
+        return store.delete(kind, name, version)
 
     # FastAPI reads the path parameters from the signature, so each arity gets its own.
     if len(segments) == 1:
         def get1(participant: Segment) -> Entry:
             return get_entry(participant=participant)
 
-        def put1(participant: Segment, body: Annotated[body_type, Body()]) -> Entry:  # type: ignore[valid-type]
-            return put_entry(body, participant=participant)
+        def put1(participant: Segment, body: Annotated[body_type, Body()],  # type: ignore[valid-type]
+                 principal: Principal) -> Entry:
+            return put_entry(body, principal, participant=participant)
 
-        def delete1(participant: Segment, version: Annotated[
+        def delete1(participant: Segment, principal: Principal, version: Annotated[
                 int | None, Query(ge=1, le=2**62)] = None) -> Entry:
-            return delete_entry(version, participant=participant)
+            return delete_entry(version, principal, participant=participant)
         handlers: tuple[Any, Any, Any] = (get1, put1, delete1)
     elif len(segments) == 2:
         def get2(participant: Segment, name: Segment) -> Entry:
             return get_entry(participant=participant, name=name)
 
         def put2(participant: Segment, name: Segment,
-                 body: Annotated[body_type, Body()]) -> Entry:  # type: ignore[valid-type]
-            return put_entry(body, participant=participant, name=name)
+                 body: Annotated[body_type, Body()],  # type: ignore[valid-type]
+                 principal: Principal) -> Entry:
+            return put_entry(body, principal, participant=participant, name=name)
 
-        def delete2(participant: Segment, name: Segment, version: Annotated[
-                int | None, Query(ge=1, le=2**62)] = None) -> Entry:
-            return delete_entry(version, participant=participant, name=name)
+        def delete2(participant: Segment, name: Segment, principal: Principal,
+                    version: Annotated[int | None, Query(ge=1, le=2**62)] = None) -> Entry:
+            return delete_entry(version, principal, participant=participant, name=name)
         handlers = (get2, put2, delete2)
     else:
         def get3(participant: Segment, network: Segment, fragment: Segment) -> Entry:
             return get_entry(participant=participant, network=network, fragment=fragment)
 
         def put3(participant: Segment, network: Segment, fragment: Segment,
-                 body: Annotated[body_type, Body()]) -> Entry:  # type: ignore[valid-type]
-            return put_entry(body, participant=participant, network=network, fragment=fragment)
+                 body: Annotated[body_type, Body()],  # type: ignore[valid-type]
+                 principal: Principal) -> Entry:
+            return put_entry(body, principal, participant=participant, network=network,
+                             fragment=fragment)
 
         def delete3(participant: Segment, network: Segment, fragment: Segment,
+                    principal: Principal,
                     version: Annotated[int | None, Query(ge=1, le=2**62)] = None) -> Entry:
-            return delete_entry(version, participant=participant, network=network,
+            return delete_entry(version, principal, participant=participant, network=network,
                                 fragment=fragment)
         handlers = (get3, put3, delete3)
     get_handler, put_handler, delete_handler = handlers
     app.get(path, response_model=Entry, responses=ERRORS, tags=tags,
             operation_id=f"get_{singular}", summary=f"Read a {singular}")(get_handler)
-    app.put(path, response_model=Entry, responses=ERRORS, tags=tags,
+    app.put(path, response_model=Entry, responses=WRITE_ERRORS, tags=tags,
             operation_id=f"put_{singular}",
             summary=f"Create a {singular} (no version) or update it (the version read)",
             )(put_handler)
-    app.delete(path, response_model=Entry, responses=ERRORS, tags=tags,
+    app.delete(path, response_model=Entry, responses=WRITE_ERRORS, tags=tags,
                operation_id=f"delete_{singular}",
                summary=f"Remove a {singular} (only at ``version`` when given)")(delete_handler)

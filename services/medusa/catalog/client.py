@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 from opentelemetry.propagate import inject
 
+from medusa import credentials
 from medusa.catalog.model import Entry, Kind
 from medusa.errors import MedusaError
 
@@ -25,10 +26,24 @@ class ConflictError(CatalogError):
     """409: someone else changed the entity since it was read."""
 
 
+class CatalogForbiddenError(CatalogError):
+    """401 or 403: the write needs a participant's token, or its principal may not make it."""
+
+
 class CatalogClient:
-    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+    """``token``: the principal's catalog token, sent with every request; writes need one
+    when the catalog checks tokens. Without one, this process's own token is sent (see
+    ``medusa.credentials``), unless ``anonymous``."""
+
+    def __init__(self, url: str, timeout_s: float = 30.0, token: str | None = None,
+                 anonymous: bool = False) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout_s)
+        if token is None and not anonymous:
+            own = credentials.own_token()
+            token = own[1] if own is not None else None
+        # httpx shows an Authorization header as [secure] in its repr, never the token.
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        self._http = httpx.Client(base_url=self.url, timeout=timeout_s, headers=headers)
 
     def close(self) -> None:
         self._http.close()
@@ -54,7 +69,8 @@ class CatalogClient:
             if not isinstance(detail, str):  # FastAPI's validation errors are a list
                 detail = "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}"
                                    for d in detail)
-            error_type = ConflictError if response.status_code == 409 else CatalogError
+            error_type = {409: ConflictError, 401: CatalogForbiddenError,
+                          403: CatalogForbiddenError}.get(response.status_code, CatalogError)
             raise error_type(f"catalog: {detail}", response.status_code)
         return response
 

@@ -113,6 +113,18 @@ class InstanceSpec(Spec):
         return self
 
 
+TOPIC_NAME = r"^[A-Za-z0-9._-]{1,249}$"
+
+
+class TopicUse(BaseModel):
+    """A topic a fragment reads or writes, on the cluster of ``participant``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    participant: PartName
+    topic: str = Field(pattern=TOPIC_NAME)
+
+
 class FragmentSpec(Spec):
     """Where one fragment of a network (a group of boxes run as one Spark query) runs, and
     how far its start or move has come: the unit of placement, moves and takeovers.
@@ -165,6 +177,13 @@ class FragmentSpec(Spec):
     dpc_state: Literal["STABLE", "UP_FAILURE", "STABILIZATION"] = "STABLE"
     """DPC: ``UP_FAILURE`` while an input is failed (or tentative) and its results are
     TENTATIVE; ``STABILIZATION`` while it reconciles; set by the node that runs it."""
+    reads: list[TopicUse] = Field(default_factory=list, max_length=10_000)
+    """The topics it reads outside its node's cluster: its inputs, and the SUnion topic on
+    its origin's cluster that a moved fragment rebases from (set by the deploy)."""
+    writes: list[TopicUse] = Field(default_factory=list, max_length=10_000)
+    """The topics its outputs go to (set by the deploy)."""
+    contract: str | None = Field(None, pattern=rf"^{PART}/{PART}$")
+    """BPM: the contract it runs under on a partner's node; its access there ends with it."""
 
 
 ContractStatus = Literal["proposed", "active", "revoked"]

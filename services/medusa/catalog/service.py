@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Mapping
 
 import uvicorn
 
+from medusa.access import AccessSync, Snapshot, keep_in_sync
 from medusa.catalog.api import NetworkCheck, create_app
-from medusa.catalog.model import Kind, ParticipantSpec
+from medusa.catalog.model import Entry, Kind, ParticipantSpec
 from medusa.catalog.store import CATALOG_TOPIC, CatalogStore
 from medusa.stack.endpoints import Endpoints
 
@@ -24,14 +27,36 @@ def seed_participants(store: CatalogStore, endpoints: Endpoints) -> None:
 
 
 def serve(endpoints: Endpoints, home: str, host: str, port: int,
-          topic: str = CATALOG_TOPIC, check_network: NetworkCheck | None = None) -> None:
+          topic: str = CATALOG_TOPIC, check_network: NetworkCheck | None = None,
+          tokens: Mapping[str, str] | None = None) -> None:
     """Runs until interrupted; the state lives in ``topic`` on ``home``'s cluster.
 
-    ``check_network`` vets the definition of every network written (see ``NetworkCheck``).
+    ``check_network`` vets the definition of every network written (see ``NetworkCheck``);
+    ``tokens`` maps each write token to its principal (see ``medusa.credentials``), None
+    leaves writes open to anyone who reaches the port.
     """
+    if tokens is None:
+        log.warning("catalog: writes are not authenticated (no tokens given): anyone who "
+                    "reaches %s:%d can change the catalog", host, port)
     store = CatalogStore(endpoints.bootstrap(home), topic).start()
     seed_participants(store, endpoints)
+    stopped = threading.Event()
+    if tokens is not None:
+        # The clusters' ACLs follow what the catalog says each participant may reach.
+        sync = AccessSync(endpoints.kafka)
+        threading.Thread(target=keep_in_sync, args=(sync, _snapshot(store), stopped),
+                         name="access", daemon=True).start()
     try:
-        uvicorn.run(create_app(store, check_network), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(store, check_network, tokens), host=host, port=port,
+                    log_level="warning")
     finally:
+        stopped.set()
         store.close()
+
+
+def _snapshot(store: CatalogStore) -> Snapshot:
+    def snapshot() -> tuple[int, list[Entry], list[Entry], list[Entry]]:
+        revision = store.revision  # read first: a change after it is seen next round
+        return (revision, store.entries(Kind.FRAGMENTS, ""), store.entries(Kind.CONTRACTS, ""),
+                store.entries(Kind.STREAMS, ""))
+    return snapshot

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 from confluent_kafka.admin import AdminClient
 
+from medusa import credentials
 from medusa.errors import MedusaError
 from medusa.settings import REPO_ROOT, kafka_config
 from medusa.stack.layout import ParticipantLayout, StackLayout
@@ -28,6 +29,10 @@ INFRA = REPO_ROOT / "infra"
 
 class ComponentMissingError(MedusaError, RuntimeError):
     """A component is not installed; ``medusa install`` (make setup) fetches it."""
+
+
+class StartupError(MedusaError, RuntimeError):
+    """A component cannot start as it is (its log, or the message, says why)."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,10 @@ def health_checks(layout: StackLayout) -> dict[str, tuple[str, Callable[[], bool
         checks[f"kafka-{participant.name}"] = (participant.bootstrap,
                                                partial(kafka_admin_ready, participant.bootstrap))
     registry_health = f"http://127.0.0.1:{layout.settings.registry_management_port}/health/ready"
-    checks["registry"] = (layout.registry_url, lambda: http_ok(registry_health))
+    checks["registry"] = (f"http://127.0.0.1:{layout.settings.registry_internal_port}",
+                          lambda: http_ok(registry_health))
+    gateway_health = f"http://127.0.0.1:{layout.settings.registry_port}/gateway/health"
+    checks["registry-gateway"] = (layout.registry_url, lambda: http_ok(gateway_health))
     health = f"http://127.0.0.1:{layout.settings.jaeger_health_port}/status"
     checks["jaeger"] = (layout.jaeger_query_url, lambda: http_ok(health))
     checks["catalog"] = (layout.catalog_url, lambda: http_ok(f"{layout.catalog_url}/health"))
@@ -148,33 +156,53 @@ def kafka_broker(layout: StackLayout, participant: ParticipantLayout) -> Compone
     properties = participant.data_dir / "server.properties"
     log_file = layout.logs_dir / f"kafka-{participant.name}.log"
     log_options = [f"-Dlog4j2.configurationFile={INFRA / 'kafka' / 'log4j2.properties'}",
-                   f"-Dmedusa.kafka.log.file={log_file}"]
+                   f"-Dmedusa.kafka.log.file={log_file}",
+                   f"-Dmedusa.kafka.authorizer.log.file={authorizer_log(layout, participant)}"]
 
     links = layout.links_to(participant)
 
     def prepare() -> None:
+        stack = credentials.ensure(credentials.credentials_file(layout.run_dir),
+                                   [p.name for p in layout.participants])
         participant.data_dir.mkdir(parents=True, exist_ok=True)
         template = (INFRA / "kafka" / "server.properties.template").read_text()
-        properties.write_text(
+        scram_login = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        text = (
             template.replace("@PEER_LISTENERS@", "".join(
                 f",{link.listener}://{link.upstream}" for link in links))
             .replace("@PEER_ADVERTISED@", "".join(
                 f",{link.listener}://{link.bootstrap}" for link in links))
-            .replace("@PEER_PROTOCOLS@", "".join(f",{link.listener}:PLAINTEXT" for link in links))
+            .replace("@PEER_PROTOCOLS@", "".join(f",{link.listener}:SASL_PLAINTEXT"
+                                                 for link in links))
+            .replace("@PEER_JAAS@", "\n".join(
+                f"listener.name.{link.listener.lower()}.scram-sha-256.sasl.jaas.config="
+                f"{scram_login}" for link in links))
             .replace("@NODE_ID@", "1")
             .replace("@BROKER_PORT@", str(participant.broker_port))
             .replace("@CONTROLLER_PORT@", str(participant.controller_port))
             .replace("@LOG_DIRS@", str(participant.data_dir / "log"))
             .replace("@ADVERTISED_HOST@", "127.0.0.1")
+            .replace("@OWNER@", participant.name)
+            .replace("@ADMIN_PASSWORD@", stack.secret(credentials.ADMIN).kafka_password)
         )
+        _write_private(properties, text)
         if (participant.data_dir / "log" / "meta.properties").is_file():
-            return  # formatted by an earlier run: keep its data and cluster id
+            if not participant.scram_file.is_file():
+                raise StartupError(
+                    f"Kafka {participant.name}'s data in {participant.data_dir} was made "
+                    "without authentication; remove it with `medusa down --purge`")
+            return  # formatted by an earlier run: keep its data, cluster id and users
         cluster_id = new_cluster_id()
+        # The principals' SCRAM credentials go into the metadata log as it is made, so
+        # every client can authenticate from the first start.
+        users = [argument for name, secret in stack.principals.items()
+                 for argument in ("--add-scram", f"{credentials.SCRAM_MECHANISM}=[name={name},"
+                                                 f"password={secret.kafka_password}]")]
         formatted = subprocess.run(
             [java, "-Xmx256m", *log_options, "-Dmedusa.kafka.log.level=WARN",
              "-cp", classpath,
              "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties),
-             "--standalone"],
+             "--standalone", *users],
             check=False, capture_output=True, text=True,
         )
         if formatted.returncode != 0:
@@ -182,6 +210,7 @@ def kafka_broker(layout: StackLayout, participant: ParticipantLayout) -> Compone
             raise RuntimeError(f"formatting the storage of Kafka {participant.name} failed: "
                                f"{' / '.join(output[-3:])}")
         participant.cluster_id_file.write_text(cluster_id + "\n")
+        participant.scram_file.write_text("\n".join(stack.principals) + "\n")
 
     return Component(
         name=f"kafka-{participant.name}",
@@ -192,6 +221,19 @@ def kafka_broker(layout: StackLayout, participant: ParticipantLayout) -> Compone
         ready=health_checks(layout)[f"kafka-{participant.name}"][1],
         prepare=prepare,
     )
+
+
+def authorizer_log(layout: StackLayout, participant: ParticipantLayout) -> Path:
+    """Where a cluster logs the requests its ACLs refused."""
+    return layout.logs_dir / f"kafka-{participant.name}-refused.log"
+
+
+def _write_private(path: Path, text: str) -> None:
+    """A file with secrets in it: readable by its owner only."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as sink:
+        sink.write(text)
+    path.chmod(0o600)
 
 
 def registry_java(layout: StackLayout) -> str:
@@ -211,17 +253,48 @@ def schema_registry(layout: StackLayout) -> Component:
     s = layout.settings
     # Its data lives in the first participant's Kafka (KafkaSQL), so it survives restarts.
     storage_kafka = layout.participants[0].bootstrap
+    storage_login = layout.run_dir / "registry-kafka.properties"
+
+    def prepare() -> None:
+        # The Kafka clients' login, in a file of the owner's rather than on the command line.
+        secret = credentials.ensure(credentials.credentials_file(layout.run_dir),
+                                    [p.name for p in layout.participants]).secret(
+            credentials.ADMIN)
+        login = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+                 f'username="{credentials.ADMIN}" password="{secret.kafka_password}";')
+        storage_login.parent.mkdir(parents=True, exist_ok=True)
+        _write_private(storage_login, "\n".join([
+            "config_ordinal=270",
+            "apicurio.kafka.common.security.protocol=SASL_PLAINTEXT",
+            f"apicurio.kafka.common.sasl.mechanism={credentials.SCRAM_MECHANISM}",
+            f"apicurio.kafka.common.sasl.jaas.config={login}", ""]))
+
     return Component(
         name="registry",
         command=[registry_java(layout), *s.registry_heap.split(),
-                 f"-Dquarkus.config.locations={INFRA / 'registry' / 'registry.properties'}",
-                 f"-Dquarkus.http.port={s.registry_port}",
+                 "-Dquarkus.config.locations="
+                 f"{INFRA / 'registry' / 'registry.properties'},{storage_login}",
+                 f"-Dquarkus.http.port={s.registry_internal_port}",
                  f"-Dquarkus.management.port={s.registry_management_port}",
                  f"-Dapicurio.kafkasql.bootstrap.servers={storage_kafka}",
                  "-jar", str(home / "quarkus-run.jar")],
         env={},
-        endpoint=layout.registry_url,
+        endpoint=health_checks(layout)["registry"][0],
         ready=health_checks(layout)["registry"][1],
+        prepare=prepare,
+    )
+
+
+def registry_gateway(layout: StackLayout) -> Component:
+    """The registry's front door: writes need a participant's token."""
+    return Component(
+        name="registry-gateway",
+        command=[sys.executable, "-m", "medusa_apps", "schemas", "gateway",
+                 "--port", str(layout.settings.registry_port)],
+        env={"MEDUSA_RUN_DIR": str(layout.run_dir),
+             "MEDUSA_REGISTRY_INTERNAL_PORT": str(layout.settings.registry_internal_port)},
+        endpoint=layout.registry_url,
+        ready=health_checks(layout)["registry-gateway"][1],
     )
 
 
@@ -313,7 +386,8 @@ def link_components(layout: StackLayout) -> list[Component]:
 
 def service_components(layout: StackLayout) -> list[Component]:
     """What starts once Kafka answers (the registry keeps its data in Kafka)."""
-    return [schema_registry(layout), jaeger(layout), catalog(layout), detector(layout)]
+    return [schema_registry(layout), registry_gateway(layout), jaeger(layout), catalog(layout),
+            detector(layout)]
 
 
 def storage_components(layout: StackLayout) -> list[Component]:

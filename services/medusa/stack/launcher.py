@@ -14,11 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from medusa.credentials import credentials_file
 from medusa.errors import MedusaError
 from medusa.settings import StackSettings
 from medusa.stack import processes
 from medusa.stack.components import (
     Component,
+    StartupError,
     agent_components,
     health_checks,
     kafka_components,
@@ -39,10 +41,6 @@ class PortInUseError(MedusaError, RuntimeError):
             f"port {port} ({owner}) is already in use by another program; stop it, or move the "
             "stack with --kafka-base-port/--registry-port/... (or the MEDUSA_* variables)")
         self.port = port
-
-
-class StartupError(MedusaError, RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,8 @@ def _component_ports(layout: StackLayout, component: Component) -> list[int]:
         return []  # an agent binds no port
     if component.name.startswith("hdfs-"):
         return [port for port, owner in owners.items() if owner == "local HDFS"]
-    prefix = {"registry": "schema registry", "jaeger": "Jaeger", "catalog": "catalog",
+    prefix = {"registry": "schema registry", "registry-gateway": "registry gateway",
+              "jaeger": "Jaeger", "catalog": "catalog",
               "detector": "failure detector", "toxiproxy": "toxiproxy"}[
         component.name]
     return [port for port, owner in owners.items() if owner.startswith(prefix)]
@@ -183,6 +182,7 @@ def down(layout: StackLayout, purge: bool = False, report: Report = print) -> li
     if purge:
         for folder in (layout.run_dir / "kafka",):
             shutil.rmtree(folder, ignore_errors=True)
+        credentials_file(layout.run_dir).unlink(missing_ok=True)
     return stopped
 
 

@@ -24,6 +24,11 @@ class ParticipantLayout:
     def cluster_id_file(self) -> Path:
         return self.data_dir / "cluster.id"
 
+    @property
+    def scram_file(self) -> Path:
+        """The principals whose SCRAM credentials the storage was formatted with."""
+        return self.data_dir / "scram.users"
+
     def peer_listener_port(self, viewer: ParticipantLayout) -> int:
         """The listener that ``viewer``'s services reach through the link's proxy (the
         ports after the controller's, one per participant: at most 8 fit the stride)."""
@@ -169,8 +174,9 @@ class StackLayout:
             ports[link.cluster.peer_listener_port(link.viewer)] = (
                 f"Kafka broker of participant {link.cluster.name}, for {link.viewer.name}")
             ports[link.proxy_port] = f"toxiproxy link {link.name}"
-        ports[s.registry_port] = "schema registry"
+        ports[s.registry_port] = "registry gateway"
         ports[s.registry_management_port] = "schema registry health"
+        ports[s.registry_internal_port] = "schema registry (behind its gateway)"
         ports[s.jaeger_otlp_grpc_port] = "Jaeger OTLP gRPC"
         ports[s.jaeger_otlp_http_port] = "Jaeger OTLP HTTP"
         ports[s.jaeger_query_port] = "Jaeger query API"

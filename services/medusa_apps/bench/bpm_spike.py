@@ -49,6 +49,7 @@ from medusa.federation_status import latest_load_reports
 from medusa.latency_stats import percentile
 from medusa.schemas import epoch_ms
 from medusa.sensor_windows import WINDOW_MS, OutputWatch, SteadyInput, network_yaml
+from medusa.settings import kafka_config
 from medusa.stack.endpoints import Endpoints
 from medusa_apps.bench.dpc_partition import wait_running
 
@@ -366,7 +367,7 @@ def run_spike(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
 
     tag = uuid.uuid4().hex[:6]
     names = [f"spike-{tag}-{i}" for i in range(COPIES)]
-    alpha = {"bootstrap.servers": endpoints.bootstrap("alpha")}
+    alpha = kafka_config(endpoints.bootstrap("alpha"))
     with CatalogClient(endpoints.catalog_url) as catalog, ExitStack() as cleanup:
         for name in names:
             deploy(network_yaml(name, f"{name}.", box_participant="alpha"), name, endpoints,

@@ -33,6 +33,7 @@ from medusa.envelope import TupleType
 from medusa.sensor_windows import STIME_ORIGIN_MS, WINDOW_MS, SteadyInput, pair_network_yaml
 from medusa.sensor_windows import reference as pair_reference
 from medusa.sensors import SensorReading
+from medusa.settings import kafka_config
 from medusa.stable_view import stable_view
 from medusa.stack.endpoints import Endpoints
 
@@ -247,9 +248,9 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
     with CatalogClient(catalog_url) as catalog:
         fragment = next(name for name in wait_running(catalog, network)
                         if name.rsplit("/", 1)[1].startswith(f"{output_participant}-"))
-    recorder = OutputRecorder({"bootstrap.servers": endpoints.bootstrap(output_participant)},
+    recorder = OutputRecorder(kafka_config(endpoints.bootstrap(output_participant)),
                               registry, output_topic)
-    inputs = {p: SteadyInput({"bootstrap.servers": endpoints.bootstrap(p)}, registry,
+    inputs = {p: SteadyInput(kafka_config(endpoints.bootstrap(p)), registry,
                              f"{prefix}{p}.sensors.readings", SENSORS, seconds)
               for p in ("alpha", "beta")}
     states: list[tuple[int, str]] = []
