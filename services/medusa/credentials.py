@@ -7,9 +7,9 @@ operator of the federation's own services: the brokers among themselves, the reg
 storage, the catalog and the failure detector.
 
 ``medusa up`` makes the secrets once and keeps them in ``<run_dir>/credentials.json``,
-readable by its owner only. A process acts as the participant ``MEDUSA_PARTICIPANT``
-names (nodes and BPM agents set it), otherwise as ``admin``. Explicit
-``MEDUSA_KAFKA_SASL_*`` settings win over the file.
+readable by its owner only (``MEDUSA_CREDENTIALS_FILE`` names another place). A process
+acts as the participant ``MEDUSA_PARTICIPANT`` names (nodes and BPM agents set it),
+otherwise as ``admin``. Explicit ``MEDUSA_KAFKA_SASL_*`` settings win over the file.
 """
 
 from __future__ import annotations
@@ -129,12 +129,29 @@ def acting_principal() -> str:
     return os.environ.get(PARTICIPANT_VARIABLE) or ADMIN
 
 
+FILE_VARIABLE = "MEDUSA_CREDENTIALS_FILE"
+
+
+def process_credentials_file() -> Path:
+    """Where this process finds the stack's credentials: ``MEDUSA_CREDENTIALS_FILE``, else
+    the run folder's (a node or service started for another run folder is told the file)."""
+    named = os.environ.get(FILE_VARIABLE)
+    if named:
+        return Path(named)
+    from medusa.settings import StackSettings
+
+    return credentials_file(StackSettings().run_dir)
+
+
+def process_credentials() -> StackCredentials | None:
+    """The stack's credentials as this process finds them; None for an unsecured stack."""
+    return load(process_credentials_file())
+
+
 def own_token() -> tuple[str, str] | None:
     """(principal, token) of this process for the catalog's and the registry's write APIs;
     None when the stack made no credentials (an unsecured one)."""
-    from medusa.settings import StackSettings
-
-    stack = load(credentials_file(StackSettings().run_dir))
+    stack = process_credentials()
     if stack is None:
         return None
     principal = acting_principal()

@@ -107,7 +107,7 @@ def authenticated(settings: KafkaClientSettings) -> KafkaClientSettings:
         return settings
     from medusa import credentials
 
-    stack = credentials.load(credentials.credentials_file(StackSettings().run_dir))
+    stack = credentials.process_credentials()
     if stack is None:
         return settings  # a stack without authentication
     principal = credentials.acting_principal()

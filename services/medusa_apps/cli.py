@@ -1397,9 +1397,10 @@ def schemas_gateway(
 
     _service_logging()
     settings = StackSettings()
-    stack = credentials.load(credentials.credentials_file(settings.run_dir))
+    stack = credentials.process_credentials()
     if stack is None:
-        raise _fail(f"no credentials in {settings.run_dir}: `medusa up` makes them")
+        raise _fail(f"no credentials in {credentials.process_credentials_file()}: "
+                    "`medusa up` makes them")
     serve(upstream or f"http://127.0.0.1:{settings.registry_internal_port}", stack.tokens(),
           host, port or settings.registry_port)
 
@@ -1427,7 +1428,7 @@ def catalog_serve(
     if home not in endpoints.kafka:
         raise _fail(f"--home: no participant {home!r} (known: {', '.join(endpoints.kafka)})", 2)
     tracing.configure("medusa-catalog", endpoints.otlp_endpoint)
-    stack = credentials.load(credentials.credentials_file(settings.run_dir))
+    stack = credentials.process_credentials()
     serve(endpoints, home, host, port or settings.catalog_port, topic,
           check_network=check_network_structure,
           tokens=stack.tokens() if stack is not None else None)

@@ -375,6 +375,7 @@ def test_the_client_sends_its_token_and_reports_a_refusal(store: MemoryStore) ->
 
 def test_a_process_acts_with_its_principals_token(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("MEDUSA_RUN_DIR", str(tmp_path))
+    monkeypatch.delenv("MEDUSA_CREDENTIALS_FILE", raising=False)
     monkeypatch.setenv(credentials.PARTICIPANT_VARIABLE, "beta")
     with CatalogClient("http://catalog") as unsecured:
         assert "Authorization" not in unsecured._http.headers

@@ -57,6 +57,7 @@ def kafka_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
         monkeypatch.delenv(f"MEDUSA_KAFKA_{name}", raising=False)
     monkeypatch.setenv("MEDUSA_RUN_DIR", str(tmp_path))
     monkeypatch.delenv("MEDUSA_PARTICIPANT", raising=False)
+    monkeypatch.delenv("MEDUSA_CREDENTIALS_FILE", raising=False)
     kafka_client_settings.cache_clear()
     yield monkeypatch
     kafka_client_settings.cache_clear()

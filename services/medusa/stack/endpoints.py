@@ -48,7 +48,11 @@ class Endpoints:
     def environment(self, run_dir: Path, catalog_url: str | None = None) -> dict[str, str]:
         """The environment that points a child process (a node, an agent) at these
         endpoints."""
+        from medusa.credentials import FILE_VARIABLE, process_credentials_file
+
+        # The credentials stay those of the stack, whatever run folder the child gets.
         return {**os.environ, "MEDUSA_RUN_DIR": str(run_dir),
+                FILE_VARIABLE: str(process_credentials_file()),
                 "MEDUSA_EXTERNAL_CATALOG_URL": catalog_url or self.catalog_url,
                 "MEDUSA_EXTERNAL_KAFKA": ",".join(f"{p}={b}" for p, b in self.kafka.items()),
                 "MEDUSA_EXTERNAL_REGISTRY_URL": self.registry_url,
