@@ -50,7 +50,8 @@ class CatalogProcess:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "medusa_apps", "catalog", "serve", "--port", str(self.port),
-                 "--topic", self.topic], stdout=log, stderr=subprocess.STDOUT, env=self.env)
+                 "--topic", self.topic, "--no-access"],  # the stack's catalog keeps the ACLs
+                stdout=log, stderr=subprocess.STDOUT, env=self.env)
         with CatalogClient(self.url) as client:
             client.wait_healthy(90)
         return self

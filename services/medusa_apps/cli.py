@@ -1414,6 +1414,10 @@ def catalog_serve(
         help="Participant whose Kafka keeps the catalog topic [default: the first].")] = None,
     topic: Annotated[str, typer.Option(help="The compacted topic that holds the state.")
                      ] = "medusa.catalog",
+    access: Annotated[bool, typer.Option(
+        help="Keep the clusters' ACLs in line with this catalog's contracts and placements "
+             "(the federation's one catalog does; a second catalog on the same clusters "
+             "must not).")] = True,
 ) -> None:
     """Serve the catalog's HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
 
@@ -1431,7 +1435,7 @@ def catalog_serve(
     stack = credentials.process_credentials()
     serve(endpoints, home, host, port or settings.catalog_port, topic,
           check_network=check_network_structure,
-          tokens=stack.tokens() if stack is not None else None)
+          tokens=stack.tokens() if stack is not None else None, access=access)
 
 
 def check_network_structure(definition: str) -> None:

@@ -28,12 +28,13 @@ def seed_participants(store: CatalogStore, endpoints: Endpoints) -> None:
 
 def serve(endpoints: Endpoints, home: str, host: str, port: int,
           topic: str = CATALOG_TOPIC, check_network: NetworkCheck | None = None,
-          tokens: Mapping[str, str] | None = None) -> None:
+          tokens: Mapping[str, str] | None = None, access: bool = True) -> None:
     """Runs until interrupted; the state lives in ``topic`` on ``home``'s cluster.
 
     ``check_network`` vets the definition of every network written (see ``NetworkCheck``);
     ``tokens`` maps each write token to its principal (see ``medusa.credentials``), None
-    leaves writes open to anyone who reaches the port.
+    leaves writes open to anyone who reaches the port. With ``access`` (and tokens), the
+    clusters' ACLs follow the catalog (``medusa.access``).
     """
     if tokens is None:
         log.warning("catalog: writes are not authenticated (no tokens given): anyone who "
@@ -41,7 +42,7 @@ def serve(endpoints: Endpoints, home: str, host: str, port: int,
     store = CatalogStore(endpoints.bootstrap(home), topic).start()
     seed_participants(store, endpoints)
     stopped = threading.Event()
-    if tokens is not None:
+    if tokens is not None and access:
         # The clusters' ACLs follow what the catalog says each participant may reach.
         sync = AccessSync(endpoints.kafka)
         threading.Thread(target=keep_in_sync, args=(sync, _snapshot(store), stopped),
