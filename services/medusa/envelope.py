@@ -80,7 +80,11 @@ def parse_headers(headers: RawHeaders) -> Envelope:
     pairs = headers.items() if isinstance(headers, dict) else headers or ()
     for key, raw in pairs:
         if key in (TYPE_HEADER, ID_HEADER, STIME_HEADER) and raw is not None:
-            found[key] = raw.decode() if isinstance(raw, bytes) else raw
+            try:
+                found[key] = raw.decode() if isinstance(raw, bytes) else raw
+            except UnicodeDecodeError:
+                # A corrupt header is a bad record, not a crash of its consumer.
+                raise EnvelopeError(f"{key} is not UTF-8 text: {raw!r}") from None
     missing = [key for key in (TYPE_HEADER, ID_HEADER, STIME_HEADER) if key not in found]
     if missing:
         raise EnvelopeError(f"record lacks envelope header(s) {', '.join(missing)}")

@@ -6,7 +6,9 @@ import re
 
 _UNITS_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000,
              "day": 86_400_000}
-_PART = re.compile(r"\s*(-?\d+)\s*(millisecond|second|minute|hour|day)s?\s*", re.IGNORECASE)
+# ASCII: case-insensitive matching would otherwise take 'ſ' for 's' and 'ı' for 'i'.
+_PART = re.compile(r"\s*(-?\d+)\s*(millisecond|second|minute|hour|day)s?\s*",
+                   re.IGNORECASE | re.ASCII)
 
 
 def duration_ms(text: str) -> int:

@@ -24,7 +24,10 @@ DAILY_EXPENDITURES = "linear-road.daily-expenditures"
 HISTORY_DAYS = 69
 """Days of historical tolls a car has: day 1 is yesterday."""
 
-CSV_FIELD_COUNT = 15
+CSV_FIELDS = ("Type", "Time", "VID", "Spd", "XWay", "Lane", "Dir", "Seg", "Pos", "QID", "S_init",
+              "S_end", "DOW", "TOD", "Day")
+"""The benchmark's names of the CSV fields, in order."""
+CSV_FIELD_COUNT = len(CSV_FIELDS)
 STIME_ORIGIN_MS = 86_400_000
 """stime of simulation second 0: one day past the epoch, a whole number of minutes (so
 windows align with simulation minutes) and clear of 0, which Spark's watermark treats
@@ -176,13 +179,18 @@ _RANGES = {  # field: (low, high) inclusive, checked on position reports
 def parse_csv_line(line: str) -> CsvRecord:
     parts = [part.strip() for part in line.strip().split(",")]
     if len(parts) != CSV_FIELD_COUNT:
-        raise CsvLineError(f"expected {CSV_FIELD_COUNT} comma-separated fields, got {len(parts)}")
-    try:
-        (kind, time, vid, speed, xway, lane, direction, seg, pos, qid, s_init, s_end, dow, tod,
-         day) = (int(part) for part in parts)
-    except ValueError:
-        bad = next(p for p in parts if not p.lstrip("-").isdigit())
-        raise CsvLineError(f"field {parts.index(bad) + 1} is not an integer: {bad!r}") from None
+        raise CsvLineError(f"expected {CSV_FIELD_COUNT} comma-separated fields "
+                           f"({','.join(CSV_FIELDS)}), got {len(parts)}")
+    values = []
+    # Field by field, so that the field named is the one int() refused ('--1', '²' and
+    # 5000 digits look like digits but are not integers to it).
+    for number, part in enumerate(parts, start=1):
+        try:
+            values.append(int(part))
+        except ValueError:
+            raise CsvLineError(f"field {number} is not an integer: {part!r}") from None
+    (kind, time, vid, speed, xway, lane, direction, seg, pos, qid, s_init, s_end, dow, tod,
+     day) = values
     if time < 0:
         raise CsvLineError(f"time must not be negative, got {time}")
     match kind:

@@ -73,7 +73,7 @@ def load_processor(path: str) -> type[Processor]:
         raise ValueError(f"expected 'package.module:Class', got {path!r}")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
+    except (ImportError, TypeError) as error:  # TypeError: a relative name ('..x')
         raise ValueError(f"cannot import {module_name!r}: {error}") from None
     found = getattr(module, class_name, None)
     if not (isinstance(found, type) and issubclass(found, Processor)):

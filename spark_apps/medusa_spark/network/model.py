@@ -101,24 +101,26 @@ def parse_network(text: str, origin: str = "<network>") -> NetworkSpec:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise NetworkError(f"{origin}: not valid YAML: {error}") from None
+    except RecursionError:
+        # PyYAML composes nested collections recursively: hundreds of levels exhaust the stack.
+        raise NetworkError(f"{origin}: not valid YAML: collections nested too deeply") from None
     if not isinstance(raw, dict):
         raise NetworkError(f"{origin}: expected a mapping with streams, boxes and arrows")
     try:
         return NetworkSpec.model_validate(raw)
     except ValidationError as error:
         first = error.errors()[0]
-        location = ".".join(str(part) for part in first["loc"])
-        where = _describe(location)
-        raise NetworkError(f"{origin}: {where}: {first['msg']}") from None
+        raise NetworkError(f"{origin}: {_describe(first['loc'])}: {first['msg']}") from None
 
 
-def _describe(location: str) -> str:
-    parts = location.split(".")
+def _describe(location: tuple[int | str, ...]) -> str:
+    # The location's parts, not its dotted text: a box or stream name may contain a dot.
+    parts = [str(part) for part in location]
     if len(parts) >= 2 and parts[0] in ("boxes", "streams"):
         kind = "box" if parts[0] == "boxes" else "stream"
         rest = ".".join(parts[2:])
         return f"{kind} {parts[1]!r}" + (f", field {rest!r}" if rest else "")
-    return f"field {location!r}"
+    return f"field {'.'.join(parts)!r}"
 
 
 def load_network(path: Path) -> NetworkSpec:
