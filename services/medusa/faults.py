@@ -39,12 +39,18 @@ class LinkState:
     """Added latency each way (0: none)."""
 
     @property
+    def link(self) -> str:
+        """The link the proxy is on: a cluster of several brokers has a proxy per broker,
+        named ``<link>#<broker's node id>`` after the first."""
+        return self.name.split("#", 1)[0]
+
+    @property
     def cluster(self) -> str:
-        return self.name.split("-from-")[0]
+        return self.link.split("-from-")[0]
 
     @property
     def viewer(self) -> str:
-        return self.name.split("-from-")[1]
+        return self.link.split("-from-")[1]
 
     @property
     def condition(self) -> str:
@@ -100,14 +106,15 @@ class Links:
         """Both directions' proxies between two participants."""
         if first == second:
             raise FaultError(f"a link joins two participants: got {first!r} twice")
-        names = {state.name for state in self.states()}
+        states = self.states()
+        links = {state.link for state in states}
         wanted = [f"{first}-from-{second}", f"{second}-from-{first}"]
-        missing = [name for name in wanted if name not in names]
+        missing = [name for name in wanted if name not in links]
         if missing:
-            known = sorted({p for name in names for p in name.split("-from-")})
+            known = sorted({p for name in links for p in name.split("-from-")})
             raise FaultError(f"no link between {first!r} and {second!r} "
                              f"(participants with links: {', '.join(known) or 'none'})")
-        return wanted
+        return [state.name for link in wanted for state in states if state.link == link]
 
     def partition(self, first: str, second: str, one_way: bool = False) -> list[str]:
         """Cuts the link both ways, or (``one_way``) only ``second``'s way to ``first``:
@@ -115,7 +122,8 @@ class Links:
         ``second``'s. Returns the proxies cut."""
         names = self.between(first, second)
         if one_way:
-            names = [f"{first}-from-{second}"]
+            names = [name for name in names
+                     if name.split("#", 1)[0] == f"{first}-from-{second}"]
         for name in names:
             self._call("POST", f"/proxies/{name}", {"enabled": False})
         return names

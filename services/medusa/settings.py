@@ -155,6 +155,11 @@ class StackSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MEDUSA_", extra="ignore")
 
     stack_participants: int = Field(2, ge=1, le=len(DEFAULT_PARTICIPANT_NAMES))
+    kafka_brokers: int = Field(1, ge=1, le=5)
+    """Brokers (each also a KRaft controller) per participant's cluster; from 3, topics
+    have 3 replicas and need 2 in sync to take a write."""
+    credentials_file: Path | None = None
+    """The principals' secrets; ``<run_dir>/credentials.json`` when unset."""
     kafka_base_port: int = Field(19092, ge=1024, le=65000)
     registry_port: int = Field(18081, ge=1024, le=65535)
     registry_management_port: int = Field(18082, ge=1024, le=65535)

@@ -18,11 +18,13 @@ def ensure_topics(
     admin_config: dict[str, Any],
     topics: Iterable[str],
     partitions: int = 4,
-    replication_factor: int = 1,
+    replication_factor: int = -1,
     timeout_s: float = 30.0,
     config: dict[str, str] | None = None,
 ) -> None:
-    """Create missing topics (with ``config``, e.g. compaction); existing ones stay as they are."""
+    """Create missing topics (with ``config``, e.g. compaction); existing ones stay as they are.
+
+    ``replication_factor`` -1 takes the cluster's own (a replica per broker, up to 3)."""
     admin = AdminClient(admin_config)
     wanted = [NewTopic(t, num_partitions=partitions, replication_factor=replication_factor,
                        config=config or {})

@@ -100,7 +100,11 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
            "--bpm/--no-bpm", help="Start each participant's BPM agent.")] = True,
        hdfs: Annotated[bool, typer.Option(
            "--hdfs", help="Also start a local HDFS (a NameNode and a DataNode) for the nodes' "
-                          "checkpoints.")] = False) -> None:
+                          "checkpoints.")] = False,
+       brokers: Annotated[int | None, typer.Option(
+           min=1, max=5, help="Brokers per participant's Kafka cluster, each also a KRaft "
+                              "controller; 3 gives every topic 3 replicas, 2 in sync "
+                              "[default: MEDUSA_KAFKA_BROKERS or 1].")] = None) -> None:
     """Start the local federation: one Kafka cluster per participant, the registry, Jaeger,
     the catalog, the failure detector and each participant's BPM agent."""
     from medusa.stack.install import install as run_install
@@ -110,7 +114,7 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
     settings = _stack_settings(participants=participants, kafka_base_port=kafka_base_port,
                                registry_port=registry_port, run_dir=run_dir,
                                stack_bpm_agents=None if bpm else False,
-                               stack_hdfs=True if hdfs else None)
+                               stack_hdfs=True if hdfs else None, kafka_brokers=brokers)
     layout = StackLayout.from_settings(settings)
     try:
         if not skip_install:
@@ -1355,11 +1359,13 @@ def fault_status() -> None:
 @fault_app.command("kill")
 def fault_kill(
     target: Annotated[str, typer.Argument(
-        help="A process `medusa up`/`demo` started (e.g. node-alpha-1), or sunion:FRAGMENT "
-             "(e.g. sunion:alpha/sensors/f0).")],
+        help="A process `medusa up`/`demo` started (e.g. node-alpha-1, kafka-alpha-2, "
+             "registry, catalog, detector), sunion:FRAGMENT (e.g. sunion:alpha/sensors/f0), "
+             "or controller:PARTICIPANT (the broker that leads its cluster's KRaft quorum).")],
     run_dir: RunDirOpt = None,
 ) -> None:
-    """kill -9 a node or an SUnion, as a crash (its node starts a killed SUnion again)."""
+    """kill -9 a process, as a crash (its node starts a killed SUnion again; `medusa up`
+    starts a killed part of the stack again)."""
     from medusa.faults import kill, sunion_pids
     from medusa.stack.launcher import recorded_layout, running_processes
     from medusa.stack.layout import StackLayout
@@ -1374,6 +1380,14 @@ def fault_kill(
     else:
         layout = recorded_layout(StackLayout.from_settings(_stack_settings(run_dir=run_dir)))
         running = running_processes(layout)
+        if target.startswith("controller:"):
+            from medusa.stack.quorum import active_controller
+
+            try:
+                participant = layout.participant(target.removeprefix("controller:"))
+                target = active_controller(layout, participant).component
+            except (KeyError, RuntimeError) as error:
+                raise _fail(f"{target}: {error}", 2) from None
         if target not in running:
             raise _fail(f"no process {target!r} of the local federation runs "
                         f"(running: {', '.join(sorted(running)) or 'none'})", 2)

@@ -150,7 +150,7 @@ def test_placing_a_fragment_on_a_partners_node_opens_its_topics_and_the_attempt_
               lambda: _read(through_link, topic) == b"secret")
     assert _refused(through_link, alpha_fragment["unused"])
     layout = StackLayout.from_settings(StackSettings())
-    refused = authorizer_log(layout, layout.participant("alpha"))
+    refused = authorizer_log(layout, layout.participant("alpha").broker_layouts[0])
     if refused.is_file():  # the stack's own broker (not one given by MEDUSA_EXTERNAL_KAFKA)
         _wait_for("the refusal is in alpha's log",
                   lambda: "User:beta is Denied operation = DESCRIBE" in refused.read_text()

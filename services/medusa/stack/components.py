@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from medusa import credentials
 from medusa.errors import MedusaError
 from medusa.settings import REPO_ROOT, kafka_config
-from medusa.stack.layout import ParticipantLayout, StackLayout
+from medusa.stack.layout import BrokerLayout, ParticipantLayout, StackLayout
 
 INFRA = REPO_ROOT / "infra"
 
@@ -149,50 +149,67 @@ def health_checks(layout: StackLayout) -> dict[str, tuple[str, Callable[[], bool
     return checks
 
 
-def kafka_broker(layout: StackLayout, participant: ParticipantLayout) -> Component:
+def kafka_broker(layout: StackLayout, participant: ParticipantLayout,
+                 broker: BrokerLayout) -> Component:
     libs = kafka_libs(layout)
     java = java_binary(layout)
     classpath = f"{libs}/*"
-    properties = participant.data_dir / "server.properties"
-    log_file = layout.logs_dir / f"kafka-{participant.name}.log"
+    properties = broker.data_dir / "server.properties"
+    log_file = layout.logs_dir / f"{broker.component}.log"
     log_options = [f"-Dlog4j2.configurationFile={INFRA / 'kafka' / 'log4j2.properties'}",
                    f"-Dmedusa.kafka.log.file={log_file}",
-                   f"-Dmedusa.kafka.authorizer.log.file={authorizer_log(layout, participant)}"]
-
+                   f"-Dmedusa.kafka.authorizer.log.file={authorizer_log(layout, broker)}"]
     links = layout.links_to(participant)
+    brokers = participant.broker_layouts
+    single = len(brokers) == 1
 
     def prepare() -> None:
-        stack = credentials.ensure(credentials.credentials_file(layout.run_dir),
+        stack = credentials.ensure(layout.credentials_file,
                                    [p.name for p in layout.participants])
+        broker.data_dir.mkdir(parents=True, exist_ok=True)
         participant.data_dir.mkdir(parents=True, exist_ok=True)
         template = (INFRA / "kafka" / "server.properties.template").read_text()
         scram_login = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        peer_ports = {link.listener: broker.peer_listener_port(link.viewer) for link in links}
+        advertised = {link.listener: port for link in links
+                      for _, port, behind in link.proxies if behind == broker}
+        # One broker: a dynamic quorum of itself. Several: a static quorum of all of them.
+        quorum = (f"controller.quorum.bootstrap.servers=127.0.0.1:{broker.controller_port}"
+                  if single else "controller.quorum.voters=" + ",".join(
+                      f"{b.node_id}@127.0.0.1:{b.controller_port}" for b in brokers))
+        replicas = min(3, len(brokers))
         text = (
             template.replace("@PEER_LISTENERS@", "".join(
-                f",{link.listener}://{link.upstream}" for link in links))
+                f",{name}://127.0.0.1:{port}" for name, port in peer_ports.items()))
             .replace("@PEER_ADVERTISED@", "".join(
-                f",{link.listener}://{link.bootstrap}" for link in links))
-            .replace("@PEER_PROTOCOLS@", "".join(f",{link.listener}:SASL_PLAINTEXT"
-                                                 for link in links))
+                f",{name}://127.0.0.1:{port}" for name, port in advertised.items()))
+            .replace("@PEER_PROTOCOLS@", "".join(f",{name}:SASL_PLAINTEXT"
+                                                 for name in peer_ports))
             .replace("@PEER_JAAS@", "\n".join(
-                f"listener.name.{link.listener.lower()}.scram-sha-256.sasl.jaas.config="
-                f"{scram_login}" for link in links))
-            .replace("@NODE_ID@", "1")
-            .replace("@BROKER_PORT@", str(participant.broker_port))
-            .replace("@CONTROLLER_PORT@", str(participant.controller_port))
-            .replace("@LOG_DIRS@", str(participant.data_dir / "log"))
+                f"listener.name.{name.lower()}.scram-sha-256.sasl.jaas.config={scram_login}"
+                for name in peer_ports))
+            .replace("@QUORUM@", quorum)
+            .replace("@REPLICAS@", str(replicas))
+            .replace("@MIN_ISR@", str(max(1, replicas - 1)))
+            .replace("@NODE_ID@", str(broker.node_id))
+            .replace("@BROKER_PORT@", str(broker.broker_port))
+            .replace("@CONTROLLER_PORT@", str(broker.controller_port))
+            .replace("@LOG_DIRS@", str(broker.data_dir / "log"))
             .replace("@ADVERTISED_HOST@", "127.0.0.1")
             .replace("@OWNER@", participant.name)
             .replace("@ADMIN_PASSWORD@", stack.secret(credentials.ADMIN).kafka_password)
         )
         _write_private(properties, text)
-        if (participant.data_dir / "log" / "meta.properties").is_file():
+        if (broker.data_dir / "log" / "meta.properties").is_file():
             if not participant.scram_file.is_file():
                 raise StartupError(
-                    f"Kafka {participant.name}'s data in {participant.data_dir} was made "
+                    f"Kafka {participant.name}'s data in {broker.data_dir} was made "
                     "without authentication; remove it with `medusa down --purge`")
             return  # formatted by an earlier run: keep its data, cluster id and users
-        cluster_id = new_cluster_id()
+        # Every broker of a cluster shares its id: the first one formatted makes it.
+        if broker.index == 0 or not participant.cluster_id_file.is_file():
+            participant.cluster_id_file.write_text(new_cluster_id() + "\n")
+        cluster_id = participant.cluster_id_file.read_text().strip()
         # The principals' SCRAM credentials go into the metadata log as it is made, so
         # every client can authenticate from the first start.
         users = [argument for name, secret in stack.principals.items()
@@ -202,30 +219,30 @@ def kafka_broker(layout: StackLayout, participant: ParticipantLayout) -> Compone
             [java, "-Xmx256m", *log_options, "-Dmedusa.kafka.log.level=WARN",
              "-cp", classpath,
              "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties),
-             "--standalone", *users],
+             *(["--standalone"] if single else []), *users],
             check=False, capture_output=True, text=True,
         )
         if formatted.returncode != 0:
             output = (formatted.stderr or formatted.stdout).strip().splitlines()
-            raise RuntimeError(f"formatting the storage of Kafka {participant.name} failed: "
+            raise RuntimeError(f"formatting the storage of {broker.component} failed: "
                                f"{' / '.join(output[-3:])}")
-        participant.cluster_id_file.write_text(cluster_id + "\n")
         participant.scram_file.write_text("\n".join(stack.principals) + "\n")
 
     return Component(
-        name=f"kafka-{participant.name}",
+        name=broker.component,
         command=[java, *layout.settings.kafka_heap.split(), "-XX:+UseG1GC", *log_options,
                  "-cp", classpath, "kafka.Kafka", str(properties)],
         env={},
-        endpoint=participant.bootstrap,
-        ready=health_checks(layout)[f"kafka-{participant.name}"][1],
+        endpoint=broker.address,
+        ready=partial(kafka_admin_ready, broker.address) if not single
+        else health_checks(layout)[f"kafka-{participant.name}"][1],
         prepare=prepare,
     )
 
 
-def authorizer_log(layout: StackLayout, participant: ParticipantLayout) -> Path:
-    """Where a cluster logs the requests its ACLs refused."""
-    return layout.logs_dir / f"kafka-{participant.name}-refused.log"
+def authorizer_log(layout: StackLayout, broker: BrokerLayout) -> Path:
+    """Where a broker logs the requests its ACLs refused."""
+    return layout.logs_dir / f"{broker.component}-refused.log"
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -257,7 +274,7 @@ def schema_registry(layout: StackLayout) -> Component:
 
     def prepare() -> None:
         # The Kafka clients' login, in a file of the owner's rather than on the command line.
-        secret = credentials.ensure(credentials.credentials_file(layout.run_dir),
+        secret = credentials.ensure(layout.credentials_file,
                                     [p.name for p in layout.participants]).secret(
             credentials.ADMIN)
         login = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
@@ -292,6 +309,7 @@ def registry_gateway(layout: StackLayout) -> Component:
         command=[sys.executable, "-m", "medusa_apps", "schemas", "gateway",
                  "--port", str(layout.settings.registry_port)],
         env={"MEDUSA_RUN_DIR": str(layout.run_dir),
+             "MEDUSA_CREDENTIALS_FILE": str(layout.credentials_file),
              "MEDUSA_REGISTRY_INTERNAL_PORT": str(layout.settings.registry_internal_port)},
         endpoint=layout.registry_url,
         ready=health_checks(layout)["registry-gateway"][1],
@@ -323,7 +341,8 @@ def catalog(layout: StackLayout) -> Component:
         name="catalog",
         command=[sys.executable, "-m", "medusa_apps", "catalog", "serve",
                  "--port", str(layout.settings.catalog_port), "--home", layout.catalog_home],
-        env={"MEDUSA_RUN_DIR": str(layout.run_dir)},
+        env={"MEDUSA_RUN_DIR": str(layout.run_dir),
+             "MEDUSA_CREDENTIALS_FILE": str(layout.credentials_file)},
         endpoint=layout.catalog_url,
         ready=health_checks(layout)["catalog"][1],
     )
@@ -335,7 +354,8 @@ def detector(layout: StackLayout) -> Component:
         name="detector",
         command=[sys.executable, "-m", "medusa_apps", "detector",
                  "--port", str(layout.settings.detector_port)],
-        env={"MEDUSA_RUN_DIR": str(layout.run_dir)},
+        env={"MEDUSA_RUN_DIR": str(layout.run_dir),
+             "MEDUSA_CREDENTIALS_FILE": str(layout.credentials_file)},
         endpoint=layout.detector_url,
         ready=health_checks(layout)["detector"][1],
     )
@@ -348,7 +368,8 @@ def bpm_agent(layout: StackLayout, participant: str) -> Component:
         command=[sys.executable, "-m", "medusa_apps", "bpm", "--participant", participant,
                  "--interval", f"{layout.settings.bpm_interval_s:g}",
                  "--alive-file", str(layout.bpm_alive_file(participant))],
-        env={"MEDUSA_RUN_DIR": str(layout.run_dir)},
+        env={"MEDUSA_RUN_DIR": str(layout.run_dir),
+             "MEDUSA_CREDENTIALS_FILE": str(layout.credentials_file)},
         endpoint=f"participant {participant}",
         ready=health_checks(layout)[f"bpm-{participant}"][1],
     )
@@ -361,8 +382,10 @@ def toxiproxy(layout: StackLayout) -> Component:
     def prepare() -> None:
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(json.dumps(
-            [{"name": link.name, "listen": link.bootstrap, "upstream": link.upstream,
-              "enabled": True} for link in layout.links], indent=2))
+            [{"name": proxy, "listen": f"127.0.0.1:{port}",
+              "upstream": f"127.0.0.1:{broker.peer_listener_port(link.viewer)}",
+              "enabled": True}
+             for link in layout.links for proxy, port, broker in link.proxies], indent=2))
 
     return Component(
         name="toxiproxy",
@@ -376,7 +399,8 @@ def toxiproxy(layout: StackLayout) -> Component:
 
 
 def kafka_components(layout: StackLayout) -> list[Component]:
-    return [kafka_broker(layout, participant) for participant in layout.participants]
+    return [kafka_broker(layout, participant, broker) for participant in layout.participants
+            for broker in participant.broker_layouts]
 
 
 def link_components(layout: StackLayout) -> list[Component]:

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from medusa.credentials import credentials_file
 from medusa.errors import MedusaError
 from medusa.settings import StackSettings
 from medusa.stack import processes
@@ -82,9 +81,12 @@ def _save_state(layout: StackLayout, running: dict[str, RunningProcess],
 def _component_ports(layout: StackLayout, component: Component) -> list[int]:
     owners = layout.all_ports()
     if component.name.startswith("kafka-"):
-        participant = layout.participant(component.name.removeprefix("kafka-"))
-        return [participant.broker_port, participant.controller_port,
-                *(link.upstream_port for link in layout.links_to(participant))]
+        for participant in layout.participants:
+            for broker in participant.broker_layouts:
+                if broker.component == component.name:
+                    return [broker.broker_port, broker.controller_port,
+                            *(broker.peer_listener_port(link.viewer)
+                              for link in layout.links_to(participant))]
     if component.name.startswith("bpm-"):
         return []  # an agent binds no port
     if component.name.startswith("hdfs-"):
@@ -182,7 +184,8 @@ def down(layout: StackLayout, purge: bool = False, report: Report = print) -> li
     if purge:
         for folder in (layout.run_dir / "kafka",):
             shutil.rmtree(folder, ignore_errors=True)
-        credentials_file(layout.run_dir).unlink(missing_ok=True)
+        if layout.settings.credentials_file is None:  # the stack's own, not one it was lent
+            layout.credentials_file.unlink(missing_ok=True)
     return stopped
 
 

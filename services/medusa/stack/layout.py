@@ -7,6 +7,42 @@ from pathlib import Path
 
 from medusa.settings import DEFAULT_PARTICIPANT_NAMES, StackSettings
 
+BROKER_PORT_STRIDE = 1000
+"""Broker b (from 0) of a participant has the ports of broker 0 plus b times this."""
+
+PROXY_BLOCK = 64
+"""The proxies to broker b of every cluster come b times this after broker 0's."""
+
+
+@dataclass(frozen=True)
+class BrokerLayout:
+    """One broker (and KRaft controller) of a participant's cluster."""
+
+    participant: str
+    index: int
+    """0 for the first; its node id is index + 1."""
+    broker_port: int
+    controller_port: int
+    data_dir: Path
+
+    @property
+    def node_id(self) -> int:
+        return self.index + 1
+
+    @property
+    def component(self) -> str:
+        """Its name in the stack: ``kafka-alpha``, then ``kafka-alpha-2``, ..."""
+        return f"kafka-{self.participant}" + (f"-{self.node_id}" if self.index else "")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def peer_listener_port(self, viewer: ParticipantLayout) -> int:
+        """The listener that ``viewer``'s services reach through the link's proxy (the
+        ports after the controller's, one per participant: at most 8 fit the stride)."""
+        return self.broker_port + 2 + viewer.index
+
 
 @dataclass(frozen=True)
 class ParticipantLayout:
@@ -15,10 +51,21 @@ class ParticipantLayout:
     broker_port: int
     controller_port: int
     data_dir: Path
+    brokers: int = 1
+
+    @property
+    def broker_layouts(self) -> tuple[BrokerLayout, ...]:
+        return tuple(
+            BrokerLayout(self.name, b, self.broker_port + b * BROKER_PORT_STRIDE,
+                         self.controller_port + b * BROKER_PORT_STRIDE,
+                         self.data_dir if b == 0 else
+                         self.data_dir.with_name(f"{self.name}-{b + 1}"))
+            for b in range(self.brokers))
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.broker_port}"
+        """Every broker: a client still finds the cluster when one is down."""
+        return ",".join(broker.address for broker in self.broker_layouts)
 
     @property
     def cluster_id_file(self) -> Path:
@@ -30,28 +77,35 @@ class ParticipantLayout:
         return self.data_dir / "scram.users"
 
     def peer_listener_port(self, viewer: ParticipantLayout) -> int:
-        """The listener that ``viewer``'s services reach through the link's proxy (the
-        ports after the controller's, one per participant: at most 8 fit the stride)."""
-        return self.broker_port + 2 + viewer.index
+        return self.broker_layouts[0].peer_listener_port(viewer)
 
 
 @dataclass(frozen=True)
 class LinkLayout:
     """How one participant's services reach another's Kafka cluster: through a toxiproxy
-    proxy, so the link can be cut, healed and slowed (``medusa fault``)."""
+    proxy per broker, so the link can be cut, healed and slowed (``medusa fault``)."""
 
     cluster: ParticipantLayout
     viewer: ParticipantLayout
     proxy_port: int
+    """The proxy to the cluster's first broker; broker b's is ``PROXY_BLOCK`` * b later."""
 
     @property
     def name(self) -> str:
         return link_name(self.cluster.name, self.viewer.name)
 
     @property
+    def proxies(self) -> list[tuple[str, int, BrokerLayout]]:
+        """(proxy name, its port, the broker behind it): the link's name for the first
+        broker, ``<link>#<node id>`` for the others."""
+        return [(self.name if broker.index == 0 else f"{self.name}#{broker.node_id}",
+                 self.proxy_port + broker.index * PROXY_BLOCK, broker)
+                for broker in self.cluster.broker_layouts]
+
+    @property
     def bootstrap(self) -> str:
-        """The cluster as the viewer's services know it: the proxy."""
-        return f"127.0.0.1:{self.proxy_port}"
+        """The cluster as the viewer's services know it: the proxies."""
+        return ",".join(f"127.0.0.1:{port}" for _, port, _ in self.proxies)
 
     @property
     def upstream_port(self) -> int:
@@ -85,6 +139,7 @@ class StackLayout:
                 broker_port=settings.kafka_base_port + 10 * i,
                 controller_port=settings.kafka_base_port + 10 * i + 1,
                 data_dir=settings.run_dir / "kafka" / DEFAULT_PARTICIPANT_NAMES[i],
+                brokers=settings.kafka_brokers,
             )
             for i in range(settings.stack_participants)
         )
@@ -93,6 +148,12 @@ class StackLayout:
     @property
     def run_dir(self) -> Path:
         return self.settings.run_dir
+
+    @property
+    def credentials_file(self) -> Path:
+        """The principals' secrets (``medusa.credentials``): the run folder's, unless the
+        settings name another stack's to share."""
+        return self.settings.credentials_file or self.run_dir / "credentials.json"
 
     @property
     def logs_dir(self) -> Path:
@@ -168,12 +229,14 @@ class StackLayout:
         s = self.settings
         ports: dict[int, str] = {}
         for p in self.participants:
-            ports[p.broker_port] = f"Kafka broker of participant {p.name}"
-            ports[p.controller_port] = f"Kafka controller of participant {p.name}"
+            for broker in p.broker_layouts:
+                ports[broker.broker_port] = f"Kafka broker {broker.component}"
+                ports[broker.controller_port] = f"Kafka controller {broker.component}"
         for link in self.links:
-            ports[link.cluster.peer_listener_port(link.viewer)] = (
-                f"Kafka broker of participant {link.cluster.name}, for {link.viewer.name}")
-            ports[link.proxy_port] = f"toxiproxy link {link.name}"
+            for proxy, port, broker in link.proxies:
+                ports[broker.peer_listener_port(link.viewer)] = (
+                    f"Kafka broker {broker.component}, for {link.viewer.name}")
+                ports[port] = f"toxiproxy link {proxy}"
         ports[s.registry_port] = "registry gateway"
         ports[s.registry_management_port] = "schema registry health"
         ports[s.registry_internal_port] = "schema registry (behind its gateway)"
