@@ -28,7 +28,7 @@ from medusa_spark.network.fragments import (
 )
 from medusa_spark.network.model import parse_network
 from medusa_spark.network.validate import Plan, validate
-from medusa_spark.wiring import network_topics, topic_uses
+from medusa_spark.wiring import NetworkTopics, network_topics, topic_uses
 
 Report = Callable[[str], None]
 
@@ -80,6 +80,27 @@ def _redeployed(boxes: list[str], ha: str, replica: str | None,
             wanted.update(phase="placed", error=None, restarts=0)
         return None if wanted == spec else wanted
     return change
+
+
+def _box_streams(topics: NetworkTopics, network_name: str
+                 ) -> list[tuple[str, str, dict[str, str]]]:
+    """(participant, entry name, stream spec) of each box output that leaves its fragment
+    on another participant's cluster than the network's: registered as that participant's
+    stream of the network, which opens its cluster to the network (``medusa.access``); only
+    that participant, or the federation's services, may write it."""
+    network = topics.plan.network
+    found = []
+    for box in network.boxes:
+        participant = topics.participants.get(box)
+        if box in network.streams or participant is None or participant == network.participant:
+            continue
+        if topics.plan.output_stream.get(box) is not None:
+            continue  # a declared stream, registered under its own name
+        topic = topics.streams[box].topic
+        found.append((participant, f"{network.name}-{box}"[:63],
+                      {"topic": topic, "schema_subject": f"{topic}-value",
+                       "network": network_name}))
+    return found
 
 
 def retarget(spec: dict[str, Any], node: str) -> dict[str, Any] | None:
@@ -182,6 +203,8 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
                        "schema_subject": f"{network.topic_prefix}{spec.topic}-value",
                        "network": network_name}
         catalog.update(Kind.STREAMS, f"{spec.participant}/{stream}", _set_to(stream_spec))
+    for participant, entry_name, stream_spec in _box_streams(topics, network_name):
+        catalog.update(Kind.STREAMS, f"{participant}/{entry_name}", _set_to(stream_spec))
     nodes_by_name = {e.name: e for e in catalog.list(Kind.NODES)}
     where: dict[str, str] = {}
     for name, fragment in fragments.items():
