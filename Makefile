@@ -8,7 +8,7 @@ STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup up down status demo test test-scenarios test-unit test-integration bench lint clean
+.PHONY: help setup up down status demo test test-scenarios test-unit test-integration bench chaos lint clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-17s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -44,6 +44,9 @@ test-unit: $(STAMP) ## Run the in-memory unit tests only
 bench: setup ## Benchmarks, side by side in one run (JSON and plots in bench-results/)
 	@$(BIN)/medusa up --skip-install --participants 3
 	@$(BIN)/medusa bench $(BENCH_ARGS)
+
+chaos: setup ## Kill -9 brokers, the controller, the registry, the catalog and the detector under load; a table of what each cost
+	@$(BIN)/medusa chaos $(CHAOS_ARGS)
 
 lint: $(STAMP) ## ruff and mypy
 	@$(BIN)/ruff check services spark_apps tests

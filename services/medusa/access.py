@@ -20,7 +20,8 @@ back the tail). Consumer groups (all: they hold no data) and the SOutput's trans
 (prefix ``medusa.soutput.``) are opened to every principal that has a topic on the cluster.
 
 ``AccessSync`` keeps each cluster's ACLs equal to this, adding and removing only the ACLs
-of principals other than the cluster's owner and ``admin``.
+of principals other than the cluster's owner and ``admin``. It adds at once and removes
+``GRACE_S`` later, so that the old node of a move can finish its last batch.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ Resource = Literal["topic", "group", "transactional_id"]
 Operation = Literal["read", "write", "describe", "create"]
 
 TRANSACTIONAL_PREFIX = "medusa.soutput."
+
+GRACE_S = 30.0
+"""An ACL no longer wanted is removed this long after: a fragment moved away is still
+finishing its last batch on the old node when the catalog already names the new one."""
 
 _RESOURCES: dict[Resource, ResourceType] = {
     "topic": ResourceType.TOPIC, "group": ResourceType.GROUP,
@@ -179,10 +184,14 @@ def explained(error: str, principal: str) -> str:
 class AccessSync:
     """Keeps the partners' ACLs on every cluster equal to ``desired_grants``."""
 
-    def __init__(self, clusters: Mapping[str, str], timeout_s: float = 10.0) -> None:
-        """``clusters``: participant -> bootstrap, reached as ``admin``."""
+    def __init__(self, clusters: Mapping[str, str], timeout_s: float = 10.0,
+                 grace_s: float = GRACE_S) -> None:
+        """``clusters``: participant -> bootstrap, reached as ``admin``; an ACL no longer
+        wanted goes ``grace_s`` later (see ``GRACE_S``)."""
         self.clusters = dict(clusters)
         self.timeout_s = timeout_s
+        self.grace_s = grace_s
+        self._unwanted_since: dict[Grant, float] = {}
         self._admins = {name: AdminClient(kafka_config(bootstrap))
                         for name, bootstrap in self.clusters.items()}
 
@@ -203,7 +212,15 @@ class AccessSync:
         for cluster, admin in self._admins.items():
             mine = {g for g in wanted if g.cluster == cluster}
             have = self.current(cluster)
-            missing, extra = sorted(mine - have), sorted(have - mine)
+            missing = sorted(mine - have)
+            now = time.monotonic()
+            for grant in have - mine:
+                self._unwanted_since.setdefault(grant, now)
+            for grant in [g for g in self._unwanted_since if g.cluster == cluster
+                          and (g in mine or g not in have)]:
+                del self._unwanted_since[grant]
+            extra = sorted(g for g in have - mine
+                           if now - self._unwanted_since[g] >= self.grace_s)
             if missing:
                 for future in admin.create_acls([g.binding() for g in missing]).values():
                     future.result(self.timeout_s)
@@ -219,6 +236,7 @@ class AccessSync:
                 for future in admin.delete_acls(filters).values():
                     future.result(self.timeout_s)
                 for grant in extra:
+                    del self._unwanted_since[grant]
                     log.info("access: %s may no longer %s %s %s%s on %s's cluster",
                              grant.principal, grant.operation, grant.resource, grant.name,
                              "*" if grant.prefixed else "", cluster)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -17,6 +18,8 @@ from medusa.errors import MedusaError
 from medusa.schemas import AvroSchema, subject_for
 
 COMPATIBILITY = "BACKWARD"
+
+log = logging.getLogger("medusa.registry")
 
 
 class SchemaRefusedError(MedusaError, RuntimeError):
@@ -37,6 +40,10 @@ class Registration:
 
 
 REQUEST_TIMEOUT_S = 30
+REGISTRY_WAIT_S = 300.0
+"""How long a registration waits for a registry that does not answer (a restart takes
+about half a minute)."""
+RETRY_S = 2.0
 
 
 def registry_client(url: str) -> SchemaRegistryClient:
@@ -67,17 +74,46 @@ def _set_compatibility(client: SchemaRegistryClient, subject: str, attempts: int
             time.sleep(0.1 * (attempt + 1))
 
 
-def register(client: SchemaRegistryClient, topic: str, schema: AvroSchema | str) -> Registration:
+class RegistryUnavailableError(MedusaError, RuntimeError):
+    """The registry did not answer within the time a caller waits for it."""
+
+
+def _unavailable(error: Exception) -> bool:
+    """Whether the registry is away (down, restarting), not refusing the request."""
+    if isinstance(error, SchemaRegistryError):
+        return error.http_status_code in (-1, 502, 503, 504)
+    # The client's HTTP library may be a copy of httpx of its own: matched by class name.
+    return isinstance(error, OSError) or any(
+        cls.__name__ == "TransportError" for cls in type(error).__mro__)
+
+
+def register(client: SchemaRegistryClient, topic: str, schema: AvroSchema | str,
+             wait_s: float = REGISTRY_WAIT_S) -> Registration:
     """Register a value schema for ``topic`` under BACKWARD compatibility.
 
-    An incompatible change is refused by the registry and raised as SchemaRefusedError.
+    An incompatible change is refused by the registry and raised as SchemaRefusedError. A
+    registry that does not answer (killed, restarting) is waited for up to ``wait_s``,
+    saying so in the log, and then is a RegistryUnavailableError.
     """
     subject = subject_for(topic)
     text = schema.text if isinstance(schema, AvroSchema) else schema
-    try:
-        _set_compatibility(client, subject)
-        schema_id = client.register_schema(subject, Schema(text, "AVRO"))
-        registered = client.lookup_schema(subject, Schema(text, "AVRO"))
-    except SchemaRegistryError as error:
-        raise SchemaRefusedError(subject, error.http_status_code, error.error_message) from error
-    return Registration(subject, schema_id, registered.version or 0)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            _set_compatibility(client, subject)
+            schema_id = client.register_schema(subject, Schema(text, "AVRO"))
+            registered = client.lookup_schema(subject, Schema(text, "AVRO"))
+            return Registration(subject, schema_id, registered.version or 0)
+        except Exception as error:
+            if not _unavailable(error):
+                if isinstance(error, SchemaRegistryError):
+                    raise SchemaRefusedError(subject, error.http_status_code,
+                                             error.error_message) from error
+                raise
+            if time.monotonic() > deadline:
+                raise RegistryUnavailableError(
+                    f"the schema registry did not answer within {wait_s:.0f}s while "
+                    f"registering {subject}: {error}") from None
+            log.warning("the schema registry does not answer (%s); registering %s again "
+                        "in %.0fs", error, subject, RETRY_S)
+            time.sleep(RETRY_S)

@@ -1095,6 +1095,51 @@ def bpm(
             tracing.shutdown()
 
 
+@app.command("chaos")
+def chaos(
+    faults: Annotated[str, typer.Option(
+        help="Faults to run, comma-separated: broker, controller, registry, catalog, "
+             "detector (default: all).")] = "",
+    out: Annotated[Path, typer.Option(help="Folder for JSON and the plot.")
+                   ] = Path("bench-results"),
+) -> None:
+    """Kill -9 each part of the infrastructure under load, on a stack of three brokers of its
+    own, and tell what each cost: input held, recovery time, results lost and duplicated."""
+    import json
+
+    from medusa_apps.bench import chaos as scenarios
+    from medusa_apps.bench.report import bar_plot, write_json
+    from medusa_spark.session import spark_session
+
+    chosen = tuple(f.strip() for f in faults.split(",") if f.strip()) or scenarios.FAULTS
+    unknown = [f for f in chosen if f not in scenarios.FAULTS]
+    if unknown:
+        raise _fail(f"--faults: unknown {', '.join(unknown)} (expected some of "
+                    f"{', '.join(scenarios.FAULTS)})", 2)
+    spark = spark_session("medusa-chaos")
+    try:
+        outcomes = scenarios.measure(StackSettings(), spark, console.print, chosen)
+    except RuntimeError as error:
+        raise _fail(str(error)) from None
+    table = Table(title="Faults under load (one participant, 3 brokers, steady input)")
+    for column in ("fault", "killed", "input delay", "output stall (before)", "recovery",
+                   "lost", "duplicated"):
+        table.add_column(column)
+    for o in outcomes:
+        table.add_row(o.fault, o.component, f"{o.input_delay_s:g} s",
+                      f"{o.stall_s:g} s ({o.stall_before_s:g} s)", f"{o.recovery_s:g} s",
+                      f"{o.lost} of {o.expected}", str(o.duplicated))
+    console.print(table)
+    summary = [o.as_dict() for o in outcomes]
+    write_json(out / "chaos.json", {"chaos": summary})
+    bench_file = out / "bench.json"
+    bench = json.loads(bench_file.read_text()) if bench_file.is_file() else {}
+    write_json(bench_file, {**bench, "chaos": summary})
+    if outcomes:
+        bar_plot(out / "chaos_recovery.png", "Recovery after kill -9, under load",
+                 [o.fault for o in outcomes], [o.recovery_s for o in outcomes], "seconds")
+
+
 @app.command("autoscale")
 def autoscale(
     interval: Annotated[float, typer.Option(min=1, help="Seconds between steps.")] = 10.0,

@@ -71,6 +71,16 @@ class OutputStats:
     first_write_listeners: list[Callable[[int], None]] = field(default_factory=list)
 
 
+class OutputRefusedError(MedusaError, RuntimeError):
+    """The cluster's ACLs refused this node's write (``medusa.access``); the fragment fails
+    and its node tries again, rather than handing the output over as if fenced."""
+
+
+_REFUSALS = frozenset({KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                       KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                       KafkaError.CLUSTER_AUTHORIZATION_FAILED})
+
+
 class OutputFencedError(MedusaError, RuntimeError):
     """Another node has taken over this fragment's output; this one must stop writing."""
 
@@ -192,6 +202,10 @@ class SOutput:
         except KafkaException as error:
             kafka_error = error.args[0]
             self._producer = None
+            if kafka_error.code() in _REFUSALS:  # fatal too, but no other node's doing
+                raise OutputRefusedError(
+                    f"output {self.owner}: the cluster's ACLs refused the write "
+                    f"({kafka_error.str()})") from None
             if kafka_error.fatal() or "fenced" in kafka_error.str().lower():
                 raise OutputFencedError(
                     f"output {self.owner}: another node has taken over this fragment "

@@ -26,8 +26,9 @@ from medusa.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 
-ACL_DELAY_S = 20.0
-"""The catalog applies ACLs within a second of a change; this is the tests' patience."""
+ACL_DELAY_S = 90.0
+"""The catalog adds ACLs within a second of a change and removes them ``GRACE_S`` (30 s)
+later; this is the tests' patience."""
 
 
 @pytest.fixture
