@@ -122,3 +122,62 @@ def test_a_refusal_is_explained_and_other_errors_are_left_alone() -> None:
     refusal = "org.apache.kafka.common.errors.TopicAuthorizationException: Not authorized"
     assert explained(refusal, "beta").startswith("refused by a cluster's ACLs: beta")
     assert explained("boom", "beta") == "boom"
+
+
+class _Done:
+    """A future that has its result already."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self, _timeout: float | None = None) -> Any:
+        return self.value
+
+
+class _FakeAdmin:
+    """The three ACL calls of an AdminClient, over a set of bindings."""
+
+    def __init__(self) -> None:
+        self.bindings: list[Any] = []
+
+    def describe_acls(self, _filter: Any) -> _Done:
+        return _Done(list(self.bindings))
+
+    def create_acls(self, bindings: list[Any]) -> dict[Any, _Done]:
+        self.bindings.extend(bindings)
+        return {b: _Done(None) for b in bindings}
+
+    def delete_acls(self, filters: list[Any]) -> dict[Any, _Done]:
+        gone = {(f.restype, f.name, f.resource_pattern_type, f.principal, f.operation)
+                for f in filters}
+        self.bindings = [b for b in self.bindings if (
+            b.restype, b.name, b.resource_pattern_type, b.principal, b.operation) not in gone]
+        return {f: _Done([]) for f in filters}
+
+
+def test_an_acl_no_longer_wanted_goes_after_the_grace_and_one_wanted_again_stays(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from medusa import access
+
+    clock = [1000.0]
+    monkeypatch.setattr(access.time, "monotonic", lambda: clock[0])
+    sync = access.AccessSync({"alpha": "127.0.0.1:1"}, grace_s=30.0)
+    admin = _FakeAdmin()
+    sync._admins = {"alpha": admin}  # type: ignore[dict-item]
+    placed = fragment("alpha/lr/f1", "beta/n1", [("alpha", "in")], [("alpha", "out")])
+    wanted = desired_grants([placed], [], [], 0)
+    assert sync.apply(wanted) == (len(wanted), 0)
+    assert sync.current("alpha") == wanted
+    assert sync.apply(set()) == (0, 0)  # no longer wanted: the grace starts
+    clock[0] += 29
+    assert sync.apply(set()) == (0, 0)
+    clock[0] += 2
+    assert sync.apply(set()) == (0, len(wanted))
+    assert sync.current("alpha") == set()
+    sync.apply(wanted)
+    sync.apply(set())
+    clock[0] += 20
+    sync.apply(wanted)  # wanted again within the grace: kept, and its clock forgotten
+    clock[0] += 20
+    assert sync.apply(wanted) == (0, 0)
+    assert sync.current("alpha") == wanted
