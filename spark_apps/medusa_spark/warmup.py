@@ -14,6 +14,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from medusa.settings import spark_kafka_options
+
 log = logging.getLogger("medusa.node")
 
 
@@ -26,8 +28,7 @@ def warm_up(spark: SparkSession, bootstrap: str, topic: str, timeout_s: float = 
 
     try:
         with tempfile.TemporaryDirectory(prefix="medusa-warmup-") as scratch:
-            frame = (spark.readStream.format("kafka")
-                     .option("kafka.bootstrap.servers", bootstrap)
+            frame = (spark.readStream.format("kafka").options(**spark_kafka_options(bootstrap))
                      .option("subscribe", topic).option("startingOffsets", "earliest")
                      .option("includeHeaders", "true")
                      .option("kafka.isolation.level", "read_committed")

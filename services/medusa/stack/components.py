@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -21,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 
 from medusa import credentials
 from medusa.errors import MedusaError
-from medusa.settings import REPO_ROOT, kafka_config
+from medusa.settings import REPO_ROOT, kafka_config, spark_kafka_options
 from medusa.stack.layout import BrokerLayout, ParticipantLayout, StackLayout
 
 INFRA = REPO_ROOT / "infra"
@@ -243,6 +245,18 @@ def kafka_broker(layout: StackLayout, participant: ParticipantLayout,
 def authorizer_log(layout: StackLayout, broker: BrokerLayout) -> Path:
     """Where a broker logs the requests its ACLs refused."""
     return layout.logs_dir / f"{broker.component}-refused.log"
+
+
+@contextlib.contextmanager
+def client_properties_file(bootstrap: str, **extra: object) -> Iterator[Path]:
+    """A Java Kafka client's configuration of the cluster at ``bootstrap`` (with this
+    process's login), in a file of the owner's that is gone afterwards: Kafka's own tools
+    read it, rather than taking the password on a command line that ``ps`` shows."""
+    java = {k.removeprefix("kafka."): v for k, v in spark_kafka_options(bootstrap).items()}
+    with tempfile.TemporaryDirectory(prefix="medusa-client-") as folder:
+        path = Path(folder) / "client.properties"
+        _write_private(path, "".join(f"{k}={v}\n" for k, v in {**java, **extra}.items()))
+        yield path
 
 
 def _write_private(path: Path, text: str) -> None:

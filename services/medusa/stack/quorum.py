@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import re
 import subprocess
-import tempfile
-from pathlib import Path
 
-from medusa import credentials
 from medusa.errors import MedusaError
-from medusa.stack.components import INFRA, java_binary, kafka_libs
+from medusa.stack.components import INFRA, client_properties_file, java_binary, kafka_libs
 from medusa.stack.layout import BrokerLayout, ParticipantLayout, StackLayout
 
 
@@ -20,16 +17,7 @@ class QuorumError(MedusaError, RuntimeError):
 def active_controller(layout: StackLayout, participant: ParticipantLayout,
                       timeout_s: float = 60.0) -> BrokerLayout:
     """The broker whose controller leads the quorum now (Kafka's metadata quorum tool)."""
-    secret = credentials.ensure(layout.credentials_file,
-                                [p.name for p in layout.participants]).secret(credentials.ADMIN)
-    with tempfile.TemporaryDirectory() as folder:
-        config = Path(folder) / "admin.properties"
-        config.touch(mode=0o600)
-        config.write_text(
-            "security.protocol=SASL_PLAINTEXT\n"
-            f"sasl.mechanism={credentials.SCRAM_MECHANISM}\n"
-            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
-            f'required username="{credentials.ADMIN}" password="{secret.kafka_password}";\n')
+    with client_properties_file(participant.bootstrap) as config:
         described = subprocess.run(
             [java_binary(layout), "-Xmx128m",
              f"-Dlog4j2.configurationFile={INFRA / 'kafka' / 'log4j2.properties'}",

@@ -21,8 +21,8 @@ from medusa.linear_road.records import STIME_ORIGIN_MS, PositionReport, to_dict
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
 from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
-from medusa.settings import kafka_config, spark_kafka_options
-from medusa.stack.components import java_binary, kafka_libs
+from medusa.settings import kafka_config
+from medusa.stack.components import client_properties_file, java_binary, kafka_libs
 from medusa.stack.layout import StackLayout
 from medusa.topics import ensure_topics
 
@@ -104,15 +104,13 @@ def kafka_perf_tool(layout: StackLayout, bootstrap: str, count: int,
                     value_size: int) -> Throughput:
     topic = f"bench.perf.{uuid.uuid4().hex[:8]}"
     ensure_topics(kafka_config(bootstrap), [topic], partitions=4)
-    # The Java client's properties are Spark's Kafka options without their "kafka." prefix.
-    java = {k.removeprefix("kafka."): v for k, v in spark_kafka_options(bootstrap).items()}
-    props = [f"{k}={v}" for k, v in {**java, **DELIVERY}.items()]
-    completed = subprocess.run(
-        [java_binary(layout), "-Xmx512m", "-cp", f"{kafka_libs(layout)}/*",
-         "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
-         "--num-records", str(count), "--record-size", str(value_size), "--throughput", "-1",
-         "--producer-props", *props],
-        capture_output=True, text=True, check=True)
+    with client_properties_file(bootstrap, **DELIVERY) as config:
+        completed = subprocess.run(
+            [java_binary(layout), "-Xmx512m", "-cp", f"{kafka_libs(layout)}/*",
+             "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+             "--num-records", str(count), "--record-size", str(value_size),
+             "--throughput", "-1", "--command-config", str(config)],
+            capture_output=True, text=True, check=True)
     summary = _PERF_LINE.findall(completed.stdout)
     if not summary:
         raise RuntimeError(f"no summary from ProducerPerformance:\n{completed.stdout[-2000:]}")
@@ -124,11 +122,13 @@ def kafka_perf_tool(layout: StackLayout, bootstrap: str, count: int,
 def kafka_consumer_perf_tool(layout: StackLayout, bootstrap: str, topic: str,
                              count: int) -> Throughput:
     """Kafka's ConsumerPerformance reading ``count`` records of ``topic``."""
-    completed = subprocess.run(
-        [java_binary(layout), "-Xmx512m", "-cp", f"{kafka_libs(layout)}/*",
-         "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
-         "--topic", topic, "--num-records", str(count), "--timeout", "60000"],
-        capture_output=True, text=True, check=True)
+    with client_properties_file(bootstrap) as config:
+        completed = subprocess.run(
+            [java_binary(layout), "-Xmx512m", "-cp", f"{kafka_libs(layout)}/*",
+             "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
+             "--topic", topic, "--num-records", str(count), "--timeout", "60000",
+             "--command-config", str(config)],
+            capture_output=True, text=True, check=True)
     # A header line of column names, then one line of values, both ", "-separated.
     lines = [line for line in completed.stdout.splitlines() if ", " in line]
     if len(lines) < 2:
