@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,6 +39,23 @@ linear_road_app = typer.Typer(
 app.add_typer(linear_road_app, name="linear-road")
 
 console = Console()
+
+
+@app.callback()
+def _acting_as(
+    as_participant: Annotated[str | None, typer.Option(
+        "--as", metavar="PARTICIPANT",
+        help="Act as this participant: its Kafka login on every cluster and its token for "
+             "catalog and registry writes (default: MEDUSA_PARTICIPANT, else the "
+             "federation's operator, admin).")] = None,
+) -> None:
+    if as_participant is not None:
+        from medusa.credentials import act_as
+
+        if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", as_participant):
+            raise _fail(f"--as: expected a participant's name such as alpha, got "
+                        f"{as_participant!r}", 2)
+        act_as(as_participant)
 errors = Console(stderr=True)
 
 ParticipantsOpt = Annotated[int | None, typer.Option(

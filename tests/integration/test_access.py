@@ -182,3 +182,19 @@ def test_registry_writes_need_a_participants_token(federation: Endpoints) -> Non
     assert token is not None
     answer = httpx.post(url, json=body, auth=token, timeout=30)
     assert answer.status_code == 200, answer.text
+
+
+def test_a_cli_command_acts_as_the_participant_it_is_told(
+        federation: Endpoints, alpha_fragment: dict[str, Any]) -> None:
+    import subprocess
+    import sys
+
+    def undeploy_as(participant: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "medusa_apps", "--as", participant,
+                               "undeploy", alpha_fragment["network"]],
+                              capture_output=True, text=True, timeout=120, check=False)
+    refused = undeploy_as("beta")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "participant beta cannot remove fragment" in refused.stderr
+    with CatalogClient(federation.catalog_url) as catalog:
+        assert catalog.get(Kind.FRAGMENTS, alpha_fragment["fragment"]) is not None
