@@ -14,6 +14,9 @@ principal is refused what no ACL allows. The ACLs follow the catalog:
     takeover onto a secondary), unless it runs there under a contract: then only while
     that contract is in force.
 
+A move across clusters lets the new host read the fragment's SUnion topic on the old
+host's cluster (where its inputs stood), while the fragment is released to it.
+
 Inputs give Read and Describe, and Write and Create on their dead-letter topic (the SUnion
 writes undecodable records there); outputs give Write, Describe and Read (exactly-once reads
 back the tail). Consumer groups (all: they hold no data) and the SOutput's transactional ids
@@ -27,6 +30,7 @@ of principals other than the cluster's owner and ``admin``. It adds at once and 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -122,6 +126,24 @@ def open_clusters(streams: Iterable[Entry]) -> dict[str, set[str]]:
     return opened
 
 
+def _rebase_grants(name: str, spec: Mapping[str, Any]) -> set[Grant]:
+    """A fragment released by a node of R to a node of P, on another cluster: P reads where
+    its SUnion stood on R's cluster (only a topic named as the fragment's SUnion topics are,
+    so that no one opens another topic of R's by naming it here)."""
+    released_by, node, topic = spec.get("released_by"), spec.get("node"), spec.get("source_topic")
+    if not (isinstance(released_by, str) and isinstance(node, str) and isinstance(topic, str)):
+        return set()
+    old_host, new_host = released_by.split("/", 1)[0], node.split("/", 1)[0]
+    _, network, fragment = name.split("/")
+    base = fragment.split("--", 1)[0]  # an instance of a scaled-out fragment: f--g2-0
+    if old_host == new_host or not re.fullmatch(
+            rf"[A-Za-z0-9._-]*medusa\.{re.escape(network)}\.{re.escape(base)}"
+            r"\.[0-9a-f]+\.in(--g\d+-\d+)?", topic):
+        return set()
+    return {Grant(old_host, new_host, "topic", topic, False, "read"),
+            Grant(old_host, new_host, "topic", topic, False, "describe")}
+
+
 def desired_grants(fragments: Iterable[Entry], contracts: Iterable[Entry],
                    streams: Iterable[Entry], at_ms: int) -> set[Grant]:
     """Every ACL principals should have now, from the catalog's fragments, contracts and
@@ -143,6 +165,7 @@ def desired_grants(fragments: Iterable[Entry], contracts: Iterable[Entry],
         for principal in principals - {ADMIN}:
             for cluster in clusters - {principal}:
                 grants |= _topic_grants(cluster, principal, spec)
+        grants |= _rebase_grants(fragment.name, spec)
     for cluster, principal in {(g.cluster, g.principal) for g in grants}:
         grants.add(Grant(cluster, principal, "group", "*", False, "read"))
         grants.add(Grant(cluster, principal, "group", "*", False, "describe"))

@@ -68,7 +68,7 @@ def _set_to(wanted: dict[str, Any]) -> Callable[[dict[str, Any] | None], dict[st
 
 
 def _redeployed(boxes: list[str], ha: str, replica: str | None,
-                uses: dict[str, list[dict[str, str]]]
+                uses: dict[str, Any]
                 ) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
     def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
         if spec is None:

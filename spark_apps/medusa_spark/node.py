@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from opentelemetry import trace
 from py4j.protocol import Py4JError
@@ -270,7 +270,8 @@ class Node:
                     self._follow(name, entry, network)
                 else:
                     self._follow_replica(name, entry, network)
-            except (MedusaError, CatalogError, RuntimeError, ValueError, Py4JError) as error:
+            except (MedusaError, CatalogError, RuntimeError, ValueError, Py4JError,
+                    KafkaException) as error:
                 # One fragment's failure (a JVM call included) is its own, not the node's.
                 if self.errors.get(name) != str(error):
                     log.error("%s: fragment %s: %s", self.global_name, name, error)

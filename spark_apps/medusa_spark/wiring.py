@@ -12,6 +12,7 @@ checkpoint) of its own instead of resuming from state that no longer fits.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -115,7 +116,7 @@ def sunion_topic(topics: NetworkTopics, fragment: Fragment) -> str:
     return f"{topics.prefix}medusa.{network.name}.{fragment.name}.{fingerprint}.in"
 
 
-def topic_uses(topics: NetworkTopics, fragment: Fragment) -> dict[str, list[dict[str, str]]]:
+def topic_uses(topics: NetworkTopics, fragment: Fragment) -> dict[str, Any]:
     """What the fragment reads and writes, by cluster: the catalog keeps it with the
     fragment, and the ACLs a partner that runs it gets are made from it."""
     network = topics.plan.network
@@ -125,7 +126,8 @@ def topic_uses(topics: NetworkTopics, fragment: Fragment) -> dict[str, list[dict
     reads = [use(name) for name in fragment.inputs]
     # A fragment moved off its origin's node rebases from its SUnion topic there.
     reads.append({"participant": network.participant, "topic": sunion_topic(topics, fragment)})
-    return {"reads": reads, "writes": [use(box) for box in fragment.outputs]}
+    return {"reads": reads, "writes": [use(box) for box in fragment.outputs],
+            "source_topic": sunion_topic(topics, fragment)}
 
 
 def fragment_wiring(topics: NetworkTopics, network_name: str, fragment: Fragment,

@@ -25,8 +25,8 @@ def launched(local_federation):
 
 def test_status_reports_every_component_answering(launched) -> None:
     rows = {row.name: row for row in launcher.status(launched.layout)}
-    assert set(rows) == {"kafka-alpha", "kafka-beta", "kafka-gamma", "registry", "jaeger",
-                         "catalog", "detector", "toxiproxy"}
+    assert set(rows) == {"kafka-alpha", "kafka-beta", "kafka-gamma", "registry",
+                         "registry-gateway", "jaeger", "catalog", "detector", "toxiproxy"}
     assert all(row.running and row.answering for row in rows.values()), rows
 
 
@@ -41,7 +41,7 @@ def test_a_second_up_is_harmless(launched) -> None:
     launcher.up(launched.layout, report=messages.append)
     after = {row.name: row.pid for row in launcher.status(launched.layout)}
     assert before == after
-    assert sum("already running" in m for m in messages) == 8
+    assert sum("already running" in m for m in messages) == 9
 
 
 def test_a_taken_port_is_named_in_the_error(tmp_path) -> None:
@@ -82,7 +82,7 @@ def test_cli_up_status_down_on_a_one_participant_stack(launched, tmp_path) -> No
     # Below the ephemeral range (32768 and up), clear of the session stack's ports.
     env = {**os.environ, "MEDUSA_RUN_DIR": str(tmp_path / "run"),
            "MEDUSA_KAFKA_BASE_PORT": "31092", "MEDUSA_REGISTRY_PORT": "30081",
-           "MEDUSA_REGISTRY_MANAGEMENT_PORT": "30082",
+           "MEDUSA_REGISTRY_MANAGEMENT_PORT": "30082", "MEDUSA_REGISTRY_INTERNAL_PORT": "30083",
            "MEDUSA_JAEGER_OTLP_GRPC_PORT": "30317", "MEDUSA_JAEGER_OTLP_HTTP_PORT": "30318",
            "MEDUSA_JAEGER_QUERY_PORT": "30686", "MEDUSA_JAEGER_QUERY_GRPC_PORT": "30685",
            "MEDUSA_JAEGER_HEALTH_PORT": "30133", "MEDUSA_JAEGER_METRICS_PORT": "30888",
@@ -93,13 +93,14 @@ def test_cli_up_status_down_on_a_one_participant_stack(launched, tmp_path) -> No
         assert "127.0.0.1:31092" in started.stdout
         status = json.loads(_medusa("status", "--json", env=env).stdout)["components"]
         assert {row["name"]: row["answering"] for row in status} == {
-            "kafka-alpha": True, "registry": True, "jaeger": True, "catalog": True,
-            "detector": True, "bpm-alpha": True}  # `up` starts the participant's BPM agent
+            "kafka-alpha": True, "registry": True, "registry-gateway": True, "jaeger": True,
+            "catalog": True, "detector": True,
+            "bpm-alpha": True}  # `up` starts the participant's BPM agent
         pids = [row["pid"] for row in status]
     finally:
         stopped = _medusa("down", env=env)
     assert stopped.returncode == 0
-    assert "stopped 6 process(es)" in stopped.stdout
+    assert "stopped 7 process(es)" in stopped.stdout
     assert all(processes.process_start_ticks(pid) is None for pid in pids)
     assert not processes.port_in_use(31092)
     status = json.loads(_medusa("status", "--json", env=env).stdout)

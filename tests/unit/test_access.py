@@ -181,3 +181,14 @@ def test_an_acl_no_longer_wanted_goes_after_the_grace_and_one_wanted_again_stays
     clock[0] += 20
     assert sync.apply(wanted) == (0, 0)
     assert sync.current("alpha") == wanted
+
+
+def test_a_fragment_released_across_clusters_lets_its_new_host_read_where_it_stood() -> None:
+    released = fragment("alpha/sw/f1", "alpha/n1", [("alpha", "in")], [("alpha", "out")],
+                        released_by="beta/n2", phase="released",
+                        source_topic="p.medusa.sw.f1.0a1b2c.in")
+    assert topics(desired_grants([released], [], [], 0), "alpha", "beta") == {
+        "p.medusa.sw.f1.0a1b2c.in": {"read", "describe"}}
+    elsewhere = fragment("alpha/sw/f1", "alpha/n1", [], [], released_by="beta/n2",
+                         source_topic="beta-secrets")
+    assert desired_grants([elsewhere], [], [], 0) == set()

@@ -182,6 +182,9 @@ class FragmentSpec(Spec):
     its origin's cluster that a moved fragment rebases from (set by the deploy)."""
     writes: list[TopicUse] = Field(default_factory=list, max_length=10_000)
     """The topics its outputs go to (set by the deploy)."""
+    source_topic: str | None = Field(None, pattern=TOPIC_NAME)
+    """The topic its SUnion writes, on the cluster of whichever node runs it (set by the
+    deploy): the next node of a move across clusters reads where it stood there."""
     contract: str | None = Field(None, pattern=rf"^{PART}/{PART}$")
     """BPM: the contract it runs under on a partner's node; its access there ends with it."""
 
