@@ -58,9 +58,12 @@ class BrokerFailureRun:
 @pytest.fixture(scope="module")
 def three_brokers(federation, tmp_path_factory) -> Iterator[tuple[StackLayout, Endpoints]]:
     run_dir = tmp_path_factory.mktemp("three-brokers")
+    # Its own endpoints, whatever MEDUSA_EXTERNAL_* name for the session's stack.
+    external = {name: None for name in StackSettings.model_fields if name.startswith("external_")}
     settings = StackSettings(run_dir=run_dir, stack_participants=1, kafka_brokers=3,
                              stack_bpm_agents=False,
-                             credentials_file=credentials.process_credentials_file(), **PORTS)
+                             credentials_file=credentials.process_credentials_file(),
+                             **PORTS, **external)
     layout = StackLayout.from_settings(settings)
     try:
         up(layout, report=lambda _: None)

@@ -322,8 +322,7 @@ def registry_gateway(layout: StackLayout) -> Component:
         name="registry-gateway",
         command=[sys.executable, "-m", "medusa_apps", "schemas", "gateway",
                  "--port", str(layout.settings.registry_port)],
-        env={"MEDUSA_RUN_DIR": str(layout.run_dir),
-             "MEDUSA_CREDENTIALS_FILE": str(layout.credentials_file),
+        env={**service_env(layout),
              "MEDUSA_REGISTRY_INTERNAL_PORT": str(layout.settings.registry_internal_port)},
         endpoint=layout.registry_url,
         ready=health_checks(layout)["registry-gateway"][1],
@@ -349,14 +348,24 @@ def jaeger(layout: StackLayout) -> Component:
     )
 
 
+def service_env(layout: StackLayout) -> dict[str, str]:
+    """The environment of the stack's own services: this stack's run folder and credentials,
+    and none of the endpoints the caller's MEDUSA_EXTERNAL_* may name (another stack's)."""
+    from medusa.settings import StackSettings
+
+    cleared = {f"MEDUSA_{name.upper()}": "" for name in StackSettings.model_fields
+               if name.startswith("external_")}
+    return {**cleared, "MEDUSA_RUN_DIR": str(layout.run_dir),
+            "MEDUSA_CREDENTIALS_FILE": str(layout.credentials_file)}
+
+
 def catalog(layout: StackLayout) -> Component:
     """The project's own catalog service, in this Python environment."""
     return Component(
         name="catalog",
         command=[sys.executable, "-m", "medusa_apps", "catalog", "serve",
                  "--port", str(layout.settings.catalog_port), "--home", layout.catalog_home],
-        env={"MEDUSA_RUN_DIR": str(layout.run_dir),
-             "MEDUSA_CREDENTIALS_FILE": str(layout.credentials_file)},
+        env=service_env(layout),
         endpoint=layout.catalog_url,
         ready=health_checks(layout)["catalog"][1],
     )
@@ -368,8 +377,7 @@ def detector(layout: StackLayout) -> Component:
         name="detector",
         command=[sys.executable, "-m", "medusa_apps", "detector",
                  "--port", str(layout.settings.detector_port)],
-        env={"MEDUSA_RUN_DIR": str(layout.run_dir),
-             "MEDUSA_CREDENTIALS_FILE": str(layout.credentials_file)},
+        env=service_env(layout),
         endpoint=layout.detector_url,
         ready=health_checks(layout)["detector"][1],
     )
@@ -382,8 +390,7 @@ def bpm_agent(layout: StackLayout, participant: str) -> Component:
         command=[sys.executable, "-m", "medusa_apps", "bpm", "--participant", participant,
                  "--interval", f"{layout.settings.bpm_interval_s:g}",
                  "--alive-file", str(layout.bpm_alive_file(participant))],
-        env={"MEDUSA_RUN_DIR": str(layout.run_dir),
-             "MEDUSA_CREDENTIALS_FILE": str(layout.credentials_file)},
+        env=service_env(layout),
         endpoint=f"participant {participant}",
         ready=health_checks(layout)[f"bpm-{participant}"][1],
     )

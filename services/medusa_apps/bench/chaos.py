@@ -78,7 +78,9 @@ class FaultOutcome:
 
 def chaos_settings(base: StackSettings) -> StackSettings:
     shifted = {name: getattr(base, name) + PORT_SHIFT for name in PORT_FIELDS}
-    return base.model_copy(update={**shifted, "run_dir": base.run_dir / "chaos",
+    # Its own endpoints, whatever MEDUSA_EXTERNAL_* name.
+    external = {name: None for name in StackSettings.model_fields if name.startswith("external_")}
+    return base.model_copy(update={**shifted, **external, "run_dir": base.run_dir / "chaos",
                                    "stack_participants": 1, "kafka_brokers": 3,
                                    "stack_bpm_agents": False, "stack_hdfs": False,
                                    "credentials_file": None})
