@@ -160,3 +160,13 @@ def test_a_stacks_credentials_authenticate_the_acting_participant(kafka_env,
     options = spark_kafka_options("h:9092")
     assert 'username="beta"' in options["kafka.sasl.jaas.config"]
     assert stack.secret("beta").kafka_password not in str(options)
+
+
+def test_an_external_cluster_of_several_brokers_keeps_them_all() -> None:
+    from medusa.stack.endpoints import parse_external_kafka, parse_external_links
+
+    assert parse_external_kafka("alpha=h:1,h:2,h:3,beta=g:1") == {"alpha": "h:1,h:2,h:3",
+                                                                   "beta": "g:1"}
+    assert parse_external_links("beta-from-alpha=p:1,p:2") == {"beta-from-alpha": "p:1,p:2"}
+    with pytest.raises(ValueError, match="expected name=host:port"):
+        parse_external_kafka("h:1,=h:2")

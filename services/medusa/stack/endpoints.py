@@ -68,24 +68,35 @@ def parse_external_kafka(spec: str) -> dict[str, str]:
     if "=" not in spec:
         return {DEFAULT_PARTICIPANT_NAMES[0]: spec}
     kafka: dict[str, str] = {}
+    last: str | None = None
     for part in spec.split(","):
         name, sep, bootstrap = part.partition("=")
+        if not sep and last is not None and part.strip():
+            kafka[last] += f",{part.strip()}"  # another broker of the same cluster
+            continue
         if not sep or not name.strip() or not bootstrap.strip():
             raise ValueError(
-                f"MEDUSA_EXTERNAL_KAFKA: expected name=host:port[,name=host:port...], got {part!r}")
-        kafka[name.strip()] = bootstrap.strip()
+                f"MEDUSA_EXTERNAL_KAFKA: expected name=host:port[,host:port...][,name=...], "
+                f"got {part!r}")
+        last = name.strip()
+        kafka[last] = bootstrap.strip()
     return kafka
 
 
 def parse_external_links(spec: str) -> dict[str, str]:
     """``beta-from-alpha=h:p,alpha-from-beta=h:p``: how one participant reaches another."""
     links: dict[str, str] = {}
+    last: str | None = None
     for part in spec.split(","):
         name, sep, bootstrap = part.partition("=")
+        if not sep and last is not None and part.strip():
+            links[last] += f",{part.strip()}"  # the proxy to another broker of the cluster
+            continue
         if not sep or "-from-" not in name or not bootstrap.strip():
             raise ValueError(f"MEDUSA_EXTERNAL_KAFKA_LINKS: expected "
                              f"cluster-from-participant=host:port[,...], got {part!r}")
-        links[name.strip()] = bootstrap.strip()
+        last = name.strip()
+        links[last] = bootstrap.strip()
     return links
 
 
