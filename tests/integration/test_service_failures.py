@@ -25,6 +25,7 @@ from medusa.settings import StackSettings, kafka_config
 from medusa.stack.endpoints import Endpoints
 from medusa.stack.launcher import recorded_layout, running_processes, up
 from medusa.stack.layout import StackLayout
+from medusa.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +58,7 @@ def test_the_registry_killed_under_load_loses_nothing_and_comes_back_with_its_sc
     registry = registry_client(federation.registry_url)
     alpha = kafka_config(federation.bootstrap("alpha"))
     known = register(registry, topic, load_schema("sensor_reading"))
+    ensure_topics(alpha, [topic], partitions=2)  # before the watch subscribes to it
     watch = OutputWatch(alpha, registry, [topic]).start()
     steady = SteadyInput(alpha, registry, topic, sensors=4, seconds=40, speedup=2.0)
     steady.start()
