@@ -1140,7 +1140,7 @@ def chaos(
     except RuntimeError as error:
         raise _fail(str(error)) from None
     table = Table(title="Faults under load (one participant, 3 brokers, steady input)")
-    for column in ("fault", "killed", "input delay", "output stall (before)", "recovery",
+    for column in ("fault", "killed", "input delay", "output stall (ordinary gap)", "recovery",
                    "lost", "duplicated"):
         table.add_column(column)
     for o in outcomes:
