@@ -14,6 +14,8 @@ principal is refused what no ACL allows. The ACLs follow the catalog:
     takeover onto a secondary), unless it runs there under a contract: then only while
     that contract is in force.
 
+The parties of a contract in force read each other's node load reports
+(``medusa.node-load``): the origin's BPM agent prices and brings home its load by them.
 A move across clusters lets the new host read the fragment's SUnion topic on the old
 host's cluster (where its inputs stood), while the fragment is released to it.
 
@@ -51,6 +53,7 @@ from medusa.catalog.model import Entry
 from medusa.contracts import Contract
 from medusa.credentials import ADMIN
 from medusa.dead_letters import dead_letter_topic
+from medusa.schemas import NODE_LOAD_TOPIC
 from medusa.settings import kafka_config
 
 log = logging.getLogger("medusa.access")
@@ -166,6 +169,11 @@ def desired_grants(fragments: Iterable[Entry], contracts: Iterable[Entry],
             for cluster in clusters - {principal}:
                 grants |= _topic_grants(cluster, principal, spec)
         grants |= _rebase_grants(fragment.name, spec)
+    for contract in in_force:  # BPM: the parties see each other's node loads
+        for cluster, principal in ((contract.spec.origin, contract.spec.host),
+                                   (contract.spec.host, contract.spec.origin)):
+            grants.add(Grant(cluster, principal, "topic", NODE_LOAD_TOPIC, False, "read"))
+            grants.add(Grant(cluster, principal, "topic", NODE_LOAD_TOPIC, False, "describe"))
     for cluster, principal in {(g.cluster, g.principal) for g in grants}:
         grants.add(Grant(cluster, principal, "group", "*", False, "read"))
         grants.add(Grant(cluster, principal, "group", "*", False, "describe"))

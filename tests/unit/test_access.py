@@ -56,16 +56,19 @@ def test_an_accepted_contract_opens_the_covered_topics_to_its_host_before_any_mo
                             [], 0)
     assert topics(grants, "beta", "alpha") == {
         "in": {"read", "describe"}, "in.dlq": {"write", "describe", "create"},
-        "out": {"write", "describe", "read"}}
+        "out": {"write", "describe", "read"},
+        "medusa.node-load": {"read", "describe"}}  # for BPM, both ways
+    assert topics(grants, "alpha", "beta") == {"medusa.node-load": {"read", "describe"}}
     assert topics(grants, "gamma", "alpha") == {}
     assert Grant("alpha", "beta", "transactional_id", "medusa.soutput.", True,
                  "write") in grants
 
 
-def test_a_contract_that_covers_another_fragment_opens_nothing() -> None:
+def test_a_contract_that_covers_another_fragment_opens_only_the_load_reports() -> None:
     grants = desired_grants([ON_ALPHA], [contract("alpha/c", "alpha", "beta",
                                                   ["alpha/lr/f2"])], [], 0)
-    assert grants == set()
+    assert topics(grants, "beta", "alpha") == {"medusa.node-load": {"read", "describe"}}
+    assert topics(grants, "alpha", "beta") == {"medusa.node-load": {"read", "describe"}}
 
 
 @pytest.mark.parametrize("state", [
