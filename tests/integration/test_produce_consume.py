@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from medusa import credentials
 from medusa.consuming import TupleConsumer
 from medusa.dead_letters import (
     OFFSET_HEADER,
@@ -137,6 +138,8 @@ def test_undecodable_records_go_to_the_dead_letter_topic_with_their_reason(
 
 def _cli(federation, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = {"MEDUSA_EXTERNAL_KAFKA": ",".join(f"{k}={v}" for k, v in federation.kafka.items()),
+           # the stack's logins: the command authenticates as admin
+           "MEDUSA_CREDENTIALS_FILE": str(credentials.process_credentials_file()),
            "MEDUSA_EXTERNAL_REGISTRY_URL": federation.registry_url,
            "MEDUSA_PRODUCER_BOUNDARY_INTERVAL_S": "0.5", "PATH": ""}
     return subprocess.run([sys.executable, "-m", "medusa_apps", *args], capture_output=True,

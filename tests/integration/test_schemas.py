@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+from medusa import credentials
 from medusa.registry import SchemaRefusedError, register
 from medusa.schemas import DEFAULT_TOPICS, all_schemas, schema_for_topic, subject_for
 
@@ -54,6 +55,8 @@ def test_cli_shows_the_reason_of_a_refusal(registry, topic, tmp_path, federation
     changed = tmp_path / "changed.avsc"
     changed.write_text(_evolved({"name": "quality", "type": "int"}))
     env = {"MEDUSA_EXTERNAL_KAFKA": ",".join(f"{k}={v}" for k, v in federation.kafka.items()),
+           # the stack's logins: the command authenticates as admin
+           "MEDUSA_CREDENTIALS_FILE": str(credentials.process_credentials_file()),
            "MEDUSA_EXTERNAL_REGISTRY_URL": federation.registry_url, "PATH": ""}
     result = subprocess.run(
         [sys.executable, "-m", "medusa_apps", "schemas", "register", "--topic", topic,

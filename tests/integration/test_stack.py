@@ -51,7 +51,7 @@ def test_a_taken_port_is_named_in_the_error(tmp_path) -> None:
         port = squatter.getsockname()[1]
         settings = StackSettings(run_dir=tmp_path, kafka_base_port=port, stack_participants=1)
         with pytest.raises(launcher.PortInUseError, match=rf"port {port} \(Kafka broker of "
-                                                          r"participant alpha\)"):
+                                                          r"participant alpha, kafka-alpha\)"):
             launcher.up(StackLayout.from_settings(settings), report=lambda _: None)
     assert not (tmp_path / "stack.json").exists(), "nothing was started"
 

@@ -230,8 +230,10 @@ class StackLayout:
         ports: dict[int, str] = {}
         for p in self.participants:
             for broker in p.broker_layouts:
-                ports[broker.broker_port] = f"Kafka broker {broker.component}"
-                ports[broker.controller_port] = f"Kafka controller {broker.component}"
+                ports[broker.broker_port] = (
+                    f"Kafka broker of participant {p.name}, {broker.component}")
+                ports[broker.controller_port] = (
+                    f"Kafka controller of participant {p.name}, {broker.component}")
         for link in self.links:
             for proxy, port, broker in link.proxies:
                 ports[broker.peer_listener_port(link.viewer)] = (
