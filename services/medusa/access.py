@@ -73,6 +73,8 @@ _RESOURCES: dict[Resource, ResourceType] = {
 _OPERATIONS: dict[Operation, AclOperation] = {
     "read": AclOperation.READ, "write": AclOperation.WRITE,
     "describe": AclOperation.DESCRIBE, "create": AclOperation.CREATE}
+_RESOURCE_OF: dict[ResourceType, Resource] = {v: k for k, v in _RESOURCES.items()}
+_OPERATION_OF: dict[AclOperation, Operation] = {v: k for k, v in _OPERATIONS.items()}
 
 
 @dataclass(frozen=True, order=True)
@@ -151,8 +153,7 @@ def desired_grants(fragments: Iterable[Entry], contracts: Iterable[Entry],
                    streams: Iterable[Entry], at_ms: int) -> set[Grant]:
     """Every ACL principals should have now, from the catalog's fragments, contracts and
     streams."""
-    in_force = [Contract.of(entry) for entry in contracts
-                if Contract.of(entry).in_force(at_ms)]
+    in_force = [c for c in map(Contract.of, contracts) if c.in_force(at_ms)]
     opened = open_clusters(streams)
     grants: set[Grant] = set()
     for fragment in fragments:
@@ -186,8 +187,7 @@ def desired_grants(fragments: Iterable[Entry], contracts: Iterable[Entry],
 
 def _grant_of(cluster: str, binding: AclBinding) -> Grant | None:
     """The grant an ACL on the cluster is, if it is one this module could have made."""
-    resources: dict[ResourceType, Resource] = {v: k for k, v in _RESOURCES.items()}
-    operations: dict[AclOperation, Operation] = {v: k for k, v in _OPERATIONS.items()}
+    resources, operations = _RESOURCE_OF, _OPERATION_OF
     if (binding.restype not in resources or binding.operation not in operations
             or binding.permission_type != AclPermissionType.ALLOW
             or not binding.principal.startswith("User:")):

@@ -211,6 +211,11 @@ class StackSettings(BaseSettings):
         return path.expanduser().resolve()
 
 
+EXTERNAL_ENDPOINT_FIELDS = tuple(name for name in StackSettings.model_fields
+                                 if name.startswith("external_"))
+"""The settings that point at existing endpoints instead of the local stack's."""
+
+
 class ProducerSettings(BaseSettings):
     """How the producers publish: registry, BOUNDARY cadence, delivery guarantees."""
 

@@ -21,7 +21,7 @@ from medusa.catalog.client import CatalogClient
 from medusa.faults import kill
 from medusa.registry import registry_client
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
-from medusa.settings import StackSettings, kafka_config
+from medusa.settings import EXTERNAL_ENDPOINT_FIELDS, StackSettings, kafka_config
 from medusa.stack.endpoints import Endpoints, resolve
 from medusa.stack.launcher import down, running_processes, up
 from medusa.stack.layout import StackLayout
@@ -59,7 +59,7 @@ class BrokerFailureRun:
 def three_brokers(federation, tmp_path_factory) -> Iterator[tuple[StackLayout, Endpoints]]:
     run_dir = tmp_path_factory.mktemp("three-brokers")
     # Its own endpoints, whatever MEDUSA_EXTERNAL_* name for the session's stack.
-    external = {name: None for name in StackSettings.model_fields if name.startswith("external_")}
+    external = dict.fromkeys(EXTERNAL_ENDPOINT_FIELDS)
     settings = StackSettings(run_dir=run_dir, stack_participants=1, kafka_brokers=3,
                              stack_bpm_agents=False,
                              credentials_file=credentials.process_credentials_file(),

@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -30,6 +30,7 @@ from medusa.settings import kafka_config
 from medusa.stable_view import StableView, stable_view
 from medusa_apps.bench.dpc_partition import FaultWindow, OutputRecorder, wait_running
 from tests.federation_processes import NodeProcess, running
+from tests.waiting import wait_until
 
 # The shared run (the first test's set-up) takes 8 to 25 minutes on 2 cores: a batch of this
 # network takes 35 to 180 s there, and the cut lasts until beta has answered from one. A
@@ -122,14 +123,6 @@ def split_run(federation, node, links, spark, registry_module) -> Iterator[Split
             undeploy(catalog, network)
 
 
-def _wait_for(what: str, done: Callable[[], bool], at_most_s: float,
-              at_least_s: float = 0.0) -> None:
-    started = time.monotonic()
-    while time.monotonic() - started < at_least_s or not done():
-        assert time.monotonic() - started < at_most_s, f"{what} within {at_most_s:.0f}s"
-        time.sleep(0.5)
-
-
 def _run_with_a_cut(federation, registry, links, prefix: str,
                     recorders: dict[str, OutputRecorder]
                     ) -> tuple[list[PositionReport], FaultWindow, int]:
@@ -154,12 +147,12 @@ def _run_with_a_cut(federation, registry, links, prefix: str,
         publisher = threading.Thread(target=publish, daemon=True)
         publisher.start()
         try:
-            _wait_for("the first results", lambda: written(TupleType.STABLE), WARM_TIMEOUT_S)
+            wait_until("the first results", lambda: written(TupleType.STABLE), WARM_TIMEOUT_S)
             began, cut_second = time.time_ns() // 1_000_000, traffic.second
             links.partition("alpha", "beta")
             try:
-                _wait_for("a tentative notification of a report made while cut off",
-                          lambda: any(c.record.value["time"] > cut_second + IN_FLIGHT_S
+                wait_until("a tentative notification of a report made while cut off",
+                           lambda: any(c.record.value["time"] > cut_second + IN_FLIGHT_S
                                       for c in recorders["toll_notifications"].log.of(
                                           TupleType.TENTATIVE)),
                           CUT_AT_MOST_S, CUT_AT_LEAST_S)
@@ -173,7 +166,7 @@ def _run_with_a_cut(federation, registry, links, prefix: str,
         raise failed[0]
     assert not publisher.is_alive(), "the input did not finish"
     expected = compute(traffic.sent)
-    _wait_for("the corrected results",
+    wait_until("the corrected results",
               lambda: all(_settled(list(recorders[out].log.records), getattr(expected, out))
                           for out in OUTPUTS), SETTLE_S)
     time.sleep(3.0)  # any duplicate would come now

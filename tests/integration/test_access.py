@@ -23,6 +23,7 @@ from medusa.stack.components import authorizer_log
 from medusa.stack.endpoints import Endpoints
 from medusa.stack.layout import StackLayout
 from medusa.topics import ensure_topics
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -61,14 +62,6 @@ def _refused(bootstrap: str, topic: str) -> bool:
     metadata = AdminClient(kafka_config(bootstrap)).list_topics(topic=topic, timeout=10)
     error = metadata.topics[topic].error
     return error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
-
-
-def _wait_for(what: str, check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + ACL_DELAY_S
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {ACL_DELAY_S:.0f}s")
-        time.sleep(0.5)
 
 
 @pytest.fixture
@@ -127,15 +120,15 @@ def test_an_accepted_contract_opens_the_fragments_topics_and_its_end_closes_them
                                      by="alpha")
         contracts.accept(catalog, contract.name, by="beta")
     as_participant("beta")
-    _wait_for("beta reads the fragment's input once the contract is accepted",
-              lambda: _read(through_link, topic) == b"secret")
+    wait_until("beta reads the fragment's input once the contract is accepted",
+               lambda: _read(through_link, topic) == b"secret", ACL_DELAY_S)
     assert _refused(through_link, alpha_fragment["unused"])
     os.environ.pop(credentials.PARTICIPANT_VARIABLE)
     with CatalogClient(federation.catalog_url) as catalog:
         contracts.revoke(catalog, contract.name, by="alpha")
     as_participant("beta")
-    _wait_for("the ended contract's access is gone",
-              lambda: _refused(through_link, topic))
+    wait_until("the ended contract's access is gone",
+               lambda: _refused(through_link, topic), ACL_DELAY_S)
 
 
 def test_placing_a_fragment_on_a_partners_node_opens_its_topics_and_the_attempt_is_logged(
@@ -147,15 +140,15 @@ def test_placing_a_fragment_on_a_partners_node_opens_its_topics_and_the_attempt_
                        lambda spec: {**spec, "node": alpha_fragment["beta_node"]}
                        if spec else None)
     as_participant("beta")
-    _wait_for("beta reads the input of the fragment placed on its node",
-              lambda: _read(through_link, topic) == b"secret")
+    wait_until("beta reads the input of the fragment placed on its node",
+               lambda: _read(through_link, topic) == b"secret", ACL_DELAY_S)
     assert _refused(through_link, alpha_fragment["unused"])
     layout = StackLayout.from_settings(StackSettings())
     refused = authorizer_log(layout, layout.participant("alpha").broker_layouts[0])
     if refused.is_file():  # the stack's own broker (not one given by MEDUSA_EXTERNAL_KAFKA)
-        _wait_for("the refusal is in alpha's log",
-                  lambda: "User:beta is Denied operation = DESCRIBE" in refused.read_text()
-                  and alpha_fragment["unused"] in refused.read_text())
+        wait_until("the refusal is in alpha's log",
+                   lambda: "User:beta is Denied operation = DESCRIBE" in refused.read_text()
+                   and alpha_fragment["unused"] in refused.read_text(), ACL_DELAY_S)
 
 
 def test_catalog_writes_need_the_token_of_a_principal_allowed_to_make_them(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -26,6 +26,7 @@ from medusa.stack.endpoints import Endpoints
 from medusa.stack.launcher import recorded_layout, running_processes, up
 from medusa.stack.layout import StackLayout
 from medusa.topics import ensure_topics
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -45,14 +46,6 @@ def _kill(layout: StackLayout, component: str) -> None:
     kill(running_processes(layout)[component].pid)
 
 
-def _wait(what: str, check: Callable[[], bool], timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {timeout_s:.0f}s")
-        time.sleep(0.5)
-
-
 def test_the_registry_killed_under_load_loses_nothing_and_comes_back_with_its_schemas(
         federation: Endpoints, stack_layout: StackLayout, topic: str) -> None:
     registry = registry_client(federation.registry_url)
@@ -62,7 +55,7 @@ def test_the_registry_killed_under_load_loses_nothing_and_comes_back_with_its_sc
     watch = OutputWatch(alpha, registry, [topic]).start()
     steady = SteadyInput(alpha, registry, topic, sensors=4, seconds=40, speedup=2.0)
     steady.start()
-    _wait("the input flows", lambda: len(steady.sent) > 8, timeout_s=60)
+    wait_until("the input flows", lambda: len(steady.sent) > 8, 60)
     _kill(stack_layout, "registry")
     # A new schema waits for the registry (saying so in the log) instead of failing.
     late: list[Registration | BaseException] = []
@@ -85,8 +78,8 @@ def test_the_registry_killed_under_load_loses_nothing_and_comes_back_with_its_sc
     again = register(registry_client(federation.registry_url), topic,
                      load_schema("sensor_reading"))
     assert again.schema_id == known.schema_id  # rebuilt from its journal, ids and all
-    _wait("every reading sent is read back",
-          lambda: len(watch.ids(topic)) >= len(steady.sent), timeout_s=60)
+    wait_until("every reading sent is read back",
+               lambda: len(watch.ids(topic)) >= len(steady.sent), 60)
     watch.stop()
     ids = watch.ids(topic)
     assert len(ids) == len(set(ids)) == len(steady.sent)
@@ -141,14 +134,15 @@ def test_the_detector_killed_rebuilds_its_watch_and_still_declares_a_failure(
         federation: Endpoints, stack_layout: StackLayout,
         beating_node: tuple[str, threading.Event]) -> None:
     node, silenced = beating_node
-    _wait("the detector watches the node", lambda: _watched(stack_layout, node) == "alive")
+    wait_until("the detector watches the node",
+               lambda: _watched(stack_layout, node) == "alive", 120)
     _kill(stack_layout, "detector")
     up(stack_layout, report=lambda _: None)
-    _wait("the restarted detector watches the node again",
-          lambda: _watched(stack_layout, node) == "alive")
+    wait_until("the restarted detector watches the node again",
+               lambda: _watched(stack_layout, node) == "alive", 120)
     silenced.set()
     with CatalogClient(federation.catalog_url) as catalog:
         def declared() -> bool:
             entry = catalog.get(Kind.NODES, node)
             return entry is not None and entry.spec.get("status") == "failed"
-        _wait("the silent node is declared failed", declared, timeout_s=60)
+        wait_until("the silent node is declared failed", declared, 60)

@@ -23,7 +23,12 @@ from confluent_kafka.admin import AdminClient
 
 from medusa import credentials
 from medusa.errors import MedusaError
-from medusa.settings import REPO_ROOT, kafka_config, spark_kafka_options
+from medusa.settings import (
+    EXTERNAL_ENDPOINT_FIELDS,
+    REPO_ROOT,
+    kafka_config,
+    spark_kafka_options,
+)
 from medusa.stack.layout import BrokerLayout, ParticipantLayout, StackLayout
 
 INFRA = REPO_ROOT / "infra"
@@ -351,10 +356,7 @@ def jaeger(layout: StackLayout) -> Component:
 def service_env(layout: StackLayout) -> dict[str, str]:
     """The environment of the stack's own services: this stack's run folder and credentials,
     and none of the endpoints the caller's MEDUSA_EXTERNAL_* may name (another stack's)."""
-    from medusa.settings import StackSettings
-
-    cleared = {f"MEDUSA_{name.upper()}": "" for name in StackSettings.model_fields
-               if name.startswith("external_")}
+    cleared = {f"MEDUSA_{name.upper()}": "" for name in EXTERNAL_ENDPOINT_FIELDS}
     return {**cleared, "MEDUSA_RUN_DIR": str(layout.run_dir),
             "MEDUSA_CREDENTIALS_FILE": str(layout.credentials_file)}
 

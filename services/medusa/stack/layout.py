@@ -153,7 +153,9 @@ class StackLayout:
     def credentials_file(self) -> Path:
         """The principals' secrets (``medusa.credentials``): the run folder's, unless the
         settings name another stack's to share."""
-        return self.settings.credentials_file or self.run_dir / "credentials.json"
+        from medusa.credentials import credentials_file
+
+        return self.settings.credentials_file or credentials_file(self.run_dir)
 
     @property
     def logs_dir(self) -> Path:

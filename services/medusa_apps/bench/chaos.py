@@ -32,7 +32,7 @@ from medusa.catalog.client import CatalogClient
 from medusa.faults import kill
 from medusa.registry import registry_client
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
-from medusa.settings import StackSettings, kafka_config
+from medusa.settings import EXTERNAL_ENDPOINT_FIELDS, StackSettings, kafka_config
 from medusa.stack import launcher, processes
 from medusa.stack.endpoints import resolve
 from medusa.stack.layout import StackLayout
@@ -80,7 +80,7 @@ class FaultOutcome:
 def chaos_settings(base: StackSettings) -> StackSettings:
     shifted = {name: getattr(base, name) + PORT_SHIFT for name in PORT_FIELDS}
     # Its own endpoints, whatever MEDUSA_EXTERNAL_* name.
-    external = {name: None for name in StackSettings.model_fields if name.startswith("external_")}
+    external = dict.fromkeys(EXTERNAL_ENDPOINT_FIELDS)
     return base.model_copy(update={**shifted, **external, "run_dir": base.run_dir / "chaos",
                                    "stack_participants": 1, "kafka_brokers": 3,
                                    "stack_bpm_agents": False, "stack_hdfs": False,
