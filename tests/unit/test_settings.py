@@ -170,3 +170,16 @@ def test_an_external_cluster_of_several_brokers_keeps_them_all() -> None:
     assert parse_external_links("beta-from-alpha=p:1,p:2") == {"beta-from-alpha": "p:1,p:2"}
     with pytest.raises(ValueError, match="expected name=host:port"):
         parse_external_kafka("h:1,=h:2")
+
+
+def test_a_new_kafka_cluster_id_never_reads_as_an_option(monkeypatch):
+    """kafka-storage took an id starting with "-" for an option, and CI's stack failed to start."""
+    import uuid
+
+    from medusa.stack import components
+
+    # The first draw encodes to "-wAA..."; the second does not.
+    draws = iter([uuid.UUID(bytes=b"\xfb" + bytes(15)), uuid.UUID(bytes=b"\x01" + bytes(15))])
+    monkeypatch.setattr(components.uuid, "uuid4", lambda: next(draws))
+    cluster_id = components.new_cluster_id()
+    assert not cluster_id.startswith("-") and len(cluster_id) == 22

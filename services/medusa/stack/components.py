@@ -96,8 +96,14 @@ def go_binary(layout: StackLayout, name: str) -> Path:
 
 
 def new_cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, base64url without padding (as kafka-storage does)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka cluster id: 16 random bytes, base64url without padding (as kafka-storage does).
+
+    Like Kafka's own ids it never starts with "-", which kafka-storage would read as an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def kafka_admin_ready(bootstrap: str, timeout_s: float = 2.0) -> bool:
