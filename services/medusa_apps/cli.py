@@ -37,6 +37,10 @@ linear_road_app = typer.Typer(
     help="Linear Road: a run's outputs checked against the benchmark's rules.",
     no_args_is_help=True)
 app.add_typer(linear_road_app, name="linear-road")
+credentials_app = typer.Typer(
+    help="The federation's secrets (`medusa up` makes its own; a deployment whose parts run "
+         "apart makes them with `credentials init`).", no_args_is_help=True)
+app.add_typer(credentials_app, name="credentials")
 
 console = Console()
 
@@ -1480,6 +1484,37 @@ def schemas_gateway(
                     "`medusa up` makes them")
     serve(upstream or f"http://127.0.0.1:{settings.registry_internal_port}", stack.tokens(),
           host, port or settings.registry_port)
+
+
+@credentials_app.command("init")
+def credentials_init(
+    participants: Annotated[str, typer.Option(
+        help="The participants, comma-separated, e.g. alpha,beta.")],
+    directory: Annotated[Path, typer.Option(
+        "--dir", help="Where to write: a folder per holder (federation, each participant, "
+                      "each participant's brokers, the registry).")],
+    owner: Annotated[str | None, typer.Option(
+        help="UID:GID to own the files (the containers' user), readable by it and its "
+             "group only [default: the caller, readable by it only].")] = None,
+) -> None:
+    """Make the federation's secrets, or keep the ones made before, split by who holds
+    them: each participant's parts get only that participant's."""
+    from medusa.credential_files import write_all
+
+    names = [name.strip() for name in participants.split(",") if name.strip()]
+    bad = [name for name in names if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", name)]
+    if not names or bad:
+        raise _fail(f"--participants: expected names such as alpha,beta, got {participants!r}",
+                    2)
+    owned_by = None
+    if owner is not None:
+        match = re.fullmatch(r"(\d+):(\d+)", owner)
+        if match is None:
+            raise _fail(f"--owner: expected UID:GID such as 1000:0, got {owner!r}", 2)
+        owned_by = (int(match.group(1)), int(match.group(2)))
+    written = write_all(directory, names, owned_by)
+    for holder, files in written.items():
+        console.print(f"{holder:<16} {', '.join(path.name for path in files)}")
 
 
 @catalog_app.command("serve")

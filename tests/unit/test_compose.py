@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -14,7 +15,9 @@ import pytest
 import typer
 import yaml
 
+from medusa import credentials
 from medusa import settings as settings_module
+from medusa.credential_files import FEDERATION, REGISTRY, kafka_folder
 from medusa.settings import REPO_ROOT, StackSettings
 from medusa_apps.cli import app
 
@@ -133,7 +136,8 @@ def _settings_variables() -> set[str]:
 
 
 def test_every_service_is_told_where_the_federation_is(compose) -> None:
-    known = _settings_variables() | {"MEDUSA_VENV", "MEDUSA_PYTHON_BIN", "MEDUSA_CACHE_DIR"}
+    known = _settings_variables() | {"MEDUSA_VENV", "MEDUSA_PYTHON_BIN", "MEDUSA_CACHE_DIR",
+                                     credentials.PARTICIPANT_VARIABLE}
     services = compose["services"]
     for name, service in _medusa_services(compose).items():
         environment = service.get("environment", {})
@@ -273,7 +277,125 @@ def test_every_link_runs_through_toxiproxy_to_a_listener_advertised_at_its_proxy
             advertised = _pairs(kafka_environment["KAFKA_ADVERTISED_LISTENERS"], "://")
             assert advertised[listener] == bootstrap, f"{kafka_service}: {listener}"
             protocols = _pairs(kafka_environment["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"], ":")
-            assert protocols[listener] == "PLAINTEXT", f"{kafka_service}: {listener}"
+            assert protocols[listener] == "SASL_PLAINTEXT", f"{kafka_service}: {listener}"
     nodes = [n for n in services if n.startswith("node-")]
     for node in nodes:
         assert services[node]["depends_on"]["toxiproxy"]["condition"] == "service_healthy"
+
+
+# Security: the compose deployment is secured as the local federation is.
+
+def _mounts(service: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
+    """Container path -> (volume or host path, options)."""
+    found = {}
+    for volume in service.get("volumes", []):
+        source, target, *options = str(volume).split(":")
+        found[target] = (source, options)
+    return found
+
+
+def _credentials_holders(compose: dict[str, Any]) -> dict[str, str]:
+    """Volume -> the holder folder the credentials service writes into it."""
+    service = compose["services"]["credentials"]
+    command = [str(argument) for argument in service["command"]]
+    root = command[command.index("--dir") + 1]
+    holders = {}
+    for target, (source, _) in _mounts(service).items():
+        assert target.startswith(f"{root}/"), f"credentials: {target} is outside {root}"
+        holders[source] = target.removeprefix(f"{root}/")
+    return holders
+
+
+def _participants(compose: dict[str, Any]) -> list[str]:
+    command = [str(argument) for argument in compose["services"]["credentials"]["command"]]
+    return command[command.index("--participants") + 1].split(",")
+
+
+def test_the_credentials_service_makes_every_participants_secrets_once_for_the_containers_user(
+        compose) -> None:
+    services = compose["services"]
+    service = services["credentials"]
+    command = [str(argument) for argument in service["command"]]
+    assert command[:2] == ["credentials", "init"]
+    assert service["restart"] == "no", "it runs once per start, and keeps what it made"
+    kafka = _pairs(services["catalog"]["environment"]["MEDUSA_EXTERNAL_KAFKA"], "=")
+    assert sorted(_participants(compose)) == sorted(kafka)
+    owner = command[command.index("--owner") + 1]
+    uid = re.search(r"useradd [^\n]*--uid (\d+)", DOCKERFILE.read_text())
+    assert uid, "infra/Dockerfile: give the medusa user a fixed uid"
+    # apache/kafka's appuser is the first user its image adds: uid 1000.
+    assert owner.split(":")[0] == uid.group(1) == "1000", owner
+    expected = {FEDERATION, REGISTRY, *_participants(compose),
+                *(kafka_folder(p) for p in _participants(compose))}
+    assert set(_credentials_holders(compose).values()) == expected
+
+
+def test_every_part_holds_only_its_holders_secrets_and_waits_for_them(compose) -> None:
+    services = compose["services"]
+    holders = _credentials_holders(compose)
+    participants = _participants(compose)
+    for name, service in _medusa_services(compose).items():
+        if name == "credentials":
+            continue
+        assert service["depends_on"]["credentials"]["condition"] == \
+            "service_completed_successfully", name
+        path = Path(service["environment"]["MEDUSA_CREDENTIALS_FILE"])
+        mounts = _mounts(service)
+        assert str(path.parent) in mounts, f"{name}: no volume at {path.parent}"
+        volume, options = mounts[str(path.parent)]
+        assert options == ["ro"], f"{name}: mount its secrets read-only"
+        command = [str(argument) for argument in service["command"]]
+        acting = service["environment"].get(credentials.PARTICIPANT_VARIABLE)
+        if "--participant" in command:
+            assert acting == command[command.index("--participant") + 1], name
+        # A participant's parts hold its secrets only; the federation's services all.
+        assert holders[volume] == (acting if acting else FEDERATION), name
+        assert acting is None or acting in participants, name
+    for name in ("kafka-alpha", "kafka-beta"):
+        assert services[name]["depends_on"]["credentials"]["condition"] == \
+            "service_completed_successfully"
+
+
+def test_every_kafka_listener_authenticates_and_a_partner_needs_an_acl(compose) -> None:
+    services = compose["services"]
+    holders = _credentials_holders(compose)
+    for participant in _participants(compose):
+        name = f"kafka-{participant}"
+        service = services[name]
+        environment = service["environment"]
+        protocols = _pairs(environment["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"], ":")
+        assert set(protocols.values()) == {"SASL_PLAINTEXT"}, f"{name}: {protocols}"
+        assert environment["KAFKA_SASL_ENABLED_MECHANISMS"] == credentials.SCRAM_MECHANISM
+        assert environment["KAFKA_AUTHORIZER_CLASS_NAME"] == \
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        assert environment["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
+        assert set(environment["KAFKA_SUPER_USERS"].split(";")) == \
+            {f"User:{credentials.ADMIN}", f"User:{participant}"}, name
+        # Started by our script, which formats the storage with the SCRAM users and reads
+        # the brokers' login from the secrets at the path it expects.
+        assert service["entrypoint"][-1] == "/opt/medusa/broker.sh"
+        mounts = _mounts(service)
+        script, options = mounts["/opt/medusa/broker.sh"]
+        assert (REPO_ROOT / script).resolve() == REPO_ROOT / "infra" / "kafka" / \
+            "compose-broker.sh" and options == ["ro"]
+        volume, options = mounts["/etc/kafka/secrets"]
+        assert holders[volume] == kafka_folder(participant) and options == ["ro"], name
+        assert "/etc/kafka/secrets/admin-client.properties" in \
+            " ".join(service["healthcheck"]["test"])
+
+
+def test_registry_writes_go_through_the_gateway(compose) -> None:
+    services = compose["services"]
+    holders = _credentials_holders(compose)
+    store = services["registry-store"]
+    assert "ports" not in store, "the registry itself must not be reachable from the host"
+    login = Path(store["environment"]["QUARKUS_CONFIG_LOCATIONS"])
+    volume, _ = _mounts(store)[str(login.parent)]
+    assert holders[volume] == REGISTRY
+    gateway = [str(argument) for argument in services["registry"]["command"]]
+    assert gateway[:2] == ["schemas", "gateway"]
+    assert gateway[gateway.index("--upstream") + 1] == "http://registry-store:8080"
+    port = gateway[gateway.index("--port") + 1]
+    for name, service in _medusa_services(compose).items():
+        assert service["environment"]["MEDUSA_EXTERNAL_REGISTRY_URL"].startswith(
+            f"http://registry:{port}/"), name
