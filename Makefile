@@ -33,6 +33,7 @@ demo: setup ## The main job: the local federation with the Linear Road example
 	@$(BIN)/medusa demo
 
 test: setup ## Run every test (unit, integration, e2e) against the real local stack
+	@bash infra/install_browser.sh
 	@$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-scenarios: setup ## Run the long end-to-end scenarios that `make test` leaves out
