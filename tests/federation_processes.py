@@ -50,7 +50,8 @@ class CatalogProcess:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "medusa_apps", "catalog", "serve", "--port", str(self.port),
-                 "--topic", self.topic, "--no-access"],  # the stack's catalog keeps the ACLs
+                 # The stack's catalog keeps the ACLs and serves the console.
+                 "--topic", self.topic, "--no-access", "--no-console"],
                 stdout=log, stderr=subprocess.STDOUT, env=self.env)
         with CatalogClient(self.url) as client:
             client.wait_healthy(90)

@@ -102,6 +102,8 @@ class NodeStatus:
     report_age_s: float | None = None
     capacity: float | None = None
     load: float | None = None
+    spark_ui: str | None = None
+    """The URL of the node's Spark web UI, from its catalog entry (None: it has none)."""
 
 
 @dataclass
@@ -192,7 +194,8 @@ def build_status(participants: list[Entry], nodes: list[Entry], fragments: list[
             sum(f.spec.get("node") == node.name for f in fragments),
             report["utilisation"] if report else None,
             round((now_ms - epoch_ms(report["reported_at"])) / 1000, 1) if report else None,
-            report.get("capacity") if report else None, report.get("load") if report else None))
+            report.get("capacity") if report else None, report.get("load") if report else None,
+            node.spec.get("spark_ui")))
     for fragment in sorted(fragments, key=lambda f: f.name):
         shown = _fragment_status(fragment, reports)
         owner = loads.get(str(fragment.spec.get("node", "")).split("/", 1)[0])

@@ -174,8 +174,15 @@ class StackSettings(BaseSettings):
     toxiproxy_port: int = Field(18474, ge=1024, le=65535)
     catalog_port: int = Field(18090, ge=1024, le=65535)
     detector_port: int = Field(18091, ge=1024, le=65535)
+    node_spark_ui_port: int = Field(4040, ge=0, le=65535)
+    """The port of each node's Spark web UI, on the loopback interface; a node that finds
+    it taken tries the next ones (up to Spark's ``spark.port.maxRetries``, 16), so several
+    nodes on one machine each have their own. 0: the nodes run without a UI."""
     catalog_participant: str | None = None
     """Whose Kafka cluster keeps the catalog's topic; the first participant when unset."""
+    jaeger_ui_url: str | None = None
+    """Jaeger's own web UI, as the operator's browser reaches it (the compose deployment
+    has one; the locally built Jaeger has none): the console links each trace there too."""
     run_dir: Path = REPO_ROOT / ".run"
     cache_dir: Path = REPO_ROOT / ".cache"
     java_home: Path | None = None
@@ -204,6 +211,13 @@ class StackSettings(BaseSettings):
     # reach the others' clusters); external_toxiproxy_url: the proxies' API (medusa fault)
     external_kafka_links: str | None = None
     external_toxiproxy_url: str | None = None
+
+    @field_validator("node_spark_ui_port")
+    @classmethod
+    def _unprivileged(cls, port: int) -> int:
+        if 0 < port < 1024:
+            raise ValueError(f"{port} is a privileged port; use 1024-65535, or 0 for no UI")
+        return port
 
     @field_validator("run_dir", "cache_dir")
     @classmethod

@@ -253,7 +253,7 @@ def federation_tables(federation: Any) -> list[Any]:
     nodes = Table(title="nodes")
     name_column(nodes, "node", [n.name for n in federation.nodes])
     for column in ("status", "secondary", "fragments", "load / capacity", "utilisation",
-                   "last report"):
+                   "last report", "Spark UI"):
         nodes.add_column(column, justify="right" if column in (
             "fragments", "load / capacity", "utilisation") else "left", overflow="fold")
     for n in federation.nodes:
@@ -261,7 +261,8 @@ def federation_tables(federation: Any) -> list[Any]:
                       Text(n.secondary or "-"), str(n.fragments),
                       "-" if n.capacity is None else f"{n.load or 0:.2f} / {n.capacity:g}",
                       "-" if n.utilisation is None else f"{n.utilisation:.0%}",
-                      "-" if n.report_age_s is None else f"{n.report_age_s:.0f}s ago")
+                      "-" if n.report_age_s is None else f"{n.report_age_s:.0f}s ago",
+                      Text(n.spark_ui or "-"))
 
     tables: list[Any] = [participants, nodes]
     networks: dict[str, list[Any]] = {}
@@ -749,7 +750,8 @@ def node(
         catalog.close()
         raise _fail(f"the catalog at {endpoints.catalog_url} does not answer; "
                     "start the federation with `medusa up`")
-    spark = spark_session(f"medusa-node-{participant}-{name}", master=master)
+    spark = spark_session(f"medusa-node-{participant}-{name}", master=master,
+                          settings=settings, ui_port=settings.node_spark_ui_port)
     spark.sparkContext.setLogLevel("WARN")
     root = checkpoint_root or str(settings.run_dir / "checkpoints" / participant / name)
     running = Node(name, participant, endpoints, registry_client(endpoints.registry_url), spark,
@@ -758,7 +760,7 @@ def node(
                    capacity=capacity)
     signal.signal(signal.SIGTERM, lambda *_: running.stop())
     console.print(f"node {running.global_name} on {master} (capacity {running.capacity:g}), "
-                  f"checkpoints in {root}")
+                  f"checkpoints in {root}, Spark UI {running.spark_ui or 'off'}")
     try:
         running.run()
     except KeyboardInterrupt:
@@ -1517,6 +1519,43 @@ def credentials_init(
         console.print(f"{holder:<16} {', '.join(path.name for path in files)}")
 
 
+@credentials_app.command("token")
+def credentials_token() -> None:
+    """Print the acting participant's token (`medusa --as P credentials token`), to sign in
+    to the console or call the catalog's write API. Printed only when asked for, to stdout."""
+    from medusa import credentials
+
+    own = credentials.own_token()
+    if own is None:
+        raise _fail(f"no credentials in {credentials.process_credentials_file()}: "
+                    "`medusa up` makes them")
+    print(own[1])
+
+
+@app.command("console")
+def console_command(
+    open_browser: Annotated[bool, typer.Option(
+        "--open", help="Open it in the browser, signed in as the acting participant "
+                       "(`medusa --as P console --open`).")] = False,
+) -> None:
+    """Where the federation console is: a live page of participants, nodes, networks,
+    fragments, contracts, failures and moves, served by the catalog."""
+    from medusa import credentials
+    from medusa.stack.endpoints import resolve
+
+    url = f"{resolve().catalog_url.rstrip('/')}/console"
+    console.print(url)
+    own = credentials.own_token()
+    if own is not None:
+        console.print(f"actions need a participant's token: sign in with the output of "
+                      f"`medusa --as {own[0]} credentials token`")
+    if open_browser:
+        import webbrowser
+
+        # The token goes after the #, which the browser never sends to a server.
+        webbrowser.open(f"{url}#token={own[1]}" if own is not None else url)
+
+
 @catalog_app.command("serve")
 def catalog_serve(
     port: Annotated[int | None, typer.Option(
@@ -1530,8 +1569,13 @@ def catalog_serve(
         help="Keep the clusters' ACLs in line with this catalog's contracts and placements "
              "(the federation's one catalog does; a second catalog on the same clusters "
              "must not).")] = True,
+    with_console: Annotated[bool, typer.Option(
+        "--console/--no-console",
+        help="Serve the federation console at /console, with its feeds of load reports, "
+             "ledger and traces.")] = True,
 ) -> None:
-    """Serve the catalog's HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
+    """Serve the catalog's HTTP API (OpenAPI at /openapi.json, docs at /docs) and the
+    federation console (/console)."""
 
     from medusa import credentials, tracing
     from medusa.catalog.service import serve
@@ -1545,9 +1589,15 @@ def catalog_serve(
         raise _fail(f"--home: no participant {home!r} (known: {', '.join(endpoints.kafka)})", 2)
     tracing.configure("medusa-catalog", endpoints.otlp_endpoint)
     stack = credentials.process_credentials()
-    serve(endpoints, home, host, port or settings.catalog_port, topic,
-          check_network=check_network_structure,
-          tokens=stack.tokens() if stack is not None else None, access=access)
+    tokens = stack.tokens() if stack is not None else None
+    port = port or settings.catalog_port
+    extend = None
+    if with_console:
+        from medusa_apps.console_service import console_extension
+
+        extend = console_extension(endpoints, tokens, port, settings.jaeger_ui_url)
+    serve(endpoints, home, host, port, topic, check_network=check_network_structure,
+          tokens=tokens, access=access, extend=extend)
 
 
 def check_network_structure(definition: str) -> None:

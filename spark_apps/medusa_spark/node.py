@@ -197,6 +197,8 @@ class Node:
         self.max_restarts = max_restarts
         # Processing slots, in the unit of a fragment's load: measured as Spark's cores.
         self.capacity = capacity or float(spark.sparkContext.defaultParallelism)
+        # Where its SparkSession's web UI answers (None: it runs without one).
+        self.spark_ui: str | None = spark.sparkContext.uiWebUrl
         self.load_window_s = load_window_s
         self.work_dir = work_dir or StackSettings().run_dir / "nodes" / participant / name
         self.tracer = trace.get_tracer("medusa")
@@ -218,11 +220,13 @@ class Node:
         return self.endpoints.bootstrap(self.participant)
 
     def register(self) -> Entry | None:
-        """Adds this node to the catalog, or marks it up again with a new incarnation."""
+        """Adds this node to the catalog, or marks it up again with a new incarnation (and
+        the URL of its Spark UI, whose port may differ from its last start's)."""
         def change(spec: dict[str, Any] | None) -> dict[str, Any]:
             return {**(spec or {}), "status": "up", "incarnation": self.incarnation,
                     "checkpoint_root": self.checkpoint_root,
-                    "secondary": self.secondary or (spec or {}).get("secondary")}
+                    "secondary": self.secondary or (spec or {}).get("secondary"),
+                    "spark_ui": self.spark_ui}
         return self.catalog.update(Kind.NODES, self.global_name, change)
 
     # -- following the catalog ------------------------------------------------------------
@@ -868,10 +872,16 @@ class Node:
                 if hosted.sunion is not None:
                     hosted.sunion.stop()
             try:
-                self.catalog.update(Kind.NODES, self.global_name,
-                                    lambda spec: {**spec, "status": "down"} if spec else None)
+                self.mark_down()
             except CatalogError as error:
                 log.warning("%s: could not mark itself down: %s", self.global_name, error)
+
+    def mark_down(self) -> Entry | None:
+        """Marks this node down, as it stops. Its Spark UI stops with it, and the UI's port
+        may go to another node's: its URL goes too."""
+        return self.catalog.update(Kind.NODES, self.global_name,
+                                   lambda spec: {**spec, "status": "down", "spark_ui": None}
+                                   if spec else None)
 
     def stop(self) -> None:
         self._stop.set()

@@ -31,9 +31,30 @@ HDFS_CLIENT_CONF = {
 }
 
 
+UI_RETENTION_CONF = {
+    # A node's streaming queries run a few jobs, stages and SQL executions per micro-batch,
+    # for days: its web UI keeps only the latest of each (Spark's defaults are 1000 jobs,
+    # stages and executions, and 100,000 tasks).
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.ui.retainedTasks": "1000",
+    "spark.ui.retainedDeadExecutors": "10",
+    "spark.ui.dagGraph.retainedRootRDDs": "100",
+    "spark.sql.ui.retainedExecutions": "50",
+    "spark.sql.streaming.ui.retainedQueries": "20",
+    "spark.sql.streaming.ui.retainedProgressUpdates": "60",
+}
+
+
 def spark_session(app_name: str, master: str = "local[2]",
-                  settings: StackSettings | None = None) -> SparkSession:
-    # Everything this project runs binds to the loopback interface.
+                  settings: StackSettings | None = None,
+                  ui_port: int | None = None) -> SparkSession:
+    """The project's SparkSession. ``ui_port``: run Spark's web UI on this port of the
+    loopback interface, or on one of the next ones (``spark.port.maxRetries``) when it is
+    taken; ``sparkContext.uiWebUrl`` then tells where. None or 0: no UI (the default:
+    only nodes run one)."""
+    # Everything this project runs binds to the loopback interface: the driver, and the web
+    # UI, whose server binds to SPARK_LOCAL_IP (or to every interface when it is unset).
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers (process boxes) need this interpreter's packages (pandas, pyarrow).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -41,6 +62,13 @@ def spark_session(app_name: str, master: str = "local[2]",
     builder = SparkSession.builder
     for key, value in HDFS_CLIENT_CONF.items():  # checkpoints on a shared HDFS
         builder = builder.config(f"spark.hadoop.{key}", value)
+    if ui_port:
+        builder = builder.config("spark.ui.enabled", "true").config("spark.ui.port",
+                                                                    str(ui_port))
+        for key, value in UI_RETENTION_CONF.items():
+            builder = builder.config(key, value)
+    else:
+        builder = builder.config("spark.ui.enabled", "false")
     return (
         builder.appName(app_name)
         .master(master)
@@ -50,8 +78,9 @@ def spark_session(app_name: str, master: str = "local[2]",
         # Stopping a query mid-batch logs its plan through a recursive regex, which can
         # overflow the default thread stack with the plans of larger boxes.
         .config("spark.driver.extraJavaOptions", "-Xss16m")
-        .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        # Read-only: a stage killed from the UI would fail a fragment's query.
+        .config("spark.ui.killEnabled", "false")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.streaming.stateStore.providerClass",

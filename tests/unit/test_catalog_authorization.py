@@ -59,6 +59,14 @@ ACCEPTED = _offer(status="accepted", node="beta/n1", decided_at=5)
 ALLOWED: list[tuple[str, str, Kind, str, dict[str, Any] | None, dict[str, Any] | None]] = [
     ("own participant", "alpha", Kind.PARTICIPANTS, "alpha", None, {"kafka_bootstrap": "k"}),
     ("own node", "alpha", Kind.NODES, "alpha/n1", None, {"status": "up"}),
+    ("own node reports its Spark UI", "alpha", Kind.NODES, "alpha/n1",
+     {"status": "failed", "incarnation": "a", "spark_ui": "http://127.0.0.1:4040"},
+     {"status": "up", "incarnation": "b", "spark_ui": "http://127.0.0.1:4041"}),
+    ("own node stopped without its Spark UI", "alpha", Kind.NODES, "alpha/n1",
+     {"status": "up", "spark_ui": "http://127.0.0.1:4040"}, {"status": "down", "spark_ui": None}),
+    ("admin marks a node failed, keeping its Spark UI", ADMIN, Kind.NODES, "alpha/n1",
+     {"status": "up", "spark_ui": "http://127.0.0.1:4040"},
+     {"status": "failed", "spark_ui": "http://127.0.0.1:4040"}),
     ("own stream", "alpha", Kind.STREAMS, "alpha/s", None, {"topic": "t"}),
     ("own network", "alpha", Kind.NETWORKS, "alpha/lr", {"definition": "a"}, None),
     ("own fragment, placed on a partner's node", "alpha", Kind.FRAGMENTS, FRAGMENT,
@@ -102,6 +110,9 @@ REFUSED: list[tuple[str, Kind, str, dict[str, Any] | None, dict[str, Any] | None
     ("beta", Kind.PARTICIPANTS, "alpha", None, {"kafka_bootstrap": "k"},
      "participant beta cannot change participant alpha: it is alpha's"),
     ("beta", Kind.NODES, "alpha/n1", {"status": "up"}, {"status": "failed"},
+     "participant beta cannot change node alpha/n1: it is alpha's"),
+    ("beta", Kind.NODES, "alpha/n1", {"status": "up", "spark_ui": "http://127.0.0.1:4040"},
+     {"status": "up", "spark_ui": "http://127.0.0.1:9999"},
      "participant beta cannot change node alpha/n1: it is alpha's"),
     ("beta", Kind.STREAMS, "alpha/s", {"topic": "t"}, None,
      "participant beta cannot remove stream alpha/s: it is alpha's"),
@@ -314,6 +325,21 @@ def test_a_participant_writes_its_own_entities(api: TestClient, store: MemorySto
     assert ALPHA not in response.text
     assert api.delete("/v1/nodes/alpha/n2", headers=_bearer(ALPHA)).status_code == 200
     assert store.get(Kind.NODES, "alpha/n2") is None
+
+
+def test_a_node_reports_its_spark_ui_through_its_participant_only(api: TestClient,
+                                                                    store: MemoryStore) -> None:
+    registered = {"spec": {"status": "up", "incarnation": "i2",
+                           "spark_ui": "http://127.0.0.1:4041"}, "version": 1}
+    assert api.put("/v1/nodes/alpha/n1", json=registered,
+                   headers=_bearer(BETA)).status_code == 403
+    response = api.put("/v1/nodes/alpha/n1", json=registered, headers=_bearer(ALPHA))
+    assert response.status_code == 200
+    assert store.get(Kind.NODES, "alpha/n1").spec["spark_ui"] == "http://127.0.0.1:4041"
+    # A console links to it: nothing but an http(s) URL is taken.
+    scripted = {"spec": {"status": "up", "spark_ui": "javascript:alert(1)"}, "version": 2}
+    assert api.put("/v1/nodes/alpha/n1", json=scripted,
+                   headers=_bearer(ALPHA)).status_code == 422
 
 
 def test_a_host_reports_on_a_fragment_it_runs_but_cannot_move_it(api: TestClient) -> None:

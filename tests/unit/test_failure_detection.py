@@ -136,7 +136,8 @@ def _federation() -> tuple[FakeCatalog, FailureDetector]:
     catalog = FakeCatalog()
     for name, secondary in (("alpha/a1", "alpha/a2"), ("alpha/a2", "alpha/a1")):
         catalog.add(Kind.NODES, name, {"status": "up", "incarnation": f"{name}#1",
-                                       "secondary": secondary})
+                                       "secondary": secondary,
+                                       "spark_ui": f"http://127.0.0.1:404{name[-1]}"})
     catalog.add(Kind.FRAGMENTS, "alpha/n/x", {"network": "alpha/n", "boxes": ["f", "g"],
                                               "node": "alpha/a1", "phase": "running",
                                               "checkpoint": "/c/x"})
@@ -168,6 +169,8 @@ def test_the_detector_declares_a_silent_node_failed_and_places_its_fragments() -
     _run(detector, 10.0, 20.0, {"alpha/a2"})
     assert [e.kind for e in detector.state.events] == ["suspected", "failed"]
     assert catalog.get(Kind.NODES, "alpha/a1").spec["status"] == "failed"
+    # The rest of its entry stays as the node wrote it (the console links to its Spark UI).
+    assert catalog.get(Kind.NODES, "alpha/a1").spec["spark_ui"] == "http://127.0.0.1:4041"
     x = catalog.get(Kind.FRAGMENTS, "alpha/n/x").spec
     y = catalog.get(Kind.FRAGMENTS, "alpha/n/y").spec
     assert (x["node"], x["phase"], x["checkpoint"], x["released_by"]) == (

@@ -24,7 +24,8 @@ def _entry(kind: Kind, name: str, **spec: object) -> Entry:
 
 def _federation() -> tuple[list[Entry], list[Entry], list[Entry], dict[str, dict]]:
     participants = [_entry(Kind.PARTICIPANTS, "alpha", kafka_bootstrap="127.0.0.1:19092")]
-    nodes = [_entry(Kind.NODES, "alpha/node-1", status="up", secondary="alpha/node-2"),
+    nodes = [_entry(Kind.NODES, "alpha/node-1", status="up", secondary="alpha/node-2",
+                    spark_ui="http://127.0.0.1:4040"),
              _entry(Kind.NODES, "alpha/node-2", status="up", secondary="alpha/node-1")]
     fragments = [
         _entry(Kind.FRAGMENTS, POSITIONS, network=NETWORK, boxes=["positions", "segment_stats"],
@@ -98,6 +99,16 @@ def test_load_utilisation_and_cost_per_node_participant_and_fragment() -> None:
     assert positions.marginal_cost == pytest.approx(0.125 / 0.875)  # alone on alpha
     rendered = _rendered(status)
     assert "0.50 / 4" in rendered and "12%" in rendered and "0.14" in rendered
+
+
+def test_each_node_shows_its_spark_ui() -> None:
+    status = build_status(*_federation(), now_ms=100_000)
+    assert [(n.name, n.spark_ui) for n in status.nodes] == [
+        ("alpha/node-1", "http://127.0.0.1:4040"), ("alpha/node-2", None)]
+    as_json = json.loads(json.dumps(status.as_dict()))
+    assert [n["spark_ui"] for n in as_json["nodes"]] == ["http://127.0.0.1:4040", None]
+    rendered = _rendered(status)
+    assert "Spark UI" in rendered and "http://127.0.0.1:4040" in rendered  # whole
 
 
 def test_a_move_shows_the_old_node_until_the_new_one_runs_it_and_no_report_shows_dashes() -> None:

@@ -47,6 +47,24 @@ def test_bad_setting_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
         StackSettings()
 
 
+def test_nodes_run_a_spark_ui_from_port_4040_unless_told_not_to(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEDUSA_NODE_SPARK_UI_PORT", raising=False)
+    assert StackSettings().node_spark_ui_port == 4040
+    monkeypatch.setenv("MEDUSA_NODE_SPARK_UI_PORT", "14040")
+    assert StackSettings().node_spark_ui_port == 14040
+    monkeypatch.setenv("MEDUSA_NODE_SPARK_UI_PORT", "0")
+    assert StackSettings().node_spark_ui_port == 0  # no UI
+
+
+@pytest.mark.parametrize("port", ["80", "1023", "65536", "-1"])
+def test_a_spark_ui_port_is_unprivileged_or_zero(monkeypatch: pytest.MonkeyPatch,
+                                                 port: str) -> None:
+    monkeypatch.setenv("MEDUSA_NODE_SPARK_UI_PORT", port)
+    with pytest.raises(ValidationError, match="node_spark_ui_port"):
+        StackSettings()
+
+
 @pytest.fixture
 def kafka_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
               ) -> Iterator[pytest.MonkeyPatch]:

@@ -65,6 +65,12 @@ class NodeSpec(Spec):
     """Changes at every start of the node process."""
     capacity: float = Field(1.0, gt=0, le=1_000_000)
     """Relative capacity, used by the automatic placement."""
+    spark_ui: str | None = Field(None, max_length=500, pattern=r"^https?://\S+$",
+                                 examples=["http://127.0.0.1:4040"])
+    """The URL of the web UI of the node's SparkSession (jobs, stages, SQL, streaming
+    queries), which the node reports when it registers; None when it runs without one
+    (``MEDUSA_NODE_SPARK_UI_PORT=0``) or has stopped. The UI listens on the loopback
+    interface of the node's machine. Only http(s) URLs, since a console links to it."""
 
 
 class StreamSpec(Spec):

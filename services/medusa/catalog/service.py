@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import uvicorn
+from fastapi import FastAPI
 
 from medusa.access import AccessSync, Snapshot, keep_in_sync
 from medusa.catalog.api import NetworkCheck, create_app
@@ -26,15 +27,21 @@ def seed_participants(store: CatalogStore, endpoints: Endpoints) -> None:
             log.info("catalog: registered participant %s (%s)", name, bootstrap)
 
 
+Extension = Callable[[FastAPI, CatalogStore], None]
+"""Adds to the service's app what runs beside the API in its process (the console)."""
+
+
 def serve(endpoints: Endpoints, home: str, host: str, port: int,
           topic: str = CATALOG_TOPIC, check_network: NetworkCheck | None = None,
-          tokens: Mapping[str, str] | None = None, access: bool = True) -> None:
+          tokens: Mapping[str, str] | None = None, access: bool = True,
+          extend: Extension | None = None) -> None:
     """Runs until interrupted; the state lives in ``topic`` on ``home``'s cluster.
 
     ``check_network`` vets the definition of every network written (see ``NetworkCheck``);
     ``tokens`` maps each write token to its principal (see ``medusa.credentials``), None
     leaves writes open to anyone who reaches the port. With ``access`` (and tokens), the
-    clusters' ACLs follow the catalog (``medusa.access``).
+    clusters' ACLs follow the catalog (``medusa.access``). ``extend`` adds routes of
+    its own to the app, reading the store in this process.
     """
     if tokens is None:
         log.warning("catalog: writes are not authenticated (no tokens given): anyone who "
@@ -47,9 +54,11 @@ def serve(endpoints: Endpoints, home: str, host: str, port: int,
         sync = AccessSync(endpoints.kafka)
         threading.Thread(target=keep_in_sync, args=(sync, _snapshot(store), stopped),
                          name="access", daemon=True).start()
+    app = create_app(store, check_network, tokens)
+    if extend is not None:
+        extend(app, store)
     try:
-        uvicorn.run(create_app(store, check_network, tokens), host=host, port=port,
-                    log_level="warning")
+        uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         stopped.set()
         store.close()
