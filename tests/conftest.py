@@ -167,3 +167,9 @@ def links(federation: Endpoints):  # type: ignore[no-untyped-def]
             yield opened
         finally:
             opened.heal()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--screenshots", action="store_true",
+                     help="Write the console's screenshots of each state tested to "
+                          "bench-results/console/ (tests/e2e/test_console.py).")
