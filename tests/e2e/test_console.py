@@ -8,6 +8,7 @@ With ``--screenshots`` each state is written to bench-results/console/."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -156,6 +157,11 @@ def test_a_killed_node_turns_red_and_its_fragments_move_on_the_page(
         console.wait(f"{graph} g[data-box='per_sensor'][data-node='{A1}']")
         console.wait(f"{graph} g[data-kind='stream'][data-box='readings']")
         console.screenshot("network", "#networks")
+        if console.shoot:  # the whole page once rows flow, for the README
+            with contextlib.suppress(Exception):  # a picture without rates is still one
+                console.wait("#fragment-table tr[data-fragment^='alpha/ha-pas-']"
+                             ":not([data-rows-in=''])", 20)
+            console.screenshot("overview")
         console.wait(f"#nodes tr[data-node='{A1}'][data-status='failed']", 120)
         red_s = time.monotonic() - killed[0]
         console.wait(f"{graph} g[data-box='plausible'][data-node='{A2}']")

@@ -147,9 +147,11 @@ def test_fragments_nodes_rates_lag_and_dpc_come_from_the_entries() -> None:
             readings["dpc_state"]) == (None, None, None, None, None)
     assert graph["fragments"] == [
         {"name": "alpha/sensor-windows/f1", "colour": colour("alpha/sensor-windows/f1"),
-         "node": "beta/node-1", "phase": "running", "dpc_state": "UP_FAILURE"},
+         "node": "beta/node-1", "node_colour": plausible["stroke"], "phase": "running",
+         "dpc_state": "UP_FAILURE"},
         {"name": "alpha/sensor-windows/f2", "colour": colour("alpha/sensor-windows/f2"),
-         "node": "beta/node-2", "phase": "placed", "dpc_state": "STABLE"}]
+         "node": "beta/node-2", "node_colour": per_sensor["stroke"], "phase": "placed",
+         "dpc_state": "STABLE"}]
 
 
 def test_an_unplaced_box_has_no_fragment() -> None:
@@ -178,8 +180,8 @@ def test_the_instances_of_a_scaled_out_fragment_are_merged() -> None:
         assert nodes[box]["fill"] == colour("alpha/sensor-windows/main")
     assert graph["fragments"] == [
         {"name": "alpha/sensor-windows/main ×3", "colour": colour("alpha/sensor-windows/main"),
-         "node": "beta/node-1, beta/node-2", "phase": "placed, running",
-         "dpc_state": "UP_FAILURE"}]
+         "node": "beta/node-1, beta/node-2", "node_colour": nodes["plausible"]["stroke"],
+         "phase": "placed, running", "dpc_state": "UP_FAILURE"}]
     calmer = network_graph("alpha/sensor-windows", SENSOR_WINDOWS, entries[:1] + entries[2:3])
     assert _by_id(calmer)["plausible"]["dpc_state"] == "STABILIZATION"
 

@@ -487,8 +487,11 @@ class TraceFeed:
 
     def __init__(self, query_url: str, *, lookback_s: int = TRACE_LOOKBACK_S,
                  interval_s: float = TRACE_INTERVAL_S, limit: int = TRACE_LIMIT,
-                 fetch: Fetch | None = None, fetch_one: FetchOne | None = None) -> None:
+                 fetch: Fetch | None = None, fetch_one: FetchOne | None = None,
+                 wanted: Callable[[], bool] = lambda: True) -> None:
         self.query_url = query_url.rstrip("/")
+        self._wanted = wanted
+        """Polls only while this holds (a page is open): Jaeger is not asked for nothing."""
         self._lookback_s, self._interval_s, self._limit = lookback_s, interval_s, limit
         self._fetch: Fetch = fetch or (lambda kind, last, lookback_s: recent(
             self.query_url, kind, last, lookback_s))
@@ -516,7 +519,8 @@ class TraceFeed:
 
     def _run(self) -> None:
         while not self._stopped.is_set():
-            self.poll()
+            if self._wanted():
+                self.poll()
             self._stopped.wait(self._interval_s)
 
     def poll(self) -> None:

@@ -106,7 +106,7 @@ def network_graph(network_name: str, definition: str, fragments: list[Entry],
 
 NODE_KEYS = ("id", "label", "kind", "type", "participant", "x", "y", "width", "height",
              "fragment", "node", "fill", "stroke", "rows_in", "rows_out", "lag", "dpc_state")
-LEGEND_KEYS = ("name", "colour", "node", "phase", "dpc_state")
+LEGEND_KEYS = ("name", "colour", "node", "node_colour", "phase", "dpc_state")
 
 
 def _parse(definition: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -187,6 +187,7 @@ def _fragments(network_name: str, fragments: list[Entry], lags: Mapping[str, int
         known = [lag for e in entries if (lag := lags.get(e.name)) is not None]
         item = {"name": f"{name} ×{len(entries)}" if scaled else name, "colour": colour(name),
                 "node": ", ".join(hosts) or None,
+                "node_colour": colour(", ".join(hosts), STROKES) if hosts else NEUTRAL_STROKE,
                 "phase": ", ".join(sorted({str(e.spec.get("phase") or "placed")
                                            for e in entries})),
                 "dpc_state": max((s for s in states if s in DPC_RANK), key=DPC_RANK.__getitem__,

@@ -23,6 +23,8 @@ log = logging.getLogger("medusa.console")
 
 INTERVAL_S = 1.0
 LINKS_EVERY_S = 3.0
+IDLE_AFTER_S = 10.0
+"""With no page reading for this long, no snapshot is built (and Jaeger is not asked)."""
 
 Entries = Callable[[], tuple[int, dict[Kind, list[Entry]]]]
 """(the catalog's revision, its entries by kind), read in the catalog's own process."""
@@ -44,6 +46,7 @@ class Console:
         self._payload = json.dumps(self._build())
         self._wake = threading.Event()
         self._stopped = threading.Event()
+        self._last_read = time.monotonic()
 
     def start(self) -> Console:
         for feed in (self.loads, self.ledger, self.traces):
@@ -61,8 +64,15 @@ class Console:
 
     def latest(self) -> tuple[int, str]:
         """(sequence, the snapshot as JSON): the sequence grows with every new snapshot."""
+        if not self.active():
+            self._wake.set()  # the first reader after a quiet spell: rebuild at once
+        self._last_read = time.monotonic()
         with self._lock:
             return self._sequence, self._payload
+
+    def active(self) -> bool:
+        """Whether a page (or a client of the snapshot) has read lately."""
+        return time.monotonic() - self._last_read < IDLE_AFTER_S
 
     def refresh(self) -> None:
         """Rebuild now rather than at the next tick (after an action starts)."""
@@ -73,6 +83,10 @@ class Console:
 
     def _loop(self) -> None:
         while not self._stopped.is_set():
+            if not self.active():
+                self._wake.wait(INTERVAL_S)
+                self._wake.clear()
+                continue
             try:
                 payload = json.dumps(self._build())
             except Exception:  # a bad entry must not stop the page's updates

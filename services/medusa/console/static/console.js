@@ -125,7 +125,8 @@ function renderFragments(s) {
   table($("#fragment-table"), ["fragment", "node", "phase", "DPC", "tentative",
     "corrected", "rows in/s", "rows out/s", "lag", "restarts", ""],
   s.fragments.map((f) => `<tr data-fragment="${esc(f.name)}" data-dpc="${esc(f.dpc_state)}" ` +
-      `data-node="${esc(f.node)}" data-phase="${esc(f.phase)}">` +
+      `data-node="${esc(f.node)}" data-phase="${esc(f.phase)}" ` +
+      `data-rows-in="${esc(f.input_rate ?? "")}">` +
       `<td>${esc(f.name)}${f.instance ? ` <span class="note">(${f.instance.index + 1} of ` +
         `${f.instance.count})</span>` : ""}` +
       `${f.error ? `<div class="error">${esc(f.error)}</div>` : ""}</td>` +
