@@ -58,7 +58,10 @@ def serve(endpoints: Endpoints, home: str, host: str, port: int,
     if extend is not None:
         extend(app, store)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        # An open console page's event stream never ends by itself: without a bound, a
+        # stop would wait for every browser to leave.
+        uvicorn.run(app, host=host, port=port, log_level="warning",
+                    timeout_graceful_shutdown=2)
     finally:
         stopped.set()
         store.close()
