@@ -171,6 +171,12 @@ def test_a_killed_node_turns_red_and_its_fragments_move_on_the_page(
         console.screenshot("fragments-moved", "#networks")
         print(f"console: node red {red_s:.1f}s and its fragments shown on the secondary "
               f"{moved_s:.1f}s after the kill")
+        # The failure's trace, from Jaeger's API, drawn on the page.
+        event = f"#event-table tr[data-event='failure']:has-text('node failure {A1}')"
+        console.wait(event, 120)
+        console.page.click(f"{event} a[data-trace]")
+        console.wait("#trace-timeline g[data-span='declaration']")
+        console.screenshot("failure-trace", "#trace-view")
         assert red_s < LIVE_S, f"the page showed the failure {red_s:.1f}s after the kill"
     finally:
         result = _finished(thread, outcome, 600)

@@ -44,10 +44,12 @@ def build_snapshot(entries: Mapping[Kind, list[Entry]], reports: Mapping[str, di
     shown_nodes = []
     for node in status.nodes:
         spec = node_specs.get(node.name, {})
-        shown_nodes.append({
-            **asdict(node), "participant": node.name.split("/", 1)[0],
-            "cost": cost(node.utilisation) if node.utilisation is not None else None,
-            "spark_ui": spec.get("spark_ui"), "incarnation": spec.get("incarnation")})
+        shown = {**asdict(node), "participant": node.name.split("/", 1)[0],
+                 "spark_ui": spec.get("spark_ui"), "incarnation": spec.get("incarnation")}
+        if node.status != "up":  # its last report tells of a node that no longer runs
+            shown.update(utilisation=None, load=None)
+        shown["cost"] = cost(shown["utilisation"]) if shown["utilisation"] is not None else None
+        shown_nodes.append(shown)
     shown_fragments = [asdict(fragment) for fragment in status.fragments]
     for shown, entry in zip(shown_fragments, sorted(fragments, key=lambda f: f.name),
                             strict=True):
