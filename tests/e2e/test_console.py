@@ -186,6 +186,41 @@ def test_a_killed_node_turns_red_and_its_fragments_move_on_the_page(
     assert console.errors == []
 
 
+def test_a_fragment_moved_from_the_page_runs_on_the_node_chosen(
+        console: Console, federation, ha_nodes, spark, registry_module) -> None:
+    from medusa.sensor_windows import network_yaml
+    from medusa_apps.failover import wait_placed
+    from medusa_spark.deploy import deploy, undeploy
+
+    stack = credentials.process_credentials()
+    assert stack is not None
+    name = f"con-move-{uuid.uuid4().hex[:6]}"
+    network = f"alpha/{name}"
+    with CatalogClient(federation.catalog_url) as catalog:
+        deploy(network_yaml(name, f"{name}.", fragments={"plausible": "check",
+                                                         "per_sensor": "windows"}),
+               name, federation, registry_module, spark, catalog,
+               {"plausible": A1, "per_sensor": A1}, report=lambda _: None)
+        try:
+            wait_placed(catalog, network, A1, None)
+            console.sign_in(stack.secret("alpha").token, "alpha")
+            row = f"#fragment-table tr[data-fragment='{network}/check']"
+            console.wait(f"{row}[data-phase='running']", 120)
+            console.page.click(f"{row} button[data-move]")
+            console.page.wait_for_selector("#confirm[open]")
+            console.page.select_option("#confirm-fields select[name='node']", A2)
+            console.page.click("#confirm-ok")
+            console.wait(f"svg[data-network='{network}'] g[data-box='plausible']"
+                         f"[data-node='{A2}']", 240)
+            console.wait(f"#action-table tr[data-status='done']:has-text('move {network}/check')",
+                         240)
+            console.screenshot("action-moved", "#fragments")
+            assert catalog.get(Kind.FRAGMENTS, f"{network}/check").spec["node"] == A2
+        finally:
+            undeploy(catalog, network, report=lambda _: None)
+    assert console.errors == []
+
+
 @pytest.fixture(scope="module")
 def beta_node(federation, tmp_path_factory) -> Iterator[NodeProcess]:
     started = NodeProcess("con-b1", "beta", federation, tmp_path_factory.mktemp("console-b"))
