@@ -221,6 +221,45 @@ def test_a_fragment_moved_from_the_page_runs_on_the_node_chosen(
     assert console.errors == []
 
 
+def test_a_fragment_scaled_from_the_page_runs_as_that_many_instances(
+        console: Console, federation, ha_nodes, spark, registry_module) -> None:
+    from medusa.sensor_windows import network_yaml
+    from medusa_apps.failover import wait_placed
+    from medusa_spark.deploy import deploy, undeploy
+
+    stack = credentials.process_credentials()
+    assert stack is not None
+    name = f"con-scale-{uuid.uuid4().hex[:6]}"
+    network = f"alpha/{name}"
+    with CatalogClient(federation.catalog_url) as catalog:
+        deploy(network_yaml(name, f"{name}.", fragments={"plausible": "check",
+                                                         "per_sensor": "windows"}),
+               name, federation, registry_module, spark, catalog,
+               {"plausible": A1, "per_sensor": A1}, report=lambda _: None)
+        try:
+            wait_placed(catalog, network, A1, None)
+            console.sign_in(stack.secret("alpha").token, "alpha")
+            row = f"#fragment-table tr[data-fragment='{network}/windows']"
+            console.wait(f"{row}[data-phase='running']", 120)
+            console.page.click(f"{row} button[data-scale]")
+            console.page.wait_for_selector("#confirm[open]")
+            console.page.fill("#confirm-fields input[name='instances']", "2")
+            console.page.click("#confirm-ok")
+            console.wait(f"#action-table tr[data-status='done']:has-text('scale {network}/"
+                         "windows')", 300)
+            instances = f"#fragment-table tr[data-fragment^='{network}/windows--']"
+            console.wait(f"{instances}[data-phase='running']:has-text('(2 of 2)')")
+            console.wait(f"{instances}[data-phase='running']:has-text('(1 of 2)')")
+            console.screenshot("action-scaled", "#fragments")
+            running = [e for e in catalog.list(Kind.FRAGMENTS, network=network)
+                       if (e.spec.get("instance") or {}).get("of") == "windows"
+                       and e.spec.get("phase") == "running"]
+            assert sorted(e.spec["instance"]["index"] for e in running) == [0, 1]
+        finally:
+            undeploy(catalog, network, report=lambda _: None)
+    assert console.errors == []
+
+
 @pytest.fixture(scope="module")
 def beta_node(federation, tmp_path_factory) -> Iterator[NodeProcess]:
     started = NodeProcess("con-b1", "beta", federation, tmp_path_factory.mktemp("console-b"))
@@ -281,6 +320,18 @@ def test_an_operators_actions_change_the_catalog(console: Console, federation) -
         console.screenshot("action-accepted", "#contracts")
         with CatalogClient(federation.catalog_url, anonymous=True) as catalog:
             assert catalog.get(Kind.CONTRACTS, made.name).spec["status"] == "active"
+        # An operator cuts and heals its own links from the page.
+        for kind, condition in (("partition", "cut"), ("heal", "up")):
+            console.page.fill("#fault input[name='first']", "beta")
+            console.page.fill("#fault input[name='second']", "gamma")
+            console.page.click(f"#fault button[value='{kind}']")
+            console.confirm()
+            console.wait(f"#link-table tr[data-link='beta-from-gamma']"
+                         f"[data-condition='{condition}']")
+            console.wait(f"#link-table tr[data-link='gamma-from-beta']"
+                         f"[data-condition='{condition}']")
+            if kind == "partition":
+                console.screenshot("action-cut", "#links")
         # An action beyond the operator's rights is refused, and the page says why.
         console.page.fill("#fault input[name='first']", "alpha")
         console.page.fill("#fault input[name='second']", "gamma")
