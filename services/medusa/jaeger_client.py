@@ -40,7 +40,7 @@ class Trace:
         return next((s for s in self.spans if s.span_id == span.parent_id), None)
 
 
-def _parse(raw: dict[str, Any]) -> Trace:
+def parse_trace(raw: dict[str, Any]) -> Trace:
     services = {key: p["serviceName"] for key, p in raw.get("processes", {}).items()}
     spans = []
     for span in raw["spans"]:
@@ -63,7 +63,7 @@ def find_traces(query_url: str, service: str, operation: str | None = None,
         params["operation"] = operation
     response = httpx.get(f"{query_url}/api/traces", params=params, timeout=10)
     response.raise_for_status()
-    return [_parse(raw) for raw in response.json().get("data") or []]
+    return [parse_trace(raw) for raw in response.json().get("data") or []]
 
 
 def wait_for_trace(query_url: str, service: str, operation: str | None, has: list[str],

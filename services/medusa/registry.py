@@ -78,7 +78,7 @@ class RegistryUnavailableError(MedusaError, RuntimeError):
     """The registry did not answer within the time a caller waits for it."""
 
 
-def _unavailable(error: Exception) -> bool:
+def registry_unavailable(error: Exception) -> bool:
     """Whether the registry is away (down, restarting), not refusing the request."""
     if isinstance(error, SchemaRegistryError):
         return error.http_status_code in (-1, 502, 503, 504)
@@ -105,7 +105,7 @@ def register(client: SchemaRegistryClient, topic: str, schema: AvroSchema | str,
             registered = client.lookup_schema(subject, Schema(text, "AVRO"))
             return Registration(subject, schema_id, registered.version or 0)
         except Exception as error:
-            if not _unavailable(error):
+            if not registry_unavailable(error):
                 if isinstance(error, SchemaRegistryError):
                     raise SchemaRefusedError(subject, error.http_status_code,
                                              error.error_message) from error

@@ -27,10 +27,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from medusa.envelope import EnvelopeError, parse_headers
 from medusa.federation_status import RECENT_REPORTS
-from medusa.jaeger_client import Trace, TracedSpan
-from medusa.jaeger_client import _parse as parse_trace
-from medusa.registry import SERDE_CONFIG
-from medusa.registry import _unavailable as registry_unavailable
+from medusa.jaeger_client import Trace, TracedSpan, parse_trace
+from medusa.registry import SERDE_CONFIG, registry_unavailable
 from medusa.schemas import LEDGER_TOPIC, NODE_LOAD_TOPIC, epoch_ms
 from medusa.settings import kafka_config
 from medusa.trace_view import KINDS, recent, roots, timeline
