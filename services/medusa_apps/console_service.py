@@ -55,10 +55,12 @@ def console_extension(endpoints: Endpoints, tokens: Mapping[str, str] | None, po
         runners = Runners(catalog_url=f"http://127.0.0.1:{port}",
                           toxiproxy_url=endpoints.toxiproxy_url or None,
                           move=_move, scale=_scaler(endpoints))
-        traces = TraceFeed(endpoints.jaeger_query_url, wanted=lambda: console.active())
         console = Console(entries, runners, loads=NodeLoadFeed(endpoints.kafka, decode),
-                          ledger=LedgerFeed(endpoints.kafka, decode), traces=traces,
-                          jaeger_ui_url=jaeger_ui_url).start()
+                          ledger=LedgerFeed(endpoints.kafka, decode),
+                          jaeger_ui_url=jaeger_ui_url)
+        # Jaeger is asked only while a page reads (the console must exist to be asked).
+        console.traces = TraceFeed(endpoints.jaeger_query_url, wanted=console.active)
+        console.start()
         mount_console(app, console, tokens)
         log.info("console: http://127.0.0.1:%d/console", port)
     return extend

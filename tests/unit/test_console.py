@@ -190,3 +190,33 @@ def test_the_console_stays_out_of_the_catalogs_api_description(console_app) -> N
     app = FastAPI()
     mount_console(app, console_app[2], TOKENS)
     assert not [path for path in app.openapi()["paths"] if path.startswith("/console")]
+
+
+def test_the_catalog_service_wires_a_console_whose_trace_feed_asks_jaeger(monkeypatch) -> None:
+    """The wiring of ``medusa catalog serve``: the trace feed's thread asks whether a page
+    reads before each poll, and polls (it once died asking, before the console existed)."""
+    from medusa.console import feeds
+    from medusa.stack.endpoints import Endpoints
+    from medusa_apps import console_service
+
+    polled = []
+    monkeypatch.setattr(feeds.NodeLoadFeed, "start", lambda self: self)
+    monkeypatch.setattr(feeds.LedgerFeed, "start", lambda self: self)
+    monkeypatch.setattr(feeds.TraceFeed, "poll", lambda self: polled.append(time.monotonic()))
+    monkeypatch.setattr(console_service, "registry_client", lambda url: object())
+    endpoints = Endpoints(kafka={"alpha": "127.0.0.1:1"}, registry_url="http://127.0.0.1:1",
+                         otlp_endpoint="http://127.0.0.1:1", jaeger_query_url="http://127.0.0.1:1")
+
+    class Store:
+        revision = 0
+
+        def entries(self, kind: Kind, prefix: str) -> list[Entry]:
+            return []
+
+    app = FastAPI()
+    console_service.console_extension(endpoints, TOKENS, 1)(app, Store())  # type: ignore[arg-type]
+    deadline = time.monotonic() + 5
+    while not polled:
+        assert time.monotonic() < deadline, "the trace feed never polled"
+        time.sleep(0.05)
+    assert TestClient(app).get("/console/snapshot").json()["traces"]["error"] is None

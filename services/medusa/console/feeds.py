@@ -517,8 +517,11 @@ class TraceFeed:
 
     def _run(self) -> None:
         while not self._stopped.is_set():
-            if self._wanted():
-                self.poll()
+            try:
+                if self._wanted():
+                    self.poll()
+            except Exception:  # whatever it was, the next round tries again
+                log.exception("console: polling Jaeger failed")
             self._stopped.wait(self._interval_s)
 
     def poll(self) -> None:
