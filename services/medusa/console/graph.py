@@ -23,7 +23,7 @@ import yaml
 
 from medusa.catalog.model import Entry, Kind
 
-BOX_WIDTH = 150
+BOX_WIDTH = 180  # room for "aggregate @ participant/node-name" at the page's font size
 BOX_HEIGHT = 54
 LAYER_GAP = 64
 """Between columns: room for the arrows, and for a back arrow's turn (half of it)."""
