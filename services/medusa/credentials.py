@@ -65,11 +65,7 @@ class StackCredentials:
 
     def principal_of(self, token: str) -> str | None:
         """Whose token this is (compared in constant time), or None."""
-        found = None
-        for principal, secret in self.principals.items():
-            if secrets.compare_digest(secret.token, token):
-                found = principal
-        return found
+        return principal_of_token(self.tokens(), token)
 
     def tokens(self) -> dict[str, str]:
         """Token -> principal, for the services that check tokens."""
@@ -105,14 +101,35 @@ def load(path: Path) -> StackCredentials | None:
     return StackCredentials.from_dict(raw)
 
 
-def save(path: Path, credentials: StackCredentials) -> None:
-    """Written readable by the owner only, and replaced in one step."""
+def principal_of_token(tokens: Mapping[str, str], presented: str) -> str | None:
+    """Whose token ``presented`` is (``tokens``: token -> principal), or None. Compared with
+    every token, in constant time, so timing tells nothing of them."""
+    offered = presented.encode()
+    found = None
+    for token, principal in tokens.items():
+        if secrets.compare_digest(token.encode(), offered):
+            found = principal
+    return found
+
+
+def write_private(path: Path, text: str, owner: tuple[int, int] | None = None) -> None:
+    """A file with secrets in it, replaced in one step: readable by its owner only; with
+    ``owner`` (uid, gid), by that user and group only (the containers' user, which the
+    writer, root, is not)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
+    temporary = path.with_name(f".{path.name}.tmp")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as sink:
-        json.dump(credentials.as_dict(), sink, indent=2)
+        sink.write(text)
+    if owner is not None:
+        os.chown(temporary, *owner)
+        os.chmod(temporary, 0o440)
     temporary.replace(path)
+
+
+def save(path: Path, credentials: StackCredentials, owner: tuple[int, int] | None = None
+         ) -> None:
+    write_private(path, json.dumps(credentials.as_dict(), indent=2), owner)
 
 
 def ensure(path: Path, participants: Iterable[str]) -> StackCredentials:

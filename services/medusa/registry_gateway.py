@@ -22,6 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from medusa.credentials import principal_of_token
+
 log = logging.getLogger("medusa.registry_gateway")
 
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -38,13 +40,13 @@ def principal_of(authorization: str | None, tokens: Mapping[str, str]) -> str | 
     scheme, _, value = authorization.partition(" ")
     value = value.strip()
     if scheme.lower() == "bearer":
-        return tokens.get(value)
+        return principal_of_token(tokens, value)
     if scheme.lower() == "basic":
         try:
             user, _, token = base64.b64decode(value, validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
             return None
-        principal = tokens.get(token)
+        principal = principal_of_token(tokens, token)
         return principal if principal == user else None
     return None
 

@@ -11,7 +11,6 @@ principal may change (401 without a known token, 403 beyond its rights). Reads s
 # No ``from __future__ import annotations``: FastAPI reads the handlers' annotations at
 # run time, and the PUT bodies are types made per kind inside a function.
 import logging
-import secrets
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
@@ -38,6 +37,7 @@ from medusa.catalog.model import (
     StreamSpec,
 )
 from medusa.catalog.store import CatalogStore, CatalogUnavailableError, VersionConflictError
+from medusa.credentials import principal_of_token
 
 log = logging.getLogger("medusa.catalog")
 
@@ -88,15 +88,14 @@ class Authenticator:
     """
 
     def __init__(self, tokens: Mapping[str, str] | None) -> None:
-        self._tokens = None if tokens is None else [
-            (token.encode(), principal) for token, principal in tokens.items()]
+        self._tokens = None if tokens is None else dict(tokens)
 
     def __call__(self, request: Request, credentials: Annotated[
             HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str | None:
         if self._tokens is None:
             return None
-        principal = None if credentials is None else _principal_of(self._tokens,
-                                                                   credentials.credentials)
+        principal = None if credentials is None else principal_of_token(
+            self._tokens, credentials.credentials)
         if principal is None:
             # The token itself is never logged: a mistyped one may be close to a real one.
             log.warning("catalog: refused %s %s from an unknown principal (%s token)",
@@ -105,15 +104,6 @@ class Authenticator:
             raise HTTPException(401, UNAUTHENTICATED, headers={"WWW-Authenticate": "Bearer"})
         return principal
 
-
-def _principal_of(tokens: list[tuple[bytes, str]], presented: str) -> str | None:
-    # Compared with every token, in constant time, so timing tells nothing of them.
-    presented_bytes = presented.encode()
-    found = None
-    for token, principal in tokens:
-        if secrets.compare_digest(token, presented_bytes):
-            found = principal
-    return found
 
 
 def _put_body(spec: type[Spec]) -> type[BaseModel]:

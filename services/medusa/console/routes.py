@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 from collections.abc import AsyncIterator, Mapping
 from importlib import resources
 from typing import Any
@@ -21,6 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 
 from medusa.console.actions import ActionError
 from medusa.console.live import Console
+from medusa.credentials import principal_of_token
 from medusa.errors import MedusaError
 
 STATIC = {"console.js": "text/javascript", "console.css": "text/css"}
@@ -37,11 +37,8 @@ def _principal(request: Request, tokens: Mapping[str, str] | None) -> tuple[str,
         raise HTTPException(403, "this catalog checks no tokens, so the console takes no "
                                  "actions (start the federation with credentials)")
     scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-    found = None
-    if scheme.lower() == "bearer" and presented:
-        for token, principal in tokens.items():  # every one, in constant time
-            if secrets.compare_digest(token.encode(), presented.encode()):
-                found = principal
+    found = (principal_of_token(tokens, presented)
+             if scheme.lower() == "bearer" and presented else None)
     if found is None:
         raise HTTPException(401, "sign in with your participant's token",
                             headers={"WWW-Authenticate": "Bearer"})
