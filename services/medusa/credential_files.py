@@ -22,12 +22,12 @@ nothing the brokers were formatted with.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from medusa import credentials
 from medusa.credentials import ADMIN, SCRAM_MECHANISM, StackCredentials
+from medusa.settings import jaas_login
 
 FEDERATION = "federation"
 REGISTRY = "registry"
@@ -35,11 +35,6 @@ REGISTRY = "registry"
 
 def kafka_folder(participant: str) -> str:
     return f"kafka-{participant}"
-
-
-def _scram_login(principal: str, password: str) -> str:
-    return ("org.apache.kafka.common.security.scram.ScramLoginModule required "
-            f'username="{principal}" password="{password}";')
 
 
 def broker_jaas(stack: StackCredentials) -> str:
@@ -64,30 +59,21 @@ def admin_client_properties(stack: StackCredentials) -> str:
     return "\n".join([
         "security.protocol=SASL_PLAINTEXT",
         f"sasl.mechanism={SCRAM_MECHANISM}",
-        f"sasl.jaas.config={_scram_login(ADMIN, stack.secret(ADMIN).kafka_password)}", ""])
+        f"sasl.jaas.config={_admin_login(stack)}", ""])
 
 
 def registry_kafka_login(stack: StackCredentials) -> str:
-    """Quarkus configuration (a file named by ``QUARKUS_CONFIG_LOCATIONS``)."""
+    """The registry's Kafka login, as Quarkus configuration (a file its
+    ``quarkus.config.locations`` names), above the registry's own properties (250)."""
     return "\n".join([
+        "config_ordinal=270",
         "apicurio.kafka.common.security.protocol=SASL_PLAINTEXT",
         f"apicurio.kafka.common.sasl.mechanism={SCRAM_MECHANISM}",
-        "apicurio.kafka.common.sasl.jaas.config="
-        f"{_scram_login(ADMIN, stack.secret(ADMIN).kafka_password)}", ""])
+        f"apicurio.kafka.common.sasl.jaas.config={_admin_login(stack)}", ""])
 
 
-def _write(path: Path, text: str, owner: tuple[int, int] | None) -> None:
-    """Readable by its owner only; with ``owner``, by that user and group (the containers'
-    user, which the writer, root, is not)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as sink:
-        sink.write(text)
-    if owner is not None:
-        os.chown(temporary, *owner)
-        os.chmod(temporary, 0o440)
-    temporary.replace(path)
+def _admin_login(stack: StackCredentials) -> str:
+    return jaas_login(SCRAM_MECHANISM, ADMIN, stack.secret(ADMIN).kafka_password)
 
 
 def write_all(directory: Path, participants: Sequence[str],
@@ -97,23 +83,21 @@ def write_all(directory: Path, participants: Sequence[str],
     Returns each holder's folder and the files written in it.
     """
     whole = credentials.ensure(directory / FEDERATION / "credentials.json", participants)
-    if owner is not None:
-        os.chown(directory / FEDERATION / "credentials.json", *owner)
-        os.chmod(directory / FEDERATION / "credentials.json", 0o440)
-    written: dict[str, list[Path]] = {FEDERATION: [directory / FEDERATION / "credentials.json"]}
+    files: dict[str, dict[str, str]] = {FEDERATION: {"credentials.json": _json(whole)}}
     for participant in participants:
         own = StackCredentials({participant: whole.secret(participant)})
-        path = directory / participant / "credentials.json"
-        _write(path, json.dumps(own.as_dict(), indent=2), owner)
-        written[participant] = [path]
-        folder = directory / kafka_folder(participant)
-        files = {"kafka_server_jaas.conf": broker_jaas(whole),
-                 "scram-users": scram_users(whole),
-                 "admin-client.properties": admin_client_properties(whole)}
-        for name, text in files.items():
-            _write(folder / name, text, owner)
-        written[kafka_folder(participant)] = [folder / name for name in files]
-    path = directory / REGISTRY / "kafka-login.properties"
-    _write(path, registry_kafka_login(whole), owner)
-    written[REGISTRY] = [path]
+        files[participant] = {"credentials.json": _json(own)}
+        files[kafka_folder(participant)] = {
+            "kafka_server_jaas.conf": broker_jaas(whole), "scram-users": scram_users(whole),
+            "admin-client.properties": admin_client_properties(whole)}
+    files[REGISTRY] = {"kafka-login.properties": registry_kafka_login(whole)}
+    written: dict[str, list[Path]] = {}
+    for holder, named in files.items():
+        written[holder] = [directory / holder / name for name in named]
+        for path, text in zip(written[holder], named.values(), strict=True):
+            credentials.write_private(path, text, owner)
     return written
+
+
+def _json(stack: StackCredentials) -> str:
+    return json.dumps(stack.as_dict(), indent=2)

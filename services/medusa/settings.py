@@ -136,11 +136,16 @@ def spark_kafka_options(bootstrap: str) -> dict[str, str]:
         if settings.sasl_username is None or settings.sasl_password is None:
             raise KafkaSettingsError(f"MEDUSA_KAFKA_SASL_MECHANISM={mechanism} needs "
                                      "MEDUSA_KAFKA_SASL_USERNAME and MEDUSA_KAFKA_SASL_PASSWORD")
-        username = _jaas_quoted(settings.sasl_username)
-        password = _jaas_quoted(settings.sasl_password.get_secret_value())
-        options["kafka.sasl.jaas.config"] = (f"{module} required username={username} "
-                                             f"password={password};")
+        options["kafka.sasl.jaas.config"] = jaas_login(
+            mechanism, settings.sasl_username, settings.sasl_password.get_secret_value())
     return options
+
+
+def jaas_login(mechanism: str, username: str, password: str) -> str:
+    """A Java Kafka client's ``sasl.jaas.config`` for a username and password (PLAIN, SCRAM)."""
+    module = JAAS_LOGIN_MODULES[mechanism.upper()]
+    return (f"{module} required username={_jaas_quoted(username)} "
+            f"password={_jaas_quoted(password)};")
 
 
 def _jaas_quoted(value: str) -> str:

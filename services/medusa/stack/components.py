@@ -22,6 +22,7 @@ import httpx
 from confluent_kafka.admin import AdminClient
 
 from medusa import credentials
+from medusa.credential_files import registry_kafka_login
 from medusa.errors import MedusaError
 from medusa.settings import (
     EXTERNAL_ENDPOINT_FIELDS,
@@ -212,7 +213,7 @@ def kafka_broker(layout: StackLayout, participant: ParticipantLayout,
             .replace("@OWNER@", participant.name)
             .replace("@ADMIN_PASSWORD@", stack.secret(credentials.ADMIN).kafka_password)
         )
-        _write_private(properties, text)
+        credentials.write_private(properties, text)
         if (broker.data_dir / "log" / "meta.properties").is_file():
             if not participant.scram_file.is_file():
                 raise StartupError(
@@ -266,16 +267,8 @@ def client_properties_file(bootstrap: str, **extra: object) -> Iterator[Path]:
     java = {k.removeprefix("kafka."): v for k, v in spark_kafka_options(bootstrap).items()}
     with tempfile.TemporaryDirectory(prefix="medusa-client-") as folder:
         path = Path(folder) / "client.properties"
-        _write_private(path, "".join(f"{k}={v}\n" for k, v in {**java, **extra}.items()))
+        credentials.write_private(path, "".join(f"{k}={v}\n" for k, v in {**java, **extra}.items()))
         yield path
-
-
-def _write_private(path: Path, text: str) -> None:
-    """A file with secrets in it: readable by its owner only."""
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as sink:
-        sink.write(text)
-    path.chmod(0o600)
 
 
 def registry_java(layout: StackLayout) -> str:
@@ -299,17 +292,9 @@ def schema_registry(layout: StackLayout) -> Component:
 
     def prepare() -> None:
         # The Kafka clients' login, in a file of the owner's rather than on the command line.
-        secret = credentials.ensure(layout.credentials_file,
-                                    [p.name for p in layout.participants]).secret(
-            credentials.ADMIN)
-        login = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
-                 f'username="{credentials.ADMIN}" password="{secret.kafka_password}";')
-        storage_login.parent.mkdir(parents=True, exist_ok=True)
-        _write_private(storage_login, "\n".join([
-            "config_ordinal=270",
-            "apicurio.kafka.common.security.protocol=SASL_PLAINTEXT",
-            f"apicurio.kafka.common.sasl.mechanism={credentials.SCRAM_MECHANISM}",
-            f"apicurio.kafka.common.sasl.jaas.config={login}", ""]))
+        stack = credentials.ensure(layout.credentials_file,
+                                   [p.name for p in layout.participants])
+        credentials.write_private(storage_login, registry_kafka_login(stack))
 
     return Component(
         name="registry",
