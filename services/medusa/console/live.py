@@ -38,7 +38,6 @@ class Console:
         self.actions = ActionLog(runners)
         self.loads, self.ledger, self.traces = loads, ledger, traces
         self.jaeger_ui_url = jaeger_ui_url
-        self._toxiproxy_url = runners.toxiproxy_url
         self._links: list[dict[str, Any]] | None = None
         self._links_read = 0.0
         self._lock = threading.Lock()
@@ -100,12 +99,13 @@ class Console:
             self._wake.clear()
 
     def _read_links(self) -> list[dict[str, Any]] | None:
-        if self._toxiproxy_url is None:
+        url = self.actions.runners.toxiproxy_url
+        if url is None:
             return None
         if time.monotonic() - self._links_read >= LINKS_EVERY_S:
             self._links_read = time.monotonic()
             try:
-                with Links(self._toxiproxy_url, timeout_s=2.0) as links:
+                with Links(url, timeout_s=2.0) as links:
                     self._links = [{**asdict(state), "link": state.link,
                                     "cluster": state.cluster, "viewer": state.viewer,
                                     "condition": state.condition}

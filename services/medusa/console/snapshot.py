@@ -8,11 +8,14 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+from opentelemetry.trace import get_current_span
+
 from medusa.catalog.model import Entry, Kind
 from medusa.console.graph import network_graph
 from medusa.contracts import Contract
 from medusa.federation_status import build_status
 from medusa.load import cost
+from medusa.tracing import context_of
 
 
 def _contract(entry: Entry, now_ms: int) -> dict[str, Any]:
@@ -25,9 +28,11 @@ def _contract(entry: Entry, now_ms: int) -> dict[str, Any]:
 
 
 def _trace_id(traceparent: str | None) -> str | None:
-    """The trace id of a W3C traceparent (version-traceid-spanid-flags)."""
-    parts = (traceparent or "").split("-")
-    return parts[1] if len(parts) == 4 else None
+    """The trace id (hex, as Jaeger names it) of a W3C traceparent; None for none."""
+    context = context_of(traceparent)
+    if context is None:
+        return None
+    return format(get_current_span(context).get_span_context().trace_id, "032x")
 
 
 def build_snapshot(entries: Mapping[Kind, list[Entry]], reports: Mapping[str, dict[str, Any]],
@@ -45,7 +50,7 @@ def build_snapshot(entries: Mapping[Kind, list[Entry]], reports: Mapping[str, di
     for node in status.nodes:
         spec = node_specs.get(node.name, {})
         shown = {**asdict(node), "participant": node.name.split("/", 1)[0],
-                 "spark_ui": spec.get("spark_ui"), "incarnation": spec.get("incarnation")}
+                 "incarnation": spec.get("incarnation")}
         if node.status != "up":  # its last report tells of a node that no longer runs
             shown.update(utilisation=None, load=None)
         shown["cost"] = cost(shown["utilisation"]) if shown["utilisation"] is not None else None
