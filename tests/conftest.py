@@ -173,3 +173,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--screenshots", action="store_true",
                      help="Write the console's screenshots of each state tested to "
                           "bench-results/console/ (tests/e2e/test_console.py).")
+
+
+KIND_MARKERS = ("unit", "integration", "e2e", "fuzz", "scenario")
+"""Every test says what it needs: `make test-unit` and CI's selections go by these."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unmarked = [item.nodeid for item in items
+                if not any(item.get_closest_marker(kind) for kind in KIND_MARKERS)]
+    if unmarked:
+        raise pytest.UsageError(
+            f"{len(unmarked)} test(s) carry none of the markers {', '.join(KIND_MARKERS)} "
+            f"(set pytestmark in the module): {', '.join(unmarked[:10])}")

@@ -52,7 +52,12 @@ def _acting_as(
         help="Act as this participant: its Kafka login on every cluster and its token for "
              "catalog and registry writes (default: MEDUSA_PARTICIPANT, else the "
              "federation's operator, admin).")] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Show Spark's own log on the terminal (by default it goes "
+                                "to <run dir>/logs/<command>-spark.log).")] = False,
 ) -> None:
+    global _verbose
+    _verbose = verbose
     if as_participant is not None:
         from medusa.credentials import act_as
 
@@ -61,6 +66,16 @@ def _acting_as(
                         f"{as_participant!r}", 2)
         act_as(as_participant)
 errors = Console(stderr=True)
+_verbose = False
+
+
+def _spark(app_name: str, master: str = "local[2]"):  # type: ignore[no-untyped-def]
+    """A SparkSession for a command run in a terminal: Spark's log goes to a file of the
+    run folder unless ``--verbose``."""
+    from medusa_spark.session import spark_session
+
+    log_file = None if _verbose else StackSettings().run_dir / "logs" / f"{app_name}-spark.log"
+    return spark_session(app_name, master=master, log_file=log_file)
 
 ParticipantsOpt = Annotated[int | None, typer.Option(
     "--participants", min=1, max=8,
@@ -862,14 +877,13 @@ def deploy(
     from medusa_spark.deploy import deploy as deploy_network
     from medusa_spark.network.model import NetworkError, load_network
     from medusa_spark.network.validate import validate
-    from medusa_spark.session import spark_session
 
     try:
         spec = load_network(network)
         given = parse_placement(placement.read_text(), str(placement)) if placement else None
     except (NetworkError, PlacementError) as error:
         raise _fail(str(error), 2) from None
-    spark = spark_session("medusa-deploy", master="local[1]")
+    spark = _spark("medusa-deploy", master="local[1]")
     try:
         if check:
             plan = validate(spec, spark)
@@ -1133,14 +1147,13 @@ def chaos(
 
     from medusa_apps.bench import chaos as scenarios
     from medusa_apps.bench.report import bar_plot, write_json
-    from medusa_spark.session import spark_session
 
     chosen = tuple(f.strip() for f in faults.split(",") if f.strip()) or scenarios.FAULTS
     unknown = [f for f in chosen if f not in scenarios.FAULTS]
     if unknown:
         raise _fail(f"--faults: unknown {', '.join(unknown)} (expected some of "
                     f"{', '.join(scenarios.FAULTS)})", 2)
-    spark = spark_session("medusa-chaos")
+    spark = _spark("medusa-chaos")
     try:
         outcomes = scenarios.measure(StackSettings(), spark, console.print, chosen)
     except RuntimeError as error:

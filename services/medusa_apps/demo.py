@@ -79,7 +79,8 @@ def _deploy(endpoints: Endpoints, prefix: str, console: Console) -> str:
     raw["topic_prefix"] = prefix
     text = yaml.safe_dump(raw, sort_keys=False)
     network = parse_network(text, str(NETWORK))
-    spark = spark_session("medusa-demo-deploy", master="local[1]")
+    spark = spark_session("medusa-demo-deploy", master="local[1]",
+                          log_file=StackSettings().run_dir / "logs" / "demo-deploy-spark.log")
     try:
         with CatalogClient(endpoints.catalog_url) as catalog, \
                 console.status(f"waiting for alpha/{NODE} to register in the catalog"):

@@ -25,6 +25,7 @@ from medusa_spark.network.fragments import (
     default_fragment,
     fragment_delays,
     fragments_of,
+    split_unconnected,
 )
 from medusa_spark.network.model import parse_network
 from medusa_spark.network.validate import Plan, validate
@@ -120,22 +121,27 @@ def _grouping(plan: Plan, existing: dict[str, Entry], given: dict[str, str]
     """The network's fragments, and the node the placement file gives each (if any).
 
     A box keeps the fragment it had unless it names another or the file places it
-    elsewhere; a new box joins the default fragment of its node or participant.
+    elsewhere; a new box joins the default fragment of its node or participant. Boxes
+    that name no fragment and do not hang together by arrows run as fragments of their
+    own (``split_unconnected``).
     """
     network = plan.network
     had = {box: short for short, entry in existing.items() for box in entry.spec["boxes"]}
     member: dict[str, str] = {}
+    implicit: set[str] = set()
     for box in plan.order:
         spec = network.boxes[box]
         if spec.fragment:
             member[box] = spec.fragment
-        elif box in given:
+            continue
+        implicit.add(box)
+        if box in given:
             member[box] = default_fragment(spec.participant or network.participant, given[box])
         elif box in had:
             member[box] = had[box]
         else:
             member[box] = default_fragment(spec.participant or network.participant, None)
-    fragments = fragments_of(plan, member)
+    fragments = fragments_of(plan, split_unconnected(plan, member, implicit))
     fragment_delays(plan, fragments)  # rejects an availability bound the chain cannot keep
     nodes: dict[str, str] = {}
     for name, fragment in fragments.items():

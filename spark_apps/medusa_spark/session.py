@@ -46,19 +46,65 @@ UI_RETENTION_CONF = {
 }
 
 
+LOG4J2_TO_FILE = """\
+# Spark's own log of a command run in a terminal: to a file, so that a user sees
+# Medusa's one-paragraph errors alone (``medusa --verbose`` keeps Spark's on the terminal).
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{ISO8601}} %p %c{{1}}: %m%n%ex
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+"""
+PYSPARK_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+"""PySpark's loggers that print an analysis error with its whole Java stack trace as the
+error is raised, before the caller has a chance to explain it."""
+
+
+def _log_to_file(log_file: Path) -> str:
+    """Sends Spark's logs, the JVM's and PySpark's error loggers, to ``log_file``; the
+    driver's Java option that does so for the JVM."""
+    import logging
+
+    from pyspark.logger import PySparkLogger
+
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    config = log_file.with_suffix(".log4j2.properties")
+    config.write_text(LOG4J2_TO_FILE.format(path=log_file))
+    for name in PYSPARK_ERROR_LOGGERS:
+        logger = PySparkLogger.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        handler = logging.FileHandler(log_file)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: "
+                                               "%(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    return f"-Dlog4j2.configurationFile={config}"
+
+
 def spark_session(app_name: str, master: str = "local[2]",
                   settings: StackSettings | None = None,
-                  ui_port: int | None = None) -> SparkSession:
+                  ui_port: int | None = None, log_file: Path | None = None) -> SparkSession:
     """The project's SparkSession. ``ui_port``: run Spark's web UI on this port of the
     loopback interface, or on one of the next ones (``spark.port.maxRetries``) when it is
     taken; ``sparkContext.uiWebUrl`` then tells where. None or 0: no UI (the default:
-    only nodes run one)."""
+    only nodes run one). ``log_file``: Spark's logs go there rather than to the terminal
+    (commands a user runs; a node's output is a log file already)."""
     # Everything this project runs binds to the loopback interface: the driver, and the web
     # UI, whose server binds to SPARK_LOCAL_IP (or to every interface when it is unset).
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers (process boxes) need this interpreter's packages (pandas, pyarrow).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     jars = ",".join(str(jar) for jar in connector_jars(settings))
+    # Stopping a query mid-batch logs its plan through a recursive regex, which can
+    # overflow the default thread stack with the plans of larger boxes.
+    java_options = ["-Xss16m"]
+    if log_file is not None:
+        java_options.append(_log_to_file(log_file))
     builder = SparkSession.builder
     for key, value in HDFS_CLIENT_CONF.items():  # checkpoints on a shared HDFS
         builder = builder.config(f"spark.hadoop.{key}", value)
@@ -75,9 +121,7 @@ def spark_session(app_name: str, master: str = "local[2]",
         .config("spark.jars", jars)
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.scheduler.mode", "FAIR")
-        # Stopping a query mid-batch logs its plan through a recursive regex, which can
-        # overflow the default thread stack with the plans of larger boxes.
-        .config("spark.driver.extraJavaOptions", "-Xss16m")
+        .config("spark.driver.extraJavaOptions", " ".join(java_options))
         .config("spark.ui.showConsoleProgress", "false")
         # Read-only: a stage killed from the UI would fail a fragment's query.
         .config("spark.ui.killEnabled", "false")

@@ -3,10 +3,14 @@ accepts, and when load returns home."""
 
 from __future__ import annotations
 
+import pytest
+
 from medusa.bpm.policy import Offer, choose_offer, decide, should_return
 from medusa.catalog.model import ContractSpec
 from medusa.contracts import Contract
 from medusa.load import ParticipantLoad, cost
+
+pytestmark = pytest.mark.unit
 
 NOW = 10_000
 F1, F2, F3 = "alpha/lr/f1", "alpha/lr/f2", "alpha/sensors/f1"

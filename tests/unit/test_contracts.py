@@ -9,6 +9,8 @@ from pydantic import ValidationError
 from medusa.catalog.model import ContractSpec
 from medusa.contracts import Contract, ContractError
 
+pytestmark = pytest.mark.unit
+
 HOUR_MS = 3_600_000
 
 

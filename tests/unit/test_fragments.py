@@ -93,3 +93,33 @@ def test_a_bound_the_chain_cannot_keep_is_rejected_naming_the_field() -> None:
         fragment_delays(tight, group(tight))
     with pytest.raises(NetworkError, match="availability_bound"):
         _network(availability_bound="soon")
+
+
+def test_deploy_cuts_unconnected_boxes_into_fragments_of_their_own() -> None:
+    """The grouping `medusa deploy` uses: boxes placed on one node, or on no node, that do
+    not hang together by arrows become separate fragments, never an error."""
+    from medusa_spark.deploy import _grouping
+
+    plan = _network()
+    on_one_node = {box: "alpha/n1" for box in plan.network.boxes}
+    fragments, nodes = _grouping(plan, {}, on_one_node)
+    assert {n: f.boxes for n, f in fragments.items()} == {
+        "alpha-n1": ("moving", "per_minute"), "alpha-n1-2": ("stopped",)}
+    assert nodes == {"alpha-n1": "alpha/n1", "alpha-n1-2": "alpha/n1"}
+    fragments, nodes = _grouping(plan, {}, {})
+    assert {n: f.boxes for n, f in fragments.items()} == {
+        "alpha": ("moving", "per_minute"), "alpha-2": ("stopped",)}
+    assert nodes == {}
+
+
+def test_the_shipped_networks_group_without_naming_fragments() -> None:
+    from medusa.settings import REPO_ROOT
+    from medusa_spark.deploy import _grouping
+
+    shipped = sorted((REPO_ROOT / "spark_apps" / "medusa_spark" / "networks").glob("*.yaml"))
+    assert shipped
+    for path in shipped:
+        plan = check_structure(parse_network(path.read_text(), str(path)))
+        fragments, _ = _grouping(plan, {}, {})
+        assert sorted(b for f in fragments.values() for b in f.boxes) == sorted(
+            plan.network.boxes), path.name

@@ -289,3 +289,13 @@ def test_the_command_names_a_missing_topic(monkeypatch: pytest.MonkeyPatch,
     invoked = _command(monkeypatch, tmp_path, read)
     assert invoked.exit_code == 2
     assert "run1.linear-road.account-balances" in invoked.output
+
+
+def test_the_table_fits_an_80_column_terminal_without_breaking_numbers() -> None:
+    from rich.console import Console
+
+    console = Console(width=80, record=True)
+    console.print(validate(INPUTS, outputs(), reference()).table())
+    lines = console.export_text().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert any("notifications" in line for line in lines)

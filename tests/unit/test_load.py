@@ -16,6 +16,8 @@ from medusa.load import (
     participant_loads,
 )
 
+pytestmark = pytest.mark.unit
+
 NOW = 100_000
 
 

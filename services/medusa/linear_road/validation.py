@@ -28,6 +28,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rich import box
 from rich.table import Table
 
 from medusa.latency_stats import percentile, rounded, shown
@@ -366,6 +367,8 @@ class TypeResult:
 
 COLUMNS = ("type", "expected", "got", "missing", "wrong", "duplicated", "late", "p50", "p99",
            "max")
+SHORT_HEADERS = {"duplicated": "dup."}
+"""Headers shortened in the terminal's table, so that it fits 80 columns."""
 
 
 @dataclass
@@ -392,9 +395,15 @@ class Validation:
                  shown(r.percentile(1.0))] for r in self.types]
 
     def table(self) -> Table:
-        table = Table(title="Linear Road outputs against the reference")
+        """Fits an 80-column terminal: the type's name wraps, numbers never do."""
+        table = Table(title="Linear Road outputs against the reference",
+                      box=box.SIMPLE_HEAD, padding=0, show_edge=False)
         for number, column in enumerate(COLUMNS):
-            table.add_column(column, justify="left" if number == 0 else "right")
+            if number == 0:
+                table.add_column(column, min_width=len("notifications"))
+            else:
+                table.add_column(SHORT_HEADERS.get(column, column), justify="right",
+                                 no_wrap=True)
         for result, cells in zip(self.types, self.rows(), strict=True):
             table.add_row(*cells, style=None if result.passed else "red")
         return table

@@ -2,7 +2,8 @@
 
 A box names its fragment with ``fragment:``; otherwise the boxes a placement
 puts on one node form one fragment, and boxes placed nowhere in particular form
-one fragment per participant (where their outputs live). Inside a fragment the
+one fragment per participant (where their outputs live), each cut into its
+connected parts. Inside a fragment the
 arrows are DataFrame edges; an arrow between two fragments, and every declared
 stream, is a Kafka topic.
 """
@@ -70,20 +71,45 @@ def group(plan: Plan, placement: dict[str, str] | None = None) -> dict[str, Frag
     network = plan.network
     placement = placement or {}
     member: dict[str, str] = {}
-    implicit: dict[str, list[str]] = {}
+    implicit: set[str] = set()
     for box in plan.order:
         spec = network.boxes[box]
-        participant = spec.participant or network.participant
         if spec.fragment:
             member[box] = spec.fragment
         else:
-            implicit.setdefault(default_fragment(participant, placement.get(box)), []).append(box)
-    for base, boxes in implicit.items():
-        # A fragment hangs together: unconnected boxes on one node run as separate queries.
+            participant = spec.participant or network.participant
+            member[box] = default_fragment(participant, placement.get(box))
+            implicit.add(box)
+    return fragments_of(plan, split_unconnected(plan, member, implicit))
+
+
+def split_unconnected(plan: Plan, member: dict[str, str], implicit: set[str]
+                      ) -> dict[str, str]:
+    """``member`` with each group of ``implicit`` boxes (those that name no fragment) cut
+    into its connected parts: the first part keeps the group's name, the others take
+    ``<name>-2``, ``<name>-3``, ... (a name no other group has). A fragment is one query,
+    so boxes that only share a node or a participant run as separate queries; boxes that
+    name their fragment keep it, and a fragment they leave unconnected is an error."""
+    result = dict(member)
+    groups: dict[str, list[str]] = {}
+    for box in plan.order:
+        if box in implicit:
+            groups.setdefault(member[box], []).append(box)
+    taken = set(member.values())
+    for base, boxes in groups.items():
+        if any(member[b] == base for b in member if b not in implicit):
+            continue  # shares its name with named boxes: checked as one fragment
         for index, component in enumerate(_components(boxes, plan)):
+            name = base
+            if index > 0:
+                suffix = index + 1
+                while f"{base}-{suffix}" in taken:
+                    suffix += 1
+                name = f"{base}-{suffix}"
+                taken.add(name)
             for box in component:
-                member[box] = base if index == 0 else f"{base}-{index + 1}"
-    return fragments_of(plan, member)
+                result[box] = name
+    return result
 
 
 def _components(boxes: list[str], plan: Plan) -> list[list[str]]:
