@@ -6,7 +6,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -15,6 +15,9 @@ from rich.table import Table
 
 from medusa.errors import MedusaError
 from medusa.settings import ProducerSettings, StackSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False,
                   pretty_exceptions_enable=False)
@@ -69,7 +72,7 @@ errors = Console(stderr=True)
 _verbose = False
 
 
-def _spark(app_name: str, master: str = "local[2]"):  # type: ignore[no-untyped-def]
+def _spark(app_name: str, master: str = "local[2]") -> SparkSession:
     """A SparkSession for a command run in a terminal: Spark's log goes to a file of the
     run folder unless ``--verbose``."""
     from medusa_spark.session import spark_session
@@ -528,6 +531,89 @@ def _tee_csv(seconds: Any, csv_path: Path | None, history_path: Path | None) -> 
             yield t, batch
 
 
+@linear_road_app.command("traffic-stats")
+def linear_road_traffic_stats(
+    from_file: Annotated[Path | None, typer.Option(
+        "--from-file", exists=True, dir_okay=False,
+        help="A file of the benchmark's generator (15-field CSV, in time order); without "
+             "it, the project's traffic simulation.")] = None,
+    minutes: Annotated[str, typer.Option(
+        help="The minutes to count, FIRST-LAST (from 1, as the benchmark's); the five "
+             "before FIRST are read too, for the toll rule's averages.")] = "6-20",
+    duration: Annotated[int, typer.Option(
+        min=60, help="Simulated seconds (the simulation's ramp spans them).")] = 1200,
+    peak_rate: Annotated[float, typer.Option(
+        min=1, help="The simulation's reports/s per expressway at the end of its ramp.")
+                         ] = 1700.0,
+    seed: Annotated[int, typer.Option(help="The simulation's seed.")] = 7,
+    as_json: JsonSummaryOpt = False,
+) -> None:
+    """What an input looks like through the benchmark's rules: rate, cars per
+    segment-minute, tolls, accidents and queries (to compare the simulation with the
+    benchmark's generator)."""
+    import itertools
+
+    from medusa.linear_road.sources import BadLines, from_csv, simulated
+    from medusa.linear_road.traffic import TrafficProfile
+    from medusa.linear_road.traffic_stats import traffic_stats
+
+    match = re.fullmatch(r"(\d+)-(\d+)", minutes)
+    if match is None or not 1 <= int(match[1]) <= int(match[2]):
+        raise _fail(f"--minutes: expected FIRST-LAST such as 6-20, got {minutes!r}", 2)
+    first, last = int(match[1]), int(match[2])
+    warm_up = max(1, first - 5)
+
+    def figures(seconds: Any) -> dict[str, Any]:
+        window = itertools.takewhile(lambda second: second[0] < last * 60, seconds)
+        records = (keyed.value for t, batch in window if t >= (warm_up - 1) * 60
+                   for keyed in batch)
+        return traffic_stats(records, first_minute=first).as_dict()
+
+    columns = {}
+    with console.status("applying the benchmark's rules"):
+        columns["simulation"] = figures(simulated(TrafficProfile(
+            duration_s=duration, peak_rate=peak_rate, seed=seed)))
+        if from_file is not None:
+            columns[from_file.name] = figures(from_csv(from_file, BadLines()))
+    if as_json:
+        print(json.dumps(columns))
+        return
+    table = Table(title=f"Linear Road traffic, minutes {first}-{last}, through the "
+                        "benchmark's rules")
+    table.add_column("figure")
+    for name in columns:
+        table.add_column(name, justify="right", no_wrap=True)
+    for label, path in TRAFFIC_FIGURES:
+        cells = []
+        for found in columns.values():
+            value = found
+            for key in path:
+                value = value[key]
+            cells.append("-" if value is None else
+                         f"{value:.2%}" if "share" in path[-1] else f"{value:,.1f}"
+                         if isinstance(value, float) and value < 100 else f"{value:,.0f}")
+        table.add_row(label, *cells)
+    console.print(table)
+
+
+TRAFFIC_FIGURES = (
+    ("reports/s, first minute", ("rate_per_s", "first_minute")),
+    ("reports/s, busiest minute", ("rate_per_s", "peak_minute")),
+    ("cars per segment-minute, p50", ("cars_per_segment_minute", "p50")),
+    ("cars per segment-minute, p90", ("cars_per_segment_minute", "p90")),
+    ("cars per segment-minute, max", ("cars_per_segment_minute", "max")),
+    ("segment-minutes with LAV < 40", ("lav_below_40_share",)),
+    ("segment-minutes tolled", ("tolled_share",)),
+    ("toll when charged, p50", ("toll", "p50")),
+    ("toll when charged, p90", ("toll", "p90")),
+    ("toll when charged, max", ("toll", "max")),
+    ("accidents per hour", ("accidents_per_hour",)),
+    ("balance queries per report", ("balance_query_share",)),
+    ("expenditure queries per report", ("expenditure_query_share",)),
+)
+"""The rows of ``linear-road traffic-stats``: a label and the figure's keys."""
+
+
 @linear_road_app.command("validate")
 def linear_road_validate(
     prefix: Annotated[str, typer.Option(
@@ -707,11 +793,14 @@ def demo(
         min=1, max=10, help="Simulated seconds per wall second (1: the benchmark's rate, "
                             "1,700 reports/s per expressway, in real time).")] = 1.0,
     xways: Annotated[int, typer.Option("--xways", "-L", min=1, help="Expressways.")] = 1,
+    keep: Annotated[bool, typer.Option(
+        "--keep/--stop", help="Leave the node and the network running afterwards (to look "
+                              "at them in the console), or stop both.")] = True,
 ) -> None:
     """The main job: the federation, a node, the Linear Road network, traffic, checked answers."""
     from medusa_apps.demo import run_demo
 
-    if not run_demo(duration, speedup, xways, console):
+    if not run_demo(duration, speedup, xways, console, keep_running=keep):
         raise typer.Exit(1)
 
 

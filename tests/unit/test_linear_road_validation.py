@@ -299,3 +299,13 @@ def test_the_table_fits_an_80_column_terminal_without_breaking_numbers() -> None
     lines = console.export_text().splitlines()
     assert max(len(line.rstrip()) for line in lines) <= 80
     assert any("notifications" in line for line in lines)
+
+
+def test_a_failed_run_says_which_rule_or_bound_failed_and_by_how_much() -> None:
+    assert validate(INPUTS, outputs(), reference()).failures() == []
+    late = outputs(response_s=7.5)
+    del late["toll_notifications"][0]
+    failures = validate(INPUTS, late, reference()).failures()
+    assert "toll notifications: 1 of 3 missing (never answered)" in failures
+    assert any(line.startswith("toll notifications: 2 of 2 later than the 5 s bound")
+               and "worst 7.50s" in line for line in failures), failures

@@ -63,8 +63,8 @@ def small() -> Seconds:
 
 @pytest.fixture(scope="module")
 def busy() -> Seconds:
-    """One expressway at 500 reports/s from the start: busy enough for congestion."""
-    return _run(xways=1, duration_s=420, peak_rate=500, start_rate=500, seed=2)
+    """One expressway rising to the benchmark's peak, 1,700 reports/s: congested."""
+    return _run(xways=1, duration_s=600, peak_rate=1700, start_rate=500, ramp_s=300, seed=2)
 
 
 def test_rate_ramps_towards_the_peak() -> None:
@@ -155,28 +155,38 @@ def test_each_car_has_its_historical_tolls_before_its_first_report(small: Second
     assert 45 < sum(tolls) / len(tolls) < 54
 
 
-def test_speed_falls_with_congestion_and_makes_tolls_at_the_peak(busy: Seconds) -> None:
-    """Segments with more than 50 cars in a minute and an average speed (LAV, over the
-    five minutes before) below 40: the benchmark's toll condition."""
+def test_speed_falls_with_congestion_and_tolls_fall_where_cars_enter_and_leave(
+        busy: Seconds) -> None:
+    """Travel speeds drop in crowded segments; the benchmark's toll condition (more than
+    50 cars in a minute, and an average speed over the five minutes before below 40)
+    holds where the slow first and last reports of trips weigh most: near the road's
+    ends, as on the benchmark's generator's data, not all over the road."""
     cars: dict[tuple[int, int, int, int], set[int]] = defaultdict(set)
     speeds: dict[tuple[int, int, int, int], dict[int, list[int]]] = defaultdict(
         lambda: defaultdict(list))
-    for r in _reports(busy):
+    travel: dict[bool, list[int]] = defaultdict(list)
+    reports = _reports(busy)
+    for r in reports:
         key = (r.xway, r.dir, r.seg, r.time // 60 + 1)
         cars[key].add(r.vid)
         speeds[key][r.vid].append(r.speed)
+    for r in reports:
+        if r.lane in (1, 2, 3) and r.speed > 0:
+            travel[len(cars[(r.xway, r.dir, r.seg, r.time // 60 + 1)]) > 120].append(r.speed)
+    assert travel[True] and travel[False]
+    assert all(40 <= s <= 80 for s in travel[True] + travel[False])
+    assert sum(travel[True]) / len(travel[True]) < sum(travel[False]) / len(travel[False]) - 5
+    assert {r.speed for r in reports if r.lane in (0, 4)} == {10}
     avg = {key: sum(sum(s) / len(s) for s in by_car.values()) / len(by_car)
            for key, by_car in speeds.items()}
-    crowded = [avg[k] for k in avg if len(cars[k]) > 150]
-    light = [avg[k] for k in avg if len(cars[k]) < 30]
-    assert crowded and light
-    assert sum(crowded) / len(crowded) < sum(light) / len(light) - 15
     tolled = set()
     for (xway, direction, seg, m) in cars:
         lavs = [avg[k] for p in range(m - 4, m + 1) if (k := (xway, direction, seg, p)) in avg]
         if round(sum(lavs) / len(lavs)) < 40 and len(cars[(xway, direction, seg, m)]) > 50:
             tolled.add((xway, direction, seg))
-    assert 5 <= len(tolled) < 150, "some segments, not all"
+    assert 2 <= len(tolled) < 60, "some segments, not all"
+    along = [seg if direction == 0 else 99 - seg for _, direction, seg in tolled]
+    assert sum(1 for d in along if d < 15 or d > 85) > len(along) / 2, sorted(along)
 
 
 def test_breakdowns_stop_cars_and_accidents_clear() -> None:
@@ -211,15 +221,16 @@ def test_breakdowns_stop_cars_and_accidents_clear() -> None:
         assert all(last - first_stopped < 300 for _, first_stopped, last, _ in cars)
 
 
-def test_about_one_percent_of_reports_come_with_a_query_of_type_2_or_3(
-        busy: Seconds) -> None:
+def test_the_query_mix_is_the_benchmark_generators(busy: Seconds) -> None:
+    """0.5% of reports come with an account balance query, 0.1% with a daily expenditure
+    query (the generator's 1%, less its 0.4% of travel-time queries)."""
     records = _records(busy)
     reports = [r for r in records if isinstance(r, PositionReport)]
     queries = [r for r in records if not isinstance(r, PositionReport | HistoricalTolls)]
     assert all(isinstance(q, AccountBalanceQuery | DailyExpenditureQuery) for q in queries)
-    assert 0.008 < len(queries) / len(reports) < 0.012
     kinds = Counter(type(q) for q in queries)
-    assert kinds[AccountBalanceQuery] > kinds[DailyExpenditureQuery] > 0
+    assert 0.004 < kinds[AccountBalanceQuery] / len(reports) < 0.006
+    assert 0.0006 < kinds[DailyExpenditureQuery] / len(reports) < 0.0014
     assert len({q.qid for q in queries}) == len(queries)
     first_report = {}
     xway_of = {}

@@ -8,22 +8,23 @@ the profile: from ``start_rate`` up to ``peak_rate`` reports per second per
 expressway over ``ramp_s`` (the benchmark's own rises to about 1,700 at the end of
 its 3 hours, ``PEAK_REPORTS_PER_S_PER_XWAY``).
 
-- **Trips.** A car enters on the entrance ramp of a segment (its first report is on
-  lane 0 there), drives on the travel lanes and leaves by the exit ramp of a later
-  segment (its last report is on lane 4 in that segment). Most trips end at one of a
-  few busy exits of the expressway ("downtowns"), the rest anywhere; a trip is 1 to
-  ``MAX_TRIP_SEGMENTS`` segments long. A share of the cars that leave come back
-  later (``reentry_probability``, after 61 to 1,061 s, as the benchmark's data
-  preparation does) for another trip, always on the same expressway: a vid is never
-  on two expressways.
-- **Congestion.** A car drives at its own free speed (45..80 mph) while its segment
-  (one direction, all lanes) has at most ``FREE_FLOW_CARS`` (50) cars; beyond, at
-  ``free * sqrt(50 / cars)`` (never below ``MIN_SPEED``, so that a moving car never
-  repeats a report), and at half that in the segment of an accident. Slow segments
-  keep their cars longer, so traffic piles up towards the busy exits: some segments
-  pass 50 cars with an average speed below 40 mph (the toll condition) while others
-  flow freely: from about 500 reports/s per expressway on, and on 100 to 130 of the
-  200 segments at the benchmark's peak (51,000 cars on 100 miles of three-lane road).
+Trips, speeds and queries follow the benchmark's generator (LinearGenerator), so that
+the benchmark's rules give tolls and alerts in the ranges they give on its data
+(``medusa linear-road traffic-stats`` compares the two; the README has the figures):
+
+- **Trips.** A car enters at the upstream boundary of a segment on its entrance ramp
+  (its first report: lane 0, 10 mph), drives on the travel lanes and leaves by the
+  exit ramp of a segment at least two further on (its last report: lane 4, 10 mph).
+  Entrances are spread evenly over the road; a car entering before the middle third
+  ("downtown", segments 33..66 as seen from its direction) leaves there with
+  probability 0.8, the others anywhere downstream. So the road is busiest in the
+  middle and quiet at its ends, where the slow first and last reports weigh most in
+  a segment's average speed: that is where tolls fall. A share of the cars that
+  leave come back 1,000 to 2,000 s later (``reentry_probability``) for another trip,
+  always on the same expressway: a vid is never on two expressways.
+- **Speed.** On a travel lane a car drives at 70 mph, 10 less where its segment (one
+  direction, all lanes) holds more than 72 cars and 20 less beyond 87, give or take
+  10 mph at random per report.
 - **Breakdowns and accidents.** A car on a travel lane breaks down with
   ``breakdown_probability`` per report: it stops on its way and sends identical
   reports (speed 0), ``stopped_reports`` of them (at least 4, so that it counts as
@@ -31,14 +32,14 @@ its 3 hours, ``PEAK_REPORTS_PER_S_PER_XWAY``).
   accident instead: the next car of the same direction to reach the spot stops there
   too (same lane and position), and both stay until the accident clears,
   ``accident_clear_s`` after it happened (10 to 20 minutes by default, as in the
-  benchmark), then drive on. The defaults make an accident every 11 minutes or so
-  per expressway at 1,700 reports/s, about 8 over a 3-hour ramp (the benchmark: one
-  every 20 minutes).
-- **Queries.** With ``query_probability`` (1%) a report comes with a query by its
-  car: an account balance query (type 2; ``balance_query_share`` of them) or a
-  daily expenditure query (type 3) for the car's expressway and a day in 1..69.
-  qids are unique over the run. No travel-time queries (type 4): the benchmark's
-  L-rating leaves them out and Medusa does not compute them.
+  benchmark), then drive on. The defaults make about three accidents an hour per
+  expressway at 1,700 reports/s: the benchmark's one every 20 minutes.
+- **Queries.** A report comes with an account balance query (type 2) by its car with
+  probability 0.5%, and with a daily expenditure query (type 3) for the car's
+  expressway and a day in 1..69 with probability 0.1%, as the benchmark's generator
+  makes them (``query_probability``, ``balance_query_share``). qids are unique over
+  the run. No travel-time queries (type 4): the benchmark's L-rating leaves them out
+  and Medusa does not compute them.
 - **Historical tolls.** A new car's ``HistoricalTolls`` (a random toll 0..99 for
   each of the 69 days, on its expressway) come in the second of its first report,
   ahead of the reports, so that they are published before it.
@@ -51,7 +52,6 @@ kept up to date), so that generating the benchmark's rate is cheap.
 from __future__ import annotations
 
 import heapq
-import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,23 +73,23 @@ REPORT_INTERVAL_S = 30
 PEAK_REPORTS_PER_S_PER_XWAY = 1700
 FEET_PER_REPORT_PER_MPH = 5280 * REPORT_INTERVAL_S // 3600
 """Feet a car covers between two reports per mph of speed (44)."""
-FREE_SPEEDS = (45, 80)
-"""A car's speed on an empty road is drawn from this range (mph)."""
-MIN_SPEED = 3
-"""Cars in a queue still creep: no moving car sends two identical reports."""
-FREE_FLOW_CARS = 50
-"""Up to this many cars in a segment (one direction), cars drive at their free speed;
-beyond, speed falls as the square root of the crowding: ``free * sqrt(50 / cars)``."""
+RAMP_SPEED = 10
+"""The speed of a car's first report (entrance ramp) and last (exit ramp), mph."""
+TRAVEL_SPEED = 70
+"""A car's speed on a travel lane of an uncrowded segment (mph)."""
+CONGESTION_CUTS = ((87, 20), (72, 10))
+"""(more than this many cars in the segment, mph less), the larger first."""
+SPEED_NOISE = 10
+"""A travel speed varies by up to this much either way, per report."""
+MIN_TRIP_SEGMENTS = 2
+"""A car leaves at least this many segments downstream of where it entered."""
+DOWNTOWN = (33, 66)
+"""The middle third of the road (segments, as seen in direction 0)."""
+DOWNTOWN_SHARE = 0.8
+"""Share of the cars entering before downtown that leave in it."""
 LANE_CHANGE_PROBABILITY = 0.1
 """Chance per report that a car on a travel lane moves to a neighbouring lane."""
-ACCIDENT_SLOWDOWN = 0.5
-"""Speed factor in the segment of an accident."""
-BUSY_EXITS = 3
-"""Busy exits ("downtowns") per expressway."""
-BUSY_EXIT_SHARE = 0.5
-"""Share of trips that end at a busy exit (or the segment before or after it)."""
-MAX_TRIP_SEGMENTS = 40
-REENTRY_DELAY_S = (61, 1061)
+REENTRY_DELAY_S = (1000, 2000)
 MAX_HISTORICAL_TOLL = 99
 FIRST_VID = 100
 _TOLLS = range(MAX_HISTORICAL_TOLL + 1)
@@ -105,35 +105,35 @@ class TrafficProfile:
     start_rate: float = 15.0
     ramp_s: int | None = None
     """Seconds to reach the peak; the whole run by default."""
-    breakdown_probability: float = 3e-6
+    breakdown_probability: float = 1.6e-6
     """Chance that a report of a car on a travel lane is a breakdown. With the default
-    ``accident_probability``: an accident every 11 minutes or so per expressway at 1,700
-    reports/s, as many as the benchmark's one per 20 minutes over its 3-hour ramp."""
+    ``accident_probability``: about three accidents an hour per expressway at 1,700
+    reports/s, the benchmark's one every 20 minutes."""
     accident_probability: float = 0.3
     """Chance that a breakdown is an accident (a second car stops at the same spot)."""
     stopped_reports: tuple[int, int] = (4, 10)
     """Identical reports of a broken-down car (not in an accident): at least 4."""
     accident_clear_s: tuple[int, int] = (600, 1200)
     """Seconds from an accident to its clearing (at least 150)."""
-    query_probability: float = 0.01
-    """Chance that a report comes with a query (type 2 or 3) by its car."""
-    balance_query_share: float = 0.8
+    query_probability: float = 0.006
+    """Chance that a report comes with a query (type 2 or 3) by its car: the benchmark's
+    generator makes one with 1% of the reports, 40% of them of type 4, left out here."""
+    balance_query_share: float = 5 / 6
     """Share of the queries that are account balance queries (type 2); the rest are
-    daily expenditure queries (type 3)."""
-    reentry_probability: float = 0.05
-    """Chance that a car that leaves comes back later (61 to 1,061 s) for another trip,
-    on the same expressway."""
+    daily expenditure queries (type 3): 0.5% and 0.1% of the reports."""
+    reentry_probability: float = 0.1
+    """Chance that a car that leaves comes back later (1,000 to 2,000 s) for another
+    trip, on the same expressway."""
     seed: int = 7
 
 
 class _Car:
-    __slots__ = ("base_speed", "entering", "exit_seg", "lane", "pos", "resume_at", "road",
-                 "speed", "vid", "xway")
+    __slots__ = ("entering", "exit_seg", "lane", "pos", "resume_at", "road", "speed", "vid",
+                 "xway")
 
-    def __init__(self, vid: int, xway: int, base_speed: int) -> None:
+    def __init__(self, vid: int, xway: int) -> None:
         self.vid = vid
         self.xway = xway
-        self.base_speed = base_speed
         self.road = 2 * xway
         """2 * xway + direction: indexes the segment counts."""
         self.pos = 0
@@ -168,27 +168,17 @@ class TrafficSimulation:
         """Cars on the road by report phase (the second of the minute modulo 30)."""
         self._cars_in: list[int] = [0] * (2 * profile.xways * SEGMENTS)
         """Cars per (xway, direction, segment): index ``(2 * xway + dir) * 100 + seg``."""
-        self._accidents_in: list[int] = [0] * (2 * profile.xways * SEGMENTS)
         self._on_road = [0] * profile.xways
         self._returning: list[list[tuple[int, int, _Car]]] = [[] for _ in range(profile.xways)]
         """Per xway, a heap of (second due, vid, car) of the cars that will come back."""
         self._spots: dict[int, list[_Spot]] = {}
         """Per road (2 * xway + dir), accidents waiting for their second car."""
-        self._clearing: dict[int, list[int]] = {}
-        """Per second, the accident cells that clear then."""
-        self._busy_exits = [sorted(self._random.sample(range(5, SEGMENTS - 5), BUSY_EXITS))
-                            for _ in range(profile.xways)]
         self._next_vid = FIRST_VID
         self._next_qid = 1
         low, high = profile.stopped_reports
         self._stopped_reports = (max(4, low), max(4, low, high))
         low, high = profile.accident_clear_s
         self._accident_clear_s = (max(150, low), max(150, low, high))
-
-    @property
-    def busy_exits(self) -> list[list[int]]:
-        """Per expressway, the segments where most trips end."""
-        return [list(exits) for exits in self._busy_exits]
 
     def target_rate(self, t: int) -> float:
         profile = self.profile
@@ -203,9 +193,6 @@ class TrafficSimulation:
             yield t, self.tick(t)
 
     def tick(self, t: int) -> list[LinearRoadRecord]:
-        accidents_in = self._accidents_in
-        for cell in self._clearing.pop(t, ()):
-            accidents_in[cell] -= 1
         history: list[LinearRoadRecord] = []
         self._enter(t, history)
         reports: list[LinearRoadRecord] = []
@@ -247,7 +234,7 @@ class TrafficSimulation:
                     car = heapq.heappop(returning)[2]
                 else:
                     self._next_vid += 1
-                    car = _Car(self._next_vid, xway, rnd.randint(*FREE_SPEEDS))
+                    car = _Car(self._next_vid, xway)
                     history.append(HistoricalTolls(t, car.vid, xway, tuple(
                         rnd.choices(_TOLLS, k=HISTORY_DAYS))))
                 self._plan_trip(car)
@@ -258,25 +245,28 @@ class TrafficSimulation:
     def _plan_trip(self, car: _Car) -> None:
         """A new trip: direction, entrance and exit segments, the first report's place."""
         rnd = self._random
-        if rnd.random() < BUSY_EXIT_SHARE:
-            exit_seg = rnd.choice(self._busy_exits[car.xway]) + rnd.randint(-1, 1)
-        else:
-            exit_seg = rnd.randrange(SEGMENTS)
         direction = rnd.randrange(2)
-        if exit_seg == 0:
-            direction = 1
-        elif exit_seg == SEGMENTS - 1:
-            direction = 0
-        room = exit_seg if direction == 0 else SEGMENTS - 1 - exit_seg
-        length = rnd.randint(1, min(MAX_TRIP_SEGMENTS, room))
-        entry_seg = exit_seg - length if direction == 0 else exit_seg + length
+        # Segments counted along the car's direction: d = seg in direction 0, 99 - seg in 1.
+        entry = rnd.randrange(SEGMENTS - MIN_TRIP_SEGMENTS)
+        first_exit = entry + MIN_TRIP_SEGMENTS
+        low, high = DOWNTOWN
+        if entry < low and rnd.random() < DOWNTOWN_SHARE:
+            exit_along = rnd.randint(max(first_exit, low), high)
+        else:
+            exit_along = rnd.randint(first_exit, SEGMENTS - 1)
+        if direction == 0:
+            entry_seg, exit_seg = entry, exit_along
+            pos = entry_seg * FEET_PER_SEGMENT
+        else:
+            entry_seg, exit_seg = SEGMENTS - 1 - entry, SEGMENTS - 1 - exit_along
+            pos = entry_seg * FEET_PER_SEGMENT + FEET_PER_SEGMENT - 1
         car.road = 2 * car.xway + direction
         car.exit_seg = exit_seg
-        car.pos = entry_seg * FEET_PER_SEGMENT + rnd.randrange(FEET_PER_SEGMENT)
+        car.pos = pos
         car.lane = ENTRANCE_LANE
         car.entering = True
         car.resume_at = 0
-        car.speed = self._speed(car, car.cell)
+        car.speed = RAMP_SPEED
 
     def _leave(self, t: int, car: _Car) -> None:
         self._on_road[car.xway] -= 1
@@ -288,16 +278,15 @@ class TrafficSimulation:
 
     # -- driving --------------------------------------------------------------------------
 
-    def _speed(self, car: _Car, cell: int) -> int:
-        """The car's speed through its segment (``cell``): its free speed, less in a
-        crowded segment and in the segment of an accident, with a little noise."""
+    def _speed(self, cell: int) -> int:
+        """A travel speed through the segment ``cell``: less where it is crowded."""
         cars = self._cars_in[cell]
-        speed: float = car.base_speed
-        if cars > FREE_FLOW_CARS:
-            speed *= math.sqrt(FREE_FLOW_CARS / cars)
-        if self._accidents_in[cell]:
-            speed *= ACCIDENT_SLOWDOWN
-        return max(MIN_SPEED, min(100, int(speed + 5 * self._random.random()) - 2))
+        speed = TRAVEL_SPEED
+        for crowd, cut in CONGESTION_CUTS:
+            if cars > crowd:
+                speed -= cut
+                break
+        return speed + self._random.randint(-SPEED_NOISE, SPEED_NOISE)
 
     def _drive(self, car: _Car, t: int) -> None:
         """Moves the car to where it is at this report, at the speed of the segment it
@@ -306,7 +295,7 @@ class TrafficSimulation:
         road = car.road
         start = car.pos
         old_cell = road * SEGMENTS + start // FEET_PER_SEGMENT
-        speed = self._speed(car, old_cell)
+        speed = self._speed(old_cell)
         step = speed * FEET_PER_REPORT_PER_MPH
         forward = not road & 1
         pos = start + step if forward else start - step
@@ -320,9 +309,7 @@ class TrafficSimulation:
                 # Runs into the accident: the second car, stopped at the same place.
                 spots.remove(spot)
                 car.pos, car.lane, car.speed, car.resume_at = spot.pos, spot.lane, 0, spot.clear_at
-                cell = self._moved(car, old_cell)
-                self._accidents_in[cell] += 1
-                self._clearing.setdefault(spot.clear_at, []).append(cell)
+                self._moved(car, old_cell)
                 return
         if (car.lane != ENTRANCE_LANE and not reaches_exit
                 and rnd.random() < self.profile.breakdown_probability):
@@ -334,6 +321,7 @@ class TrafficSimulation:
         if reaches_exit:
             car.pos = min(pos, exit_end) if forward else max(pos, exit_start)
             car.lane = EXIT_LANE
+            car.speed = RAMP_SPEED
         else:
             car.pos = pos
             if car.lane == ENTRANCE_LANE:
@@ -355,15 +343,13 @@ class TrafficSimulation:
         """The car stops where it is: a breakdown, or the first car of an accident."""
         rnd = self._random
         car.speed = 0
-        cell = self._moved(car, old_cell)
+        self._moved(car, old_cell)
         if rnd.random() < self.profile.accident_probability:
             clear_at = t + rnd.randint(*self._accident_clear_s)
             car.resume_at = clear_at
             # The second car must make its 4 identical reports before the clearing.
             self._spots.setdefault(car.road, []).append(
                 _Spot(car.lane, car.pos, clear_at, clear_at - 3 * REPORT_INTERVAL_S - 1))
-            self._accidents_in[cell] += 1
-            self._clearing.setdefault(clear_at, []).append(cell)
         else:
             reports = rnd.randint(*self._stopped_reports)
             car.resume_at = t + (reports - 1) * REPORT_INTERVAL_S + 1

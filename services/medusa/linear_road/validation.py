@@ -354,6 +354,21 @@ class TypeResult:
     def passed(self) -> bool:
         return not (self.missing or self.wrong or self.duplicated or self.late)
 
+    def failures(self) -> list[str]:
+        """What fails the benchmark's rules for this type, each with how much."""
+        found = []
+        for count, what in ((self.missing, "missing (never answered)"),
+                            (self.wrong, "wrong (not what the rules give)"),
+                            (self.duplicated, "duplicated")):
+            if count:
+                found.append(f"{self.kind.name}: {count:,} of {self.expected:,} {what}")
+        if self.late:
+            worst = max(timing.response_s for timing in self.timings)
+            found.append(f"{self.kind.name}: {self.late:,} of {len(self.timings):,} later than "
+                         f"the {self.late_after_s:g} s bound (p99 {shown(self.percentile(0.99))},"
+                         f" worst {worst:.2f}s)")
+        return found
+
     def as_dict(self) -> dict[str, Any]:
         return {"type": self.kind.type, "name": self.kind.name, "expected": self.expected,
                 "got": self.got, "matched": self.comparison.matched, "missing": self.missing,
@@ -379,6 +394,10 @@ class Validation:
     @property
     def passed(self) -> bool:
         return all(result.passed for result in self.types)
+
+    def failures(self) -> list[str]:
+        """Each rule or bound that failed, and by how much; empty when the run passed."""
+        return [line for result in self.types for line in result.failures()]
 
     def result(self, type_: int) -> TypeResult:
         return next(result for result in self.types if result.kind.type == type_)

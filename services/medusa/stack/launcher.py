@@ -150,6 +150,11 @@ def up(layout: StackLayout, report: Report = print) -> Endpoints:
     return endpoints
 
 
+def _recorded_endpoints(layout: StackLayout) -> Endpoints:
+    raw = json.loads(layout.state_file.read_text()) if layout.state_file.is_file() else {}
+    return Endpoints(**raw["endpoints"]) if raw.get("endpoints") else local_endpoints(layout)
+
+
 def start_service(layout: StackLayout, name: str, command: list[str],
                   report: Report = print) -> RunningProcess:
     """Starts one of the project's own processes (e.g. a node) so that ``down`` stops it too.
@@ -162,11 +167,21 @@ def start_service(layout: StackLayout, name: str, command: list[str],
         return recorded[name]
     process = processes.start(name, command, layout.logs_dir / f"{name}.log")
     recorded[name] = process
-    raw = json.loads(layout.state_file.read_text()) if layout.state_file.is_file() else {}
-    endpoints = Endpoints(**raw["endpoints"]) if raw.get("endpoints") else local_endpoints(layout)
-    _save_state(layout, recorded, endpoints)
+    _save_state(layout, recorded, _recorded_endpoints(layout))
     report(f"  {name:<14} started (pid {process.pid}, log {process.log})")
     return process
+
+
+def stop_service(layout: StackLayout, name: str, report: Report = print) -> bool:
+    """Stops one process ``start_service`` started (e.g. a node); False when none ran."""
+    recorded = _load_state(layout)
+    process = recorded.pop(name, None)
+    if process is None or not process.alive():
+        return False
+    report(f"  {name:<14} stopping (pid {process.pid})")
+    processes.stop(process)
+    _save_state(layout, recorded, _recorded_endpoints(layout))
+    return True
 
 
 def down(layout: StackLayout, purge: bool = False, report: Report = print) -> list[str]:
