@@ -25,6 +25,7 @@ from medusa import dead_letters
 from medusa.dead_letters import DeadLetter, dead_letter_topic
 from medusa.envelope import EnvelopeError, TupleRecord, TupleType, decode_record
 from medusa.registry import SERDE_CONFIG
+from medusa.settings import for_producer
 from medusa.topics import ensure_topics
 from medusa.tracing import context_of, header_traceparent, traceparent
 
@@ -62,8 +63,9 @@ class TupleConsumer:
             "enable.auto.commit": True,
             "enable.auto.offset.store": False,
         })
-        self._dlq_producer = Producer({**kafka_config, "enable.idempotence": True})
-        ensure_topics(kafka_config, [dead_letter_topic(t) for t in topics], partitions=1)
+        self._dlq_producer = Producer({**for_producer(kafka_config), "enable.idempotence": True})
+        ensure_topics(for_producer(kafka_config), [dead_letter_topic(t) for t in topics],
+                      partitions=1)
         self._consumer.subscribe(list(topics))
 
     def __enter__(self) -> TupleConsumer:

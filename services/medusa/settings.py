@@ -26,6 +26,10 @@ class KafkaSettingsError(MedusaError, ValueError):
     """``MEDUSA_KAFKA_*`` settings that do not describe a usable client."""
 
 
+LIBRDKAFKA_NAMES = {"log_level": "log_level"}
+"""The few librdkafka keys spelt with an underscore, not a dot."""
+
+
 class KafkaClientSettings(BaseSettings):
     """Client settings shared by producers, consumers and the admin client."""
 
@@ -37,6 +41,9 @@ class KafkaClientSettings(BaseSettings):
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
+    log_level: int = 5
+    """librdkafka's syslog level: 5 keeps errors, warnings and notices, and leaves out the
+    informational lines a client prints as it closes (librdkafka's default is 6)."""
 
     def librdkafka(self, **overrides: Any) -> dict[str, Any]:
         """The one mapping from snake_case fields to librdkafka keys, with this process's
@@ -47,7 +54,7 @@ class KafkaClientSettings(BaseSettings):
                 continue
             if isinstance(value, SecretStr):
                 value = value.get_secret_value()
-            config[name.replace("_", ".")] = value
+            config[LIBRDKAFKA_NAMES.get(name, name.replace("_", "."))] = value
         for name, value in overrides.items():
             config[name.replace("_", ".")] = value
         return config
@@ -98,6 +105,25 @@ def kafka_config(bootstrap: str, librdkafka_keys: Mapping[str, Any] | None = Non
                                                             **overrides))
     config.update(librdkafka_keys or {})
     return config
+
+
+CONSUMER_ONLY_KEYS = frozenset({
+    "group.id", "group.instance.id", "isolation.level", "auto.offset.reset",
+    "enable.auto.commit", "enable.auto.offset.store", "auto.commit.interval.ms",
+    "enable.partition.eof", "session.timeout.ms", "max.poll.interval.ms",
+    "fetch.wait.max.ms", "fetch.min.bytes", "fetch.max.bytes", "partition.assignment.strategy",
+})
+"""librdkafka's consumer properties: a producer or admin client given one warns that it
+ignores it."""
+
+
+def for_producer(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A consumer's configuration made fit for a producer or an admin client of the same
+    cluster (its dead-letter writer, its topic set-up): without the consumer properties."""
+    kept = KafkaConfig(config)
+    for key in CONSUMER_ONLY_KEYS & kept.keys():
+        del kept[key]
+    return kept
 
 
 def authenticated(settings: KafkaClientSettings) -> KafkaClientSettings:

@@ -19,10 +19,10 @@ from medusa_spark.network.model import load_network
 pytestmark = pytest.mark.e2e
 
 NETWORK = Path(__file__).parents[2] / "spark_apps/medusa_spark/networks/linear_road.yaml"
-# Six simulated minutes built up to 400 reports/s in 30 s, with a breakdown now and then
+# Seven simulated minutes built up to 400 reports/s in 30 s, with a breakdown now and then
 # and every one an accident: tolls, alerts, charged balances and expenditures all occur.
-PROFILE = TrafficProfile(xways=1, duration_s=360, peak_rate=400, ramp_s=30,
-                         breakdown_probability=0.00003, accident_probability=1.0, seed=5)
+PROFILE = TrafficProfile(xways=1, duration_s=420, peak_rate=400, ramp_s=30,
+                         breakdown_probability=0.0001, accident_probability=1.0, seed=5)
 
 
 def test_linear_road_outputs_equal_the_reference(spark, federation, kafka_config, registry,

@@ -17,8 +17,8 @@ from medusa_spark.processors.linear_road import Road
 pytestmark = pytest.mark.unit
 
 # Built up to 400 reports/s in 30 s, with accidents: tolls, alerts and charges all occur.
-PROFILE = TrafficProfile(xways=1, duration_s=360, peak_rate=400, ramp_s=30,
-                         breakdown_probability=0.00003, accident_probability=1.0, seed=5)
+PROFILE = TrafficProfile(xways=1, duration_s=420, peak_rate=400, ramp_s=30,
+                         breakdown_probability=0.0001, accident_probability=1.0, seed=5)
 PORTS = {lr.PositionReport: "reports", lr.AccountBalanceQuery: "balance_queries"}
 
 

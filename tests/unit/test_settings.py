@@ -23,7 +23,8 @@ def test_librdkafka_keys_come_from_field_names() -> None:
     config = settings.librdkafka(linger_ms=5)
     assert config == {"bootstrap.servers": "h:1", "client.id": "medusa",
                       "security.protocol": "PLAINTEXT", "sasl.mechanism": "PLAIN",
-                      "sasl.username": "u", "sasl.password": "p", "linger.ms": 5}
+                      "sasl.username": "u", "sasl.password": "p", "log_level": 5,
+                      "linger.ms": 5}
 
 
 def test_stack_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:

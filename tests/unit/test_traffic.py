@@ -1,4 +1,5 @@
 import itertools
+import statistics
 from collections import Counter, defaultdict
 
 import pytest
@@ -17,6 +18,7 @@ from medusa.linear_road.records import (
     to_dict,
 )
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
+from medusa.linear_road.traffic_stats import traffic_stats
 from medusa.schemas import schema_for_topic
 
 pytestmark = pytest.mark.unit
@@ -64,7 +66,7 @@ def small() -> Seconds:
 @pytest.fixture(scope="module")
 def busy() -> Seconds:
     """One expressway rising to the benchmark's peak, 1,700 reports/s: congested."""
-    return _run(xways=1, duration_s=600, peak_rate=1700, start_rate=500, ramp_s=300, seed=2)
+    return _run(xways=1, duration_s=720, peak_rate=1700, start_rate=500, ramp_s=300, seed=2)
 
 
 def test_rate_ramps_towards_the_peak() -> None:
@@ -90,8 +92,11 @@ def test_cars_enter_by_the_entrance_ramp_and_leave_by_the_exit_ramp(small: Secon
     assert len(ended) > 1000
     for trip in trips:
         first, last = trip[0], trip[-1]
-        assert first.lane == ENTRANCE_LANE
-        assert all(r.lane in (1, 2, 3) for r in trip[1:-1])
+        assert first.lane == ENTRANCE_LANE and first.speed == 10
+        # On the entrance ramp for a few reports, speeding up, then on the travel lanes.
+        ramp = list(itertools.takewhile(lambda r: r.lane == ENTRANCE_LANE, trip))
+        assert [r.speed for r in ramp] == [10, 15, 20, 25, 30, 35, 40][:len(ramp)]
+        assert all(r.lane in (1, 2, 3) for r in trip[len(ramp):-1])
         assert all(r.seg == r.pos // FEET_PER_SEGMENT for r in trip)
         assert len({(r.xway, r.dir) for r in trip}) == 1
         steps = [b.pos - a.pos for a, b in itertools.pairwise(trip)]
@@ -104,7 +109,7 @@ def test_cars_enter_by_the_entrance_ramp_and_leave_by_the_exit_ramp(small: Secon
 
 
 def test_a_vid_stays_on_one_expressway_also_when_it_comes_back() -> None:
-    seconds = _run(duration_s=900, reentry_probability=1.0)
+    seconds = _run(duration_s=1500, reentry_probability=1.0)
     reports = _reports(seconds)
     xways: dict[int, set[int]] = defaultdict(set)
     for r in reports:
@@ -120,8 +125,8 @@ def test_a_vid_stays_on_one_expressway_also_when_it_comes_back() -> None:
             if a.lane == EXIT_LANE:  # came back for another trip
                 returns += 1
                 assert b.lane == ENTRANCE_LANE
-                assert b.time - a.time >= 61
-    assert returns > 100
+                assert b.time - a.time >= 1000
+    assert returns > 50
     histories = Counter(r.vid for r in _records(seconds) if isinstance(r, HistoricalTolls))
     assert set(histories.values()) == {1}, "one history per car, not per trip"
 
@@ -162,31 +167,25 @@ def test_speed_falls_with_congestion_and_tolls_fall_where_cars_enter_and_leave(
     holds where the slow first and last reports of trips weigh most: near the road's
     ends, as on the benchmark's generator's data, not all over the road."""
     cars: dict[tuple[int, int, int, int], set[int]] = defaultdict(set)
-    speeds: dict[tuple[int, int, int, int], dict[int, list[int]]] = defaultdict(
-        lambda: defaultdict(list))
     travel: dict[bool, list[int]] = defaultdict(list)
     reports = _reports(busy)
     for r in reports:
-        key = (r.xway, r.dir, r.seg, r.time // 60 + 1)
-        cars[key].add(r.vid)
-        speeds[key][r.vid].append(r.speed)
+        cars[(r.xway, r.dir, r.seg, r.time // 60 + 1)].add(r.vid)
     for r in reports:
         if r.lane in (1, 2, 3) and r.speed > 0:
-            travel[len(cars[(r.xway, r.dir, r.seg, r.time // 60 + 1)]) > 120].append(r.speed)
+            count = len(cars[(r.xway, r.dir, r.seg, r.time // 60 + 1)])
+            if count > 120 or count < 60:
+                travel[count > 120].append(r.speed)
     assert travel[True] and travel[False]
     assert all(40 <= s <= 80 for s in travel[True] + travel[False])
     assert sum(travel[True]) / len(travel[True]) < sum(travel[False]) / len(travel[False]) - 5
-    assert {r.speed for r in reports if r.lane in (0, 4)} == {10}
-    avg = {key: sum(sum(s) / len(s) for s in by_car.values()) / len(by_car)
-           for key, by_car in speeds.items()}
-    tolled = set()
-    for (xway, direction, seg, m) in cars:
-        lavs = [avg[k] for p in range(m - 4, m + 1) if (k := (xway, direction, seg, p)) in avg]
-        if round(sum(lavs) / len(lavs)) < 40 and len(cars[(xway, direction, seg, m)]) > 50:
-            tolled.add((xway, direction, seg))
-    assert 2 <= len(tolled) < 60, "some segments, not all"
-    along = [seg if direction == 0 else 99 - seg for _, direction, seg in tolled]
-    assert sum(1 for d in along if d < 15 or d > 85) > len(along) / 2, sorted(along)
+    assert {r.speed for r in reports if r.lane == 4} == {10}
+    assert max(r.speed for r in reports if r.lane == 0) == 40
+    # Through the benchmark's rules, once the road has filled (from minute 9 on).
+    stats = traffic_stats(_records(busy), first_minute=9)
+    assert 0.005 < len(stats.tolls) / stats.segment_minutes < 0.1, "some segments, not all"
+    assert sum(1 for d in stats.tolled_along if d < 15 or d >= 85) > len(stats.tolls) / 2
+    assert 5_000 < statistics.median(stats.tolls) < 100_000
 
 
 def test_breakdowns_stop_cars_and_accidents_clear() -> None:

@@ -75,6 +75,8 @@ FEET_PER_REPORT_PER_MPH = 5280 * REPORT_INTERVAL_S // 3600
 """Feet a car covers between two reports per mph of speed (44)."""
 RAMP_SPEED = 10
 """The speed of a car's first report (entrance ramp) and last (exit ramp), mph."""
+ENTRANCE_SPEEDS = (10, 15, 20, 25, 30, 35, 40)
+"""A car's speeds on the entrance ramp, report by report, before it merges."""
 TRAVEL_SPEED = 70
 """A car's speed on a travel lane of an uncrowded segment (mph)."""
 CONGESTION_CUTS = ((87, 20), (72, 10))
@@ -128,8 +130,8 @@ class TrafficProfile:
 
 
 class _Car:
-    __slots__ = ("entering", "exit_seg", "lane", "pos", "resume_at", "road", "speed", "vid",
-                 "xway")
+    __slots__ = ("entering", "exit_seg", "lane", "pos", "ramp", "resume_at", "road", "speed",
+                 "vid", "xway")
 
     def __init__(self, vid: int, xway: int) -> None:
         self.vid = vid
@@ -142,6 +144,8 @@ class _Car:
         self.exit_seg = 0
         self.entering = True
         """Its next report is its first of a trip (on the entrance ramp)."""
+        self.ramp = 0
+        """Reports made on the entrance ramp this trip."""
         self.resume_at = 0
         """Stopped (identical reports, speed 0) at reports before this second."""
 
@@ -265,8 +269,9 @@ class TrafficSimulation:
         car.pos = pos
         car.lane = ENTRANCE_LANE
         car.entering = True
+        car.ramp = 1
         car.resume_at = 0
-        car.speed = RAMP_SPEED
+        car.speed = ENTRANCE_SPEEDS[0]
 
     def _leave(self, t: int, car: _Car) -> None:
         self._on_road[car.xway] -= 1
@@ -295,7 +300,8 @@ class TrafficSimulation:
         road = car.road
         start = car.pos
         old_cell = road * SEGMENTS + start // FEET_PER_SEGMENT
-        speed = self._speed(old_cell)
+        on_ramp = car.lane == ENTRANCE_LANE and car.ramp < len(ENTRANCE_SPEEDS)
+        speed = ENTRANCE_SPEEDS[car.ramp] if on_ramp else self._speed(old_cell)
         step = speed * FEET_PER_REPORT_PER_MPH
         forward = not road & 1
         pos = start + step if forward else start - step
@@ -324,7 +330,9 @@ class TrafficSimulation:
             car.speed = RAMP_SPEED
         else:
             car.pos = pos
-            if car.lane == ENTRANCE_LANE:
+            if on_ramp:
+                car.ramp += 1
+            elif car.lane == ENTRANCE_LANE:
                 car.lane = 1 + int(rnd.random() * 3)
             elif rnd.random() < LANE_CHANGE_PROBABILITY:
                 car.lane = 2 if car.lane != 2 else 1 + 2 * int(rnd.random() * 2)

@@ -45,6 +45,9 @@ class TrafficStats:
     """Segment-minutes whose latest average velocity is below 40 mph."""
     tolls: list[int] = field(default_factory=list)
     """The toll of every segment-minute in which the rule charges one."""
+    tolled_along: list[int] = field(default_factory=list)
+    """Where each of those segment-minutes is: its segment counted along its direction
+    (0 where cars of that direction enter the road, 99 where they leave it)."""
     accidents: int = 0
     balance_queries: int = 0
     expenditure_queries: int = 0
@@ -73,6 +76,8 @@ class TrafficStats:
             "lav_below_40_share": ratio(self.lav_below_40, self.segment_minutes),
             "tolled_share": ratio(len(self.tolls), self.segment_minutes),
             "toll": quantiles(self.tolls),
+            "tolled_near_the_ends_share": ratio(
+                sum(1 for d in self.tolled_along if d < 15 or d >= 85), len(self.tolls)),
             "accidents_per_hour": self.accidents / hours if hours else None,
             "balance_query_share": ratio(self.balance_queries, self.reports),
             "expenditure_query_share": ratio(self.expenditure_queries, self.reports),
@@ -114,5 +119,6 @@ def traffic_stats(records: Iterable[LinearRoadRecord], first_minute: int = 1) ->
         charged = toll(stats, found, segment, m + 1)
         if charged:
             result.tolls.append(charged)
+            result.tolled_along.append(seg if direction == 0 else 99 - seg)
     result.accidents = sum(1 for accident in found if accident.detected >= first_minute)
     return result
