@@ -97,28 +97,37 @@ def _deploy(endpoints: Endpoints, prefix: str, console: Console) -> str:
         with CatalogClient(endpoints.catalog_url) as catalog, \
                 console.status(f"waiting for alpha/{NODE} to register in the catalog"):
             wait_for_node(catalog, f"alpha/{NODE}")
-            deploy(text, str(NETWORK), endpoints, registry_client(endpoints.registry_url),
-                   spark, catalog, {box: f"alpha/{NODE}" for box in network.boxes},
-                   report=lambda _: None)
+            # Placed as `medusa deploy` places a network: on alpha's running nodes.
+            placed = deploy(text, str(NETWORK), endpoints,
+                            registry_client(endpoints.registry_url), spark, catalog,
+                            report=lambda _: None)
     finally:
         spark.stop()
-    console.print(f"deployed [bold]{network.name}[/] ({len(network.boxes)} boxes) to "
-                  f"alpha/{NODE}, topics prefixed {prefix!r}")
+    console.print(f"deployed [bold]{network.name}[/] ({len(network.boxes)} boxes, "
+                  f"{len(placed)} fragments) to {', '.join(sorted(set(placed.values())))}, "
+                  f"topics prefixed {prefix!r}")
     return network.name
 
 
 def _wait_for_fragments(endpoints: Endpoints, network: str, console: Console,
                         timeout_s: float = 300.0) -> None:
-    """Until the catalog shows every fragment of the network running on the node."""
+    """Until the catalog shows every fragment of the network running."""
     from medusa.catalog.client import CatalogClient
-    from medusa_apps.failover import wait_placed
+    from medusa.catalog.model import Kind
 
+    deadline = time.monotonic() + timeout_s
     with CatalogClient(endpoints.catalog_url) as catalog, \
             console.status("waiting for the node to start the network's fragments"):
-        try:
-            wait_placed(catalog, f"alpha/{network}", f"alpha/{NODE}", None, timeout_s)
-        except TimeoutError as error:
-            raise TimeoutError(f"{error}; see the log of {NODE_SERVICE}") from None
+        while True:
+            specs = [e.spec for e in catalog.list(Kind.FRAGMENTS, network=f"alpha/{network}")]
+            if specs and all(spec.get("phase") == "running" for spec in specs):
+                return
+            failed = [spec for spec in specs if spec.get("phase") == "failed"]
+            if failed or time.monotonic() > deadline:
+                reason = failed[0].get("error") if failed else f"not within {timeout_s:.0f}s"
+                raise RuntimeError(f"the network's fragments did not start ({reason}); see "
+                                   f"`medusa status` and the log of {NODE_SERVICE}")
+            time.sleep(0.5)
 
 
 def _latency_view(watch: OutputWatch) -> Table:
@@ -217,10 +226,9 @@ def _latencies(watch: OutputWatch, publisher: Publisher, wall_start: float
             for name, rows in watch.arrivals.items()}
 
 
-def _summary(validation: Validation, latencies: dict[str, list[float]],
-             endpoints: Endpoints, logs_dir: Path) -> Table:
-    """What a user reads at a glance: outputs per type, latency as a reader here saw it,
-    and where to look next."""
+def _summary(validation: Validation, latencies: dict[str, list[float]]) -> Table:
+    """What a user reads at a glance: outputs per type, and their latency as a reader here
+    saw it (from the input's due sending to the answer's arrival, read_committed)."""
     table = Table(title="Summary: outputs as a read_committed reader saw them",
                   box=box.SIMPLE_HEAD, padding=0, show_edge=False)
     table.add_column("output", min_width=len("notifications"))
@@ -231,9 +239,14 @@ def _summary(validation: Validation, latencies: dict[str, list[float]],
         seen = latencies.get(kind.field, [])
         table.add_row(kind.name, f"{result.got:,}", f"{result.expected:,}",
                       shown(percentile(seen, 0.5)), shown(percentile(seen, 0.99)))
-    table.caption = (f"console {endpoints.catalog_url.rstrip('/')}/console · Jaeger "
-                     f"{endpoints.jaeger_query_url} · `medusa status` · logs in {logs_dir}")
     return table
+
+
+def _where_next(endpoints: Endpoints, logs_dir: Path) -> list[str]:
+    return [f"  the console: {endpoints.catalog_url.rstrip('/')}/console",
+            f"  traces in Jaeger: {endpoints.jaeger_query_url}",
+            "  what runs where: `medusa status`",
+            f"  logs: {logs_dir}"]
 
 
 def run_demo(duration_s: int, speedup: float, xways: int, console: Console,
@@ -287,14 +300,16 @@ def _run(network: str, prefix: str, duration_s: int, speedup: float, xways: int,
         run = read_run(config, registry_client(endpoints.registry_url), prefix)
     result = validate(run.inputs, run.outputs, compute(run.reference_input()))
     console.print(result.table())
-    console.print(_summary(result, _latencies(watch, publisher, summary["wall_start"]),
-                           endpoints, layout.logs_dir))
+    console.print(_summary(result, _latencies(watch, publisher, summary["wall_start"])))
     if result.passed:
         console.print("[bold green]PASS: every output equals the reference, within 5 s.")
     else:
         console.print("[bold red]FAIL:[/]")
         for line in result.failures():
             console.print(f"  {line}")
+    console.print("Where to look next:")
+    for line in _where_next(endpoints, layout.logs_dir):
+        console.print(line)
     return result.passed
 
 

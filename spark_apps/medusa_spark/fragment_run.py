@@ -29,6 +29,12 @@ def checkpoint_location(checkpoint_root: str, wiring: FragmentWiring) -> str:
             f"{wiring.topic_prefix}{wiring.name}-{wiring.fingerprint}")
 
 
+def same_definition(checkpoint: str, other: str) -> bool:
+    """Whether two checkpoint locations (on any node or store) hold the same definition of
+    a fragment: the same topics and fingerprint, the last part of the location."""
+    return checkpoint.rstrip("/").rsplit("/", 1)[-1] == other.rstrip("/").rsplit("/", 1)[-1]
+
+
 @dataclass
 class FragmentRun:
     wiring: FragmentWiring

@@ -74,7 +74,12 @@ from medusa_spark.checkpoints import (
     write_resume,
 )
 from medusa_spark.fragment import FragmentWiring, Instance
-from medusa_spark.fragment_run import FragmentRun, checkpoint_location, start_fragment
+from medusa_spark.fragment_run import (
+    FragmentRun,
+    checkpoint_location,
+    same_definition,
+    start_fragment,
+)
 from medusa_spark.network.fragments import Fragment, fragment_delays, fragments_of
 from medusa_spark.network.model import NetworkError, parse_network
 from medusa_spark.network.validate import Plan, validate
@@ -321,6 +326,10 @@ class Node:
         wiring = self._wiring(network, name, entry)
         mine = checkpoint_location(self.checkpoint_root, wiring)
         source = entry.spec.get("checkpoint")
+        if source and not same_definition(source, mine):
+            log.info("%s: %s was redeployed with another definition or other topics; it "
+                     "starts afresh rather than from %s", self.global_name, name, source)
+            source = None
         if source and not is_local(source):
             mine = source  # on a shared store: resumed in place, nothing is copied
         if phase == "moving":

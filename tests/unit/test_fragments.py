@@ -123,3 +123,17 @@ def test_the_shipped_networks_group_without_naming_fragments() -> None:
         fragments, _ = _grouping(plan, {}, {})
         assert sorted(b for f in fragments.values() for b in f.boxes) == sorted(
             plan.network.boxes), path.name
+
+
+def test_a_checkpoint_is_resumed_only_by_the_same_definition() -> None:
+    """A move or takeover resumes the checkpoint another node wrote; a redeploy with other
+    topics (a second `make demo`) or another definition starts afresh."""
+    from medusa_spark.fragment_run import same_definition
+
+    moved = ("/run/checkpoints/alpha/n1/alpha/linear-road/demo-1.alpha-4f2a",
+             "hdfs://nn:9000/medusa/alpha/n2/alpha/linear-road/demo-1.alpha-4f2a/")
+    assert same_definition(*moved)
+    assert not same_definition("/c/alpha/n1/alpha/linear-road/demo-1.alpha-4f2a",
+                               "/c/alpha/n1/alpha/linear-road/demo-2.alpha-4f2a")
+    assert not same_definition("/c/alpha/n1/alpha/linear-road/alpha-4f2a",
+                               "/c/alpha/n1/alpha/linear-road/alpha-9b01")

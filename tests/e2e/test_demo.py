@@ -1,0 +1,42 @@
+"""The main job, as a user runs it (`make demo` is `medusa demo`), shortened to two simulated
+minutes: the federation, a node, the Linear Road network deployed with default placement,
+traffic rising to one expressway's peak rate, and its own check against the reference and
+the 5 s rule. It must pass, as the user's run must."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
+
+pytestmark = pytest.mark.e2e
+
+
+def test_the_demo_passes_its_own_check(local_federation, federation, tmp_path) -> None:
+    if local_federation is None:
+        pytest.skip("the demo runs the local federation; this session's stack is another")
+    env = {**federation.environment(local_federation.settings.run_dir), "COLUMNS": "80"}
+    # The session's stack is the one `medusa up` recorded in its run folder: the demo uses it.
+    for variable in [v for v in env if v.startswith("MEDUSA_EXTERNAL_")]:
+        del env[variable]
+    result = subprocess.run([sys.executable, "-m", "medusa_apps", "demo", "--duration", "120",
+                             "--stop"], capture_output=True, text=True, env=env, timeout=900,
+                            check=False)
+    output = result.stdout + result.stderr
+    (tmp_path / "demo.log").write_text(output)
+    assert result.returncode == 0, output[-6000:]
+    assert "PASS: every output equals the reference, within 5 s." in output
+    for line in ("Summary: outputs as a read_committed reader saw them", "Where to look next:",
+                 "/console"):
+        assert line in output, output[-3000:]
+    # A user's terminal shows Medusa's lines, not the clients' logs.
+    for noise in ("CONFWARN", "isolation.level", "%4|", "%6|", "SQLQueryContextLogger"):
+        assert noise not in output, noise
+    assert max(len(line) for line in output.splitlines()) <= 80
+    with CatalogClient(federation.catalog_url) as catalog:
+        assert catalog.list(Kind.FRAGMENTS, network="alpha/linear-road") == [], \
+            "--stop withdraws the demo's network"

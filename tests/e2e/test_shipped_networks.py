@@ -1,0 +1,124 @@
+"""Every network the project ships, deployed as a user deploys it: `medusa deploy FILE` with
+default placement, input from `medusa produce`, outputs checked against a reference.
+(The Linear Road network is deployed so by the demo's test, `test_demo.py`.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
+from medusa.consuming import TupleConsumer
+from medusa.envelope import TupleType
+from medusa.sensor_windows import WINDOW_MS, reference
+from medusa.sensors import SensorReading
+from medusa.settings import REPO_ROOT, kafka_config
+from tests.federation_processes import NodeProcess, federation_env, running
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
+
+SHIPPED = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks"
+DEPLOYED_BY_THE_DEMO = {"linear_road.yaml"}
+SENSORS = 4
+ROUNDS = 25
+"""Readings per sensor, a second apart: two 10-second windows close, the third stays open."""
+
+
+def test_every_shipped_network_has_a_deployment_test() -> None:
+    shipped = {path.name for path in SHIPPED.glob("*.yaml")}
+    assert shipped == set(INPUTS) | DEPLOYED_BY_THE_DEMO
+
+
+@pytest.fixture(scope="module")
+def nodes(federation, tmp_path_factory) -> Iterator[dict[str, NodeProcess]]:
+    run_dir = tmp_path_factory.mktemp("shipped")
+    with running({"alpha": NodeProcess("shipped-a1", "alpha", federation, run_dir),
+                  "beta": NodeProcess("shipped-b1", "beta", federation, run_dir)}) as started:
+        yield started
+
+
+def _medusa(env: dict[str, str], *args: str) -> str:
+    result = subprocess.run([sys.executable, "-m", "medusa_apps", *args], capture_output=True,
+                            text=True, env=env, timeout=300, check=False)
+    assert result.returncode == 0, f"medusa {' '.join(args)}:\n{result.stdout}{result.stderr}"
+    return result.stdout
+
+
+INPUTS = {
+    # network file: the participants whose sensors feed it, and their topics' prefixes
+    "sensor_windows.yaml": {"alpha": ""},
+    "sensor_pair.yaml": {"alpha": "alpha.", "beta": "beta."},
+}
+
+
+def _readings(federation, registry, topics: dict[str, str]
+              ) -> dict[str, list[SensorReading]]:
+    """The readings in each input topic (participant -> topic), as published."""
+    found = {}
+    for participant, topic in topics.items():
+        with TupleConsumer(kafka_config(federation.bootstrap(participant)), registry, [topic],
+                           f"shipped-{uuid.uuid4().hex[:6]}") as consumer:
+            found[participant] = [SensorReading(**dict(c.record.value))
+                                  for c in consumer.drain(idle_s=3)
+                                  if c.record.type is TupleType.STABLE]
+    return found
+
+
+@pytest.mark.parametrize("network_file", sorted(INPUTS))
+def test_a_shipped_network_deploys_with_default_placement_and_answers(
+        network_file, nodes, federation, registry, tmp_path) -> None:
+    raw = yaml.safe_load((SHIPPED / network_file).read_text())
+    prefix = f"shipped{uuid.uuid4().hex[:6]}."
+    raw["topic_prefix"] = prefix  # the run's own topics; the network is as shipped
+    network = tmp_path / network_file
+    network.write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = {**federation_env(federation, tmp_path), "COLUMNS": "200"}
+    deployed = _medusa(env, "deploy", str(network))
+    name = f"{raw['participant']}/{raw['name']}"
+    assert f"deployed {name}" in deployed
+    with CatalogClient(federation.catalog_url) as catalog:
+        try:
+            wait_until(f"every fragment of {name} runs", lambda: all(
+                e.spec.get("phase") == "running"
+                for e in catalog.list(Kind.FRAGMENTS, network=name)), 240)
+            output = f"{prefix}medusa.{raw['name']}.per_sensor"
+            outputs = kafka_config(federation.bootstrap("beta"))
+            inputs = {}
+            for participant, topic_prefix in INPUTS[network_file].items():
+                _medusa(env, "produce", "sensors", "--participant", participant,
+                        "--topic-prefix", prefix + topic_prefix, "--sensors", str(SENSORS),
+                        "--count", str(SENSORS * ROUNDS), "--speedup", "0")
+                inputs[participant] = f"{prefix}{topic_prefix}sensors.readings"
+            per_input = _readings(federation, registry, inputs)
+            assert [len(found) for found in per_input.values()] == [SENSORS * ROUNDS] * len(
+                inputs)
+            readings = [r for found in per_input.values() for r in found]
+            # The windows that every input's readings have passed: their boundaries close
+            # them (the last one stays open, as no boundary passes it).
+            closed_before = min(max(r.measured_at for r in found)
+                                for found in per_input.values())
+            expected = {key: value for key, value in reference(readings).items()
+                        if value["window_start_ms"] + WINDOW_MS <= closed_before}
+            assert len(expected) >= SENSORS
+            got: dict[str, dict] = {}
+            with TupleConsumer(outputs, registry, [output],
+                               f"shipped-{uuid.uuid4().hex[:6]}") as consumer:
+                deadline = time.monotonic() + 180
+                while not set(expected) <= set(got) and time.monotonic() < deadline:
+                    consumed = consumer.poll(1.0)
+                    if consumed is not None and consumed.record.type is TupleType.STABLE:
+                        assert consumed.record.tuple_id not in got, "a duplicate"
+                        got[consumed.record.tuple_id] = dict(consumed.record.value)
+            for key, value in expected.items():
+                assert key in got, f"{key} missing; got {sorted(got)}"
+                assert {k: got[key][k] for k in value} == value
+        finally:
+            _medusa(env, "undeploy", name)
