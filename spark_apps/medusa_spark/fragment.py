@@ -135,6 +135,10 @@ class FragmentWiring:
             otlp_endpoint=otlp_endpoint)
 
 
+SOURCE_FETCH_WAIT_MS = 10
+"""How long a fetch of the SUnion's topic waits for more records at the end of the log."""
+
+
 def read_source(spark: SparkSession, source: KafkaStream) -> DataFrame:
     """The SUnion's topic, committed buckets only, from the start."""
     reader = spark.readStream.format("kafka")
@@ -145,6 +149,9 @@ def read_source(spark: SparkSession, source: KafkaStream) -> DataFrame:
             .option("includeHeaders", "true")
             # A bucket is one transaction: never a part of one, never an aborted one.
             .option("kafka.isolation.level", "read_committed")
+            # A batch that reaches the end of the topic (every batch of a quiet input)
+            # would wait the Java consumer's default 500 ms for more to come.
+            .option("kafka.fetch.max.wait.ms", str(SOURCE_FETCH_WAIT_MS))
             .option("failOnDataLoss", "true")
             .load())
 

@@ -1,5 +1,8 @@
 """A bad query network is rejected before anything runs, naming the box and the field."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -162,3 +165,24 @@ def test_yaml_errors_are_reported_with_the_file(tmp_path) -> None:
     path.write_text("name: [unclosed")
     with pytest.raises(NetworkError, match=r"broken\.yaml: not valid YAML"):
         load_network(path)
+
+
+def test_a_typo_in_a_predicate_gets_the_clear_error_alone_on_the_terminal(tmp_path) -> None:
+    """`medusa deploy --check` of a network with `valu > 0`: one paragraph naming the box
+    and the field; Spark's own ERROR line with its Java stack trace goes to the log file."""
+    path = tmp_path / "typo.yaml"
+    path.write_text(network(boxes__moving__params={"predicate": "valu > 0"}))
+    env = {**os.environ, "MEDUSA_RUN_DIR": str(tmp_path / "run"),
+           "COLUMNS": "200"}
+    result = subprocess.run([sys.executable, "-m", "medusa_apps", "deploy", "--check",
+                             str(path)], capture_output=True, text=True, env=env, timeout=300,
+                            check=False)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "box 'moving', field 'params.predicate'" in result.stderr
+    assert "valu" in result.stderr
+    shown = result.stdout + result.stderr
+    for noise in ("SQLQueryContextLogger", "Traceback", "at org.apache", "ERROR"):
+        assert noise not in shown, shown
+    assert len(shown) < 2000, shown
+    spark_log = tmp_path / "run" / "logs" / "medusa-deploy-spark.log"
+    assert "valu" in spark_log.read_text(), "Spark's own account is kept in the log file"
