@@ -130,6 +130,54 @@ def _wait_for_fragments(endpoints: Endpoints, network: str, console: Console,
             time.sleep(0.5)
 
 
+WARM_UP_INPUTS = (lr.POSITION_REPORTS, lr.ACCOUNT_BALANCE_QUERIES,
+                  lr.DAILY_EXPENDITURE_QUERIES, lr.HISTORICAL_TOLLS)
+WARM_UP_OUTPUTS = (lr.TOLL_NOTIFICATIONS, lr.DAILY_EXPENDITURES)
+"""An output of each of the network's two fragments."""
+
+
+def _warm_up(endpoints: Endpoints, prefix: str, console: Console,
+             timeout_s: float = 300.0) -> None:
+    """Until every fragment has run its first batch, before the traffic starts: a new
+    query's first batch loads and compiles its plan (10 to 15 s on 2 cores), which the
+    benchmark's input, sent to a running system, does not wait for. A BOUNDARY just before
+    the traffic's first second goes to every input; a BOUNDARY on an output says that its
+    fragment has run a batch."""
+    from confluent_kafka import Consumer
+
+    from medusa.envelope import TYPE_HEADER
+    from medusa.producing import TupleProducer
+    from medusa.schemas import schema_for_topic
+
+    config = kafka_config(endpoints.bootstrap("alpha"))
+    registry = registry_client(endpoints.registry_url)
+    with console.status("warming the network up: each fragment's first batch"):
+        for topic in WARM_UP_INPUTS:
+            with TupleProducer(config, registry, prefix + topic, schema_for_topic(topic),
+                               "demo-warm-up") as producer:
+                producer.emit_boundaries(lr.STIME_ORIGIN_MS - 1000)
+                producer.flush(30)
+        waiting = {prefix + topic for topic in WARM_UP_OUTPUTS}
+        consumer = Consumer(kafka_config(endpoints.bootstrap("alpha"), {
+            "group.id": f"demo-warm-up-{uuid.uuid4()}", "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "isolation.level": "read_committed"}))
+        deadline = time.monotonic() + timeout_s
+        try:
+            consumer.subscribe(sorted(waiting))
+            while waiting and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None or message.error() is not None:
+                    continue
+                if dict(message.headers() or []).get(TYPE_HEADER) == b"BOUNDARY":
+                    waiting.discard(message.topic())
+        finally:
+            consumer.close()
+    if waiting:
+        raise RuntimeError(f"the network's fragments ran no batch within {timeout_s:.0f}s "
+                           f"(no boundary on {', '.join(sorted(waiting))}); see the log "
+                           f"of {NODE_SERVICE}")
+
+
 def _latency_view(watch: OutputWatch) -> Table:
     table = Table(title="toll notifications: latency from report to notification")
     for column in ("input sent", "notifications", "p50", "p99", "bound"):
@@ -278,6 +326,7 @@ def _run(network: str, prefix: str, duration_s: int, speedup: float, xways: int,
          endpoints: Endpoints, layout: StackLayout, console: Console) -> bool:
     config = kafka_config(endpoints.bootstrap("alpha"))
     _wait_for_fragments(endpoints, network, console)
+    _warm_up(endpoints, prefix, console)
     profile = demo_profile(xways, duration_s)
     with console.status("computing the reference outputs"):
         reference = compute(r for _, rs in TrafficSimulation(profile).run() for r in rs)

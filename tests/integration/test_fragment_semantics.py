@@ -189,3 +189,29 @@ def test_undecodable_input_goes_to_the_dead_letter_topic(spark, federation, regi
     assert letters[0].value() == garbage
     assert b"schema id" in headers["medusa.dlq.reason"]
     assert headers["medusa.id"] == b"poison", "the original headers are kept"
+
+
+def test_every_daily_expenditure_query_is_answered_with_or_without_history(spark) -> None:
+    """Linear Road's expenditures fragment as shipped: a query whose car has history on
+    that expressway gets the day's toll; one whose car has none gets 0 (the benchmark
+    answers every query)."""
+    from medusa.settings import REPO_ROOT
+    from medusa_spark.network.model import load_network
+    from medusa_spark.testing import harness
+
+    shipped = load_network(REPO_ROOT / "spark_apps/medusa_spark/networks/linear_road.yaml")
+    member = {box: "road" for box in shipped.boxes} | {"expenditures": "expenditures"}
+    tolls = list(range(10, 79))  # day d's toll is d + 9
+
+    def query(seconds: int, vid: int, qid: int) -> Tuple:
+        return Tuple("daily_expenditure_queries", at(seconds),
+                     {"time": seconds, "vid": vid, "xway": 0, "qid": qid, "day": 5})
+
+    found = harness(spark, shipped, member, "expenditures").run([
+        [Tuple("historical_tolls", at(1), {"time": 1, "vid": 7, "xway": 0, "tolls": tolls}),
+         boundary(2)],
+        [query(3, 7, 1), query(3, 8, 2), boundary(4)],
+        [boundary(10)],
+    ])["expenditures"]
+    answers = {r.value["qid"]: r.value["expenditure"] for r in data(found) if r.value}
+    assert answers == {1: 14, 2: 0}
