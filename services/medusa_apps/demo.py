@@ -277,7 +277,7 @@ def _latencies(watch: OutputWatch, publisher: Publisher, wall_start: float
 def _summary(validation: Validation, latencies: dict[str, list[float]]) -> Table:
     """What a user reads at a glance: outputs per type, and their latency as a reader here
     saw it (from the input's due sending to the answer's arrival, read_committed)."""
-    table = Table(title="Summary: outputs as a read_committed reader saw them",
+    table = Table(title="Summary, as a reader saw it",
                   box=box.SIMPLE_HEAD, padding=0, show_edge=False)
     table.add_column("output", min_width=len("notifications"))
     for column in ("records", "reference", "p50", "p99"):
@@ -342,6 +342,8 @@ def _run(network: str, prefix: str, duration_s: int, speedup: float, xways: int,
         summary = publisher.summary()
     finally:
         publisher.stop()
+    if not console.is_terminal:
+        console.line()  # the live view's last line has no end of line off a terminal
     console.print(f"sent {summary['sent']:,} records at {summary['rate_per_s']:,.0f}/s")
 
     console.print("[bold]5. Validated: against the reference and the 5 s response rule[/]")

@@ -29,10 +29,17 @@ def checkpoint_location(checkpoint_root: str, wiring: FragmentWiring) -> str:
             f"{wiring.topic_prefix}{wiring.name}-{wiring.fingerprint}")
 
 
+REPLICA_SUFFIX = ".replica"
+"""A standby replica's checkpoint sits beside its primary's, named with this suffix."""
+
+
 def same_definition(checkpoint: str, other: str) -> bool:
-    """Whether two checkpoint locations (on any node or store) hold the same definition of
-    a fragment: the same topics and fingerprint, the last part of the location."""
-    return checkpoint.rstrip("/").rsplit("/", 1)[-1] == other.rstrip("/").rsplit("/", 1)[-1]
+    """Whether two checkpoint locations (on any node or store, a primary's or a replica's)
+    hold the same definition of a fragment: the same topics and fingerprint, the last
+    part of the location."""
+    def definition(location: str) -> str:
+        return location.rstrip("/").rsplit("/", 1)[-1].removesuffix(REPLICA_SUFFIX)
+    return definition(checkpoint) == definition(other)
 
 
 @dataclass

@@ -75,6 +75,7 @@ from medusa_spark.checkpoints import (
 )
 from medusa_spark.fragment import FragmentWiring, Instance
 from medusa_spark.fragment_run import (
+    REPLICA_SUFFIX,
     FragmentRun,
     checkpoint_location,
     same_definition,
@@ -88,7 +89,6 @@ from medusa_spark.sunion_process import SUnionProcess
 from medusa_spark.warmup import warm_up
 from medusa_spark.wiring import NetworkTopics, fragment_wiring, network_topics
 
-REPLICA_SUFFIX = ".replica"
 URGENT_POLL_S = 0.1
 """How often a node reads the catalog while it takes part in a warm move."""
 CAUGHT_UP_RECORDS = 1000

@@ -30,7 +30,7 @@ def test_the_demo_passes_its_own_check(local_federation, federation, tmp_path) -
     (tmp_path / "demo.log").write_text(output)
     assert result.returncode == 0, output[-6000:]
     assert "PASS: every output equals the reference, within 5 s." in output
-    for line in ("Summary: outputs as a read_committed reader saw them", "Where to look next:",
+    for line in ("Summary, as a reader saw it", "Where to look next:",
                  "/console"):
         assert line in output, output[-3000:]
     # A user's terminal shows Medusa's lines, not the clients' logs.

@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 import yaml
@@ -66,10 +67,18 @@ def _readings(federation, registry, topics: dict[str, str]
     for participant, topic in topics.items():
         with TupleConsumer(kafka_config(federation.bootstrap(participant)), registry, [topic],
                            f"shipped-{uuid.uuid4().hex[:6]}") as consumer:
-            found[participant] = [SensorReading(**dict(c.record.value))
+            found[participant] = [_reading(dict(c.record.value))
                                   for c in consumer.drain(idle_s=3)
                                   if c.record.type is TupleType.STABLE]
     return found
+
+
+def _reading(value: dict) -> SensorReading:
+    """A reading as decoded (its time a datetime: Avro's timestamp-millis)."""
+    at = value["measured_at"]
+    if isinstance(at, datetime):
+        at = round(at.timestamp() * 1000)
+    return SensorReading(**{**value, "measured_at": at})
 
 
 @pytest.mark.parametrize("network_file", sorted(INPUTS))

@@ -133,6 +133,7 @@ def test_a_checkpoint_is_resumed_only_by_the_same_definition() -> None:
     moved = ("/run/checkpoints/alpha/n1/alpha/linear-road/demo-1.alpha-4f2a",
              "hdfs://nn:9000/medusa/alpha/n2/alpha/linear-road/demo-1.alpha-4f2a/")
     assert same_definition(*moved)
+    assert same_definition(moved[0], moved[0] + ".replica"), "a warm move's replica"
     assert not same_definition("/c/alpha/n1/alpha/linear-road/demo-1.alpha-4f2a",
                                "/c/alpha/n1/alpha/linear-road/demo-2.alpha-4f2a")
     assert not same_definition("/c/alpha/n1/alpha/linear-road/alpha-4f2a",
