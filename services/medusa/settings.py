@@ -26,7 +26,7 @@ class KafkaSettingsError(MedusaError, ValueError):
     """``MEDUSA_KAFKA_*`` settings that do not describe a usable client."""
 
 
-LIBRDKAFKA_NAMES = {"log_level": "log_level"}
+UNDERSCORED_KEYS = frozenset({"log_level"})
 """The few librdkafka keys spelt with an underscore, not a dot."""
 
 
@@ -54,7 +54,7 @@ class KafkaClientSettings(BaseSettings):
                 continue
             if isinstance(value, SecretStr):
                 value = value.get_secret_value()
-            config[LIBRDKAFKA_NAMES.get(name, name.replace("_", "."))] = value
+            config[name if name in UNDERSCORED_KEYS else name.replace("_", ".")] = value
         for name, value in overrides.items():
             config[name.replace("_", ".")] = value
         return config

@@ -20,14 +20,13 @@ from medusa.linear_road.records import (
     PositionReport,
 )
 from medusa.linear_road.reference import (
+    TOLL_MAX_LAV,
     accidents,
     car_steps,
     lav,
     segment_statistics,
     toll,
 )
-
-TOLL_MAX_LAV = 40
 
 
 @dataclass
