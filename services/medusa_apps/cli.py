@@ -607,6 +607,7 @@ TRAFFIC_FIGURES = (
     ("toll when charged, p50", ("toll", "p50")),
     ("toll when charged, p90", ("toll", "p90")),
     ("toll when charged, max", ("toll", "max")),
+    ("tolled within 15 segments of the ends", ("tolled_near_the_ends_share",)),
     ("accidents per hour", ("accidents_per_hour",)),
     ("balance queries per report", ("balance_query_share",)),
     ("expenditure queries per report", ("expenditure_query_share",)),
