@@ -21,6 +21,7 @@ from medusa.settings import StackSettings
 from medusa.settings import kafka_config as client_config
 from medusa.stack.endpoints import Endpoints, resolve
 from medusa.stack.layout import StackLayout
+from tests.federation_processes import SharedNodes
 from tests.hdfs_fixtures import hdfs, installed_hdfs  # noqa: F401 (fixtures)
 
 # Test ports stay clear of a developer's own `medusa up` on the default ports, and below
@@ -152,6 +153,17 @@ def test_tracing(federation: Endpoints):  # type: ignore[no-untyped-def]
     tracing.configure("medusa-tests", federation.otlp_endpoint)
     yield trace.get_tracer_provider()
     tracing.shutdown()
+
+
+@pytest.fixture(scope="session")
+def shared_nodes(federation: Endpoints, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[SharedNodes]:
+    """The nodes e2e modules share (``SharedNodes``); none runs until a module asks."""
+    nodes = SharedNodes(federation, tmp_path_factory.mktemp("shared-nodes"))
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
 
 
 @pytest.fixture(scope="module")

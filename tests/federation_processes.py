@@ -110,6 +110,17 @@ class NodeProcess:
                                             env=self.env, start_new_session=True)
         return self
 
+    def log_size(self) -> int:
+        """Where the log ends now: ``log_since`` reads what was written after."""
+        return self.log.stat().st_size if self.log.exists() else 0
+
+    def log_since(self, size: int) -> str:
+        """The log written since it had ``size`` bytes (a shared node's log holds what
+        earlier modules made it do)."""
+        with self.log.open("rb") as log:
+            log.seek(size)
+            return log.read().decode(errors="replace")
+
     def signal(self, sig: signal.Signals) -> None:
         assert self.process is not None, f"node {self.global_name} is not running"
         os.killpg(self.process.pid, sig)
@@ -162,4 +173,36 @@ def running(nodes: dict[str, NodeProcess]) -> Iterator[dict[str, NodeProcess]]:
         yield nodes
     finally:
         for node in nodes.values():
+            node.stop()
+
+
+class SharedNodes:
+    """Nodes the e2e modules of a session share, so that each module does not pay for
+    starting and stopping JVMs: two on alpha (each the other's secondary) and one on beta.
+    Started on first use; a node a module killed or stopped is started again by the next
+    ``ready``."""
+
+    A1, A2, B1 = "alpha/shared-a1", "alpha/shared-a2", "beta/shared-b1"
+
+    def __init__(self, endpoints: Endpoints, run_dir: Path) -> None:
+        self.nodes = {
+            self.A1: NodeProcess("shared-a1", "alpha", endpoints, run_dir, secondary=self.A2),
+            self.A2: NodeProcess("shared-a2", "alpha", endpoints, run_dir, secondary=self.A1),
+            self.B1: NodeProcess("shared-b1", "beta", endpoints, run_dir),
+        }
+
+    def ready(self) -> dict[str, NodeProcess]:
+        """Every node running and registered (their JVMs start side by side)."""
+        for node in self.nodes.values():
+            if node.process is not None and node.process.poll() is not None:
+                node.process = None  # it died (kill -9 by a test)
+            if node.process is None:
+                node.start()
+        for node in self.nodes.values():
+            node.wait_registered()
+        return self.nodes
+
+    def stop(self) -> None:
+        """Stops them all (a test that wants no node but its own on a participant)."""
+        for node in self.nodes.values():
             node.stop()

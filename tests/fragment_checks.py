@@ -9,6 +9,10 @@ from collections.abc import Iterable
 from medusa.catalog.client import CatalogClient
 from medusa.sensor_windows import OutputWatch
 from medusa_spark.deploy import resolve_fragment
+from tests.waiting import wait_until
+
+TAIL_S = 8.0
+"""Input that goes on after a scenario's last step: results computed across it."""
 
 
 def wait_running_on(catalog: CatalogClient, box: str, node: str, timeout_s: float = 240
@@ -39,3 +43,12 @@ def wait_first_result(watch: OutputWatch, topic: str, timeout_s: float = 180) ->
     deadline = time.monotonic() + timeout_s
     while not watch.ids(topic) and time.monotonic() < deadline:
         time.sleep(0.5)
+
+
+def wait_result_after(watch: OutputWatch, topic: str, after_ms: int | None = None,
+                      timeout_s: float = 120) -> None:
+    """Until ``topic`` has a result written after ``after_ms`` (default: now): the fragment
+    has emitted since a step."""
+    since = after_ms if after_ms is not None else time.time_ns() // 1_000_000
+    wait_until(f"a result on {topic} written after the step",
+               lambda: any(a.appended_ms > since for a in watch.arrived(topic)), timeout_s)

@@ -111,8 +111,9 @@ def reference(readings: list[SensorReading]) -> dict[str, dict[str, Any]]:
 @dataclass
 class SteadyInput:
     """Publishes ``seconds`` rounds of readings, one round per ``1 / speedup`` seconds, and
-    then more while ``keep_going()`` says so (at most ``max_seconds`` in all): a scenario
-    keeps its input flowing until what it checks has been observed."""
+    then more while ``keep_going()`` says so, or, ``open_ended``, until ``end_in`` (at most
+    ``max_seconds`` in all): a scenario keeps its input flowing until its steps are done
+    rather than for a length guessed to cover them."""
 
     kafka_config: dict[str, Any]
     registry: SchemaRegistryClient
@@ -123,6 +124,8 @@ class SteadyInput:
     trace_every: int = 0
     """Trace one reading in this many from the producer through the boxes to the sink."""
     keep_going: Callable[[], bool] | None = None
+    open_ended: bool = False
+    """Goes on past ``seconds`` until ``end_in`` is called (and its time has passed)."""
     max_seconds: int = 600
     paused: threading.Event = field(default_factory=threading.Event)
     """While set, nothing goes out (an input that fails); afterwards the rounds it held
@@ -132,6 +135,27 @@ class SteadyInput:
     """Stime of each round -> when it went out (wall clock, ms)."""
     finished: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
+
+    _ends_at: float | None = field(default=None, init=False, repr=False)
+
+    def end_in(self, seconds: float) -> None:
+        """An open-ended input stops ``seconds`` from now (once ``seconds`` rounds went out)."""
+        self._ends_at = time.monotonic() + seconds
+
+    def finish(self, tail_s: float) -> dict[str, dict[str, Any]]:
+        """Ends the input ``tail_s`` from now and waits for its last round: the reference
+        results of all that was sent."""
+        self.end_in(tail_s)
+        if not self.finished.wait(tail_s + self.seconds / self.speedup + 120):
+            raise TimeoutError(f"{self.topic}: the input did not finish")
+        if self.error is not None:
+            raise self.error
+        return self.expected()
+
+    def _goes_on(self) -> bool:
+        if self.keep_going is not None and self.keep_going():
+            return True
+        return self.open_ended and (self._ends_at is None or time.monotonic() < self._ends_at)
 
     def readings(self) -> list[SensorReading]:
         """The first ``seconds`` rounds; ``sent`` has all that went out."""
@@ -167,7 +191,7 @@ class SteadyInput:
                            schema_for_topic(SENSOR_READINGS), f"steady/{self.topic}",
                            to_dict, trace_every=self.trace_every) as producer:
             for index, (stime, batch) in enumerate(sorted(rounds.items())):
-                if index >= self.seconds and (self.keep_going is None or not self.keep_going()):
+                if index >= self.seconds and not self._goes_on():
                     break
                 delay = started + index / self.speedup - time.monotonic()
                 if delay > 0:

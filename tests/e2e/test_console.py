@@ -24,13 +24,13 @@ from medusa.faults import Links
 from medusa.settings import REPO_ROOT
 from medusa_apps.bench.dpc_partition import Fault, deployed_pair, run_scenario
 from medusa_apps.failover import run_failover
-from tests.federation_processes import NodeProcess, running
+from tests.federation_processes import NodeProcess, SharedNodes
 
 pytestmark = pytest.mark.e2e
 
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = REPO_ROOT / "bench-results" / "console"
-A1, A2 = "alpha/con-a1", "alpha/con-a2"
+A1, A2 = SharedNodes.A1, SharedNodes.A2
 LIVE_S = 30.0
 """How long the page may take to show what the catalog shows: a snapshot a second, and a
 loaded 2-core machine (it is a bound of the test, not the console's speed, which the test
@@ -129,12 +129,8 @@ def test_the_page_loads_live_without_console_errors(console: Console) -> None:
 
 
 @pytest.fixture(scope="module")
-def ha_nodes(federation, tmp_path_factory) -> Iterator[dict[str, NodeProcess]]:
-    run_dir = tmp_path_factory.mktemp("console-nodes")
-    with running({A1: NodeProcess("con-a1", "alpha", federation, run_dir, secondary=A2),
-                  A2: NodeProcess("con-a2", "alpha", federation, run_dir, secondary=A1)}
-                 ) as started:
-        yield started
+def ha_nodes(shared_nodes: SharedNodes) -> dict[str, NodeProcess]:
+    return shared_nodes.ready()
 
 
 def test_a_killed_node_turns_red_and_its_fragments_move_on_the_page(
@@ -147,8 +143,9 @@ def test_a_killed_node_turns_red_and_its_fragments_move_on_the_page(
 
     def failover() -> Any:
         with CatalogClient(federation.catalog_url) as catalog:
+            # The input goes on until the outputs have recovered, 20 s at least.
             return run_failover(federation, registry_module, spark, catalog, "passive", A1, A2,
-                                kill)
+                                kill, seconds=20)
     thread, outcome = _in_background(failover)
     try:
         # The network the scenario deploys, drawn with its boxes on the primary.
@@ -255,10 +252,8 @@ def test_a_fragment_scaled_from_the_page_runs_as_that_many_instances(
 
 
 @pytest.fixture(scope="module")
-def beta_node(federation, tmp_path_factory) -> Iterator[NodeProcess]:
-    started = NodeProcess("con-b1", "beta", federation, tmp_path_factory.mktemp("console-b"))
-    with running({started.global_name: started}):
-        yield started
+def beta_node(shared_nodes: SharedNodes) -> NodeProcess:
+    return shared_nodes.ready()[SharedNodes.B1]
 
 
 def test_a_partition_shows_up_failure_then_stable(
@@ -270,7 +265,7 @@ def test_a_partition_shows_up_failure_then_stable(
                     lambda: links.partition("alpha", "beta"),
                     lambda: links.heal("alpha", "beta"))
         thread, outcome = _in_background(lambda: run_scenario(
-            federation, registry_module, federation.catalog_url, network, topic, 45, [cut]))
+            federation, registry_module, federation.catalog_url, network, topic, 20, [cut]))
         try:
             row = f"#fragment-table tr[data-fragment^='{network}/']"
             console.wait(f"{row}[data-dpc='STABLE']", 180)

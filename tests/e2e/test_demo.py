@@ -16,9 +16,11 @@ from medusa.catalog.model import Kind
 pytestmark = pytest.mark.e2e
 
 
-def test_the_demo_passes_its_own_check(local_federation, federation, tmp_path) -> None:
+def test_the_demo_passes_its_own_check(local_federation, federation, shared_nodes,
+                                       tmp_path) -> None:
     if local_federation is None:
         pytest.skip("the demo runs the local federation; this session's stack is another")
+    shared_nodes.stop()  # a user's federation has the demo's node alone
     env = {**federation.environment(local_federation.settings.run_dir), "COLUMNS": "80"}
     # The session's stack is the one `medusa up` recorded in its run folder: the demo uses it.
     for variable in [v for v in env if v.startswith("MEDUSA_EXTERNAL_")]:

@@ -14,15 +14,17 @@ import pytest
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
-from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
+from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml
 from medusa.settings import kafka_config
 from medusa_spark.deploy import MoveResult, deploy, move, undeploy
 from tests.federation_processes import NodeProcess
+from tests.fragment_checks import TAIL_S, wait_first_result, wait_result_after
 
 pytestmark = pytest.mark.e2e
 
 SENSORS = 12
-SECONDS = 60
+SECONDS = 20
+"""At least; the input goes on until the move is done."""
 MOVE_AFTER_FIRST_RESULT_S = 3
 
 
@@ -74,20 +76,17 @@ def moved_run(federation, nodes, spark, registry_module) -> Iterator[MovedRun]:
                                                   "per_sensor": "beta/dist-b2"})
         watch = OutputWatch(beta, registry_module, [crossed_topic, results_topic]).start()
         steady = SteadyInput(alpha, registry_module, f"{prefix}sensors.readings", SENSORS,
-                             SECONDS)
-        expected = reference(steady.readings())
+                             SECONDS, open_ended=True)
         steady.start()
         # Moved once results flow: the first windows have closed and more are open.
-        deadline = time.monotonic() + 180
-        while not watch.ids(results_topic) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        wait_first_result(watch, results_topic)
         time.sleep(MOVE_AFTER_FIRST_RESULT_S)
         move_started_ms = int(time.time() * 1000)
         # To a node of the other participant: the fragment's SUnion topic changes cluster,
         # its output stays on beta's.
         moved = move(catalog, f"alpha/{name}/per_sensor", "alpha/dist-a1", timeout_s=300)
-        assert steady.finished.wait(SECONDS + 120), "the input did not finish"
-        assert steady.error is None, steady.error
+        wait_result_after(watch, results_topic)
+        expected = steady.finish(TAIL_S)
         watch.wait_for(results_topic, set(expected), timeout_s=300)
         watch.wait_for(crossed_topic, {r.tuple_id for r in steady.sent}, timeout_s=60)
         watch.stop()
@@ -122,7 +121,7 @@ def _wait_running(catalog: CatalogClient, network: str, placement: dict[str, str
 def test_the_cross_participant_arrow_loses_and_duplicates_nothing(moved_run) -> None:
     crossed = Counter(moved_run.crossed)
     sent = Counter(moved_run.sent_ids)
-    assert len(sent) == SENSORS * SECONDS
+    assert len(sent) >= SENSORS * SECONDS and len(sent) % SENSORS == 0
     assert crossed - sent == Counter(), "tuples that were never sent"
     assert sent - crossed == Counter(), f"lost on the way: {list(sent - crossed)[:5]}"
     assert max(crossed.values()) == 1, f"duplicated: {[i for i, n in crossed.items() if n > 1]}"

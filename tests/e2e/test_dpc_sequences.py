@@ -13,27 +13,32 @@ import pytest
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.envelope import TupleType
-from medusa_apps.bench.dpc_partition import Fault, ScenarioRun, deployed_pair, run_scenario
-from tests.federation_processes import NodeProcess, running
+from medusa_apps.bench.dpc_partition import (
+    Fault,
+    OutputLog,
+    ScenarioRun,
+    deployed_pair,
+    run_scenario,
+)
+from tests.federation_processes import NodeProcess, SharedNodes
 
 pytestmark = pytest.mark.e2e
 
-SECONDS = 140
+SECONDS = 30
+"""At least; the input goes on until the last failure has ended."""
 BOUND = "4 seconds"
 FIRST = (10.0, 12.0)
 SECOND_FOR_S = 15.0
 """Begins once the catalog shows the fragment stabilizing from the first."""
 THIRD = (50.0, 75.0)
+"""At most: it ends once the restarted node has written tentative output."""
 KILL_AFTER_S = 3.0
 """Into the third failure: the node dies, and starts again (Spark's start takes a while)."""
 
 
 @pytest.fixture(scope="module")
-def node(federation, tmp_path_factory) -> Iterator[NodeProcess]:
-    run_dir = tmp_path_factory.mktemp("dpc-seq-node")
-    started = NodeProcess("dpc-seq-b1", "beta", federation, run_dir)
-    with running({started.global_name: started}):
-        yield started
+def node(shared_nodes: SharedNodes) -> NodeProcess:
+    return shared_nodes.ready()[SharedNodes.B1]
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +78,17 @@ def sequence_run(federation, node, links, spark, registry_module,
         faults = [Fault("partition 1", *FIRST, cut, heal),
                   Fault("partition 2, while stabilizing", FIRST[0] + FIRST[1], SECOND_FOR_S,
                         cut, heal, once=stabilizing),
-                  Fault("partition 3, kill -9 of the node", *THIRD, cut_and_kill, heal)]
+                  Fault("partition 3, kill -9 of the node", *THIRD, cut_and_kill, heal,
+                        until=lambda log: _tentative_after_restart(log, restarts))]
         yield run_scenario(federation, registry_module, federation.catalog_url, network, topic,
                            SECONDS, faults, settle_timeout_s=300)
+
+
+def _tentative_after_restart(log: OutputLog, restarts: list[int]) -> bool:
+    """The restarted node has written tentative output (a few seconds' worth)."""
+    return bool(restarts) and len([
+        c for c in list(log.records) if c.timestamp_ms > restarts[0] and (
+            c.record.type is TupleType.TENTATIVE or "/tentative/" in c.record.tuple_id)]) >= 3
 
 
 def _now_ms() -> int:

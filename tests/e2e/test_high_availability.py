@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,21 +16,19 @@ from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.jaeger_client import wait_for_trace
 from medusa_apps.failover import FailoverOutcome, run_failover
-from tests.federation_processes import NodeProcess, federation_env, running
+from tests.federation_processes import NodeProcess, SharedNodes, federation_env
 
 pytestmark = pytest.mark.e2e
 
-A1, A2 = "alpha/ha-a1", "alpha/ha-a2"
+A1, A2 = SharedNodes.A1, SharedNodes.A2
 TRACE_EVERY = 25
+SECONDS = 20
+"""At least; the input goes on until the outputs have recovered from the failure."""
 
 
 @pytest.fixture(scope="module")
-def nodes(federation, tmp_path_factory) -> Iterator[dict[str, NodeProcess]]:
-    run_dir = tmp_path_factory.mktemp("ha-nodes")
-    with running({A1: NodeProcess("ha-a1", "alpha", federation, run_dir, secondary=A2),
-                  A2: NodeProcess("ha-a2", "alpha", federation, run_dir, secondary=A1)}
-                 ) as started:
-        yield started
+def nodes(shared_nodes: SharedNodes) -> dict[str, NodeProcess]:
+    return shared_nodes.ready()
 
 
 def _restart(node: NodeProcess) -> None:
@@ -43,7 +40,8 @@ def _failover(federation, nodes, spark, registry_module, mode: str, primary: str
               secondary: str) -> FailoverOutcome:
     with CatalogClient(federation.catalog_url) as catalog:
         outcome = run_failover(federation, registry_module, spark, catalog, mode, primary,
-                               secondary, nodes[primary].kill, trace_every=TRACE_EVERY)
+                               secondary, nodes[primary].kill, seconds=SECONDS,
+                               trace_every=TRACE_EVERY)
     _restart(nodes[primary])  # rejoins as a new incarnation, with no fragments
     return outcome
 
@@ -155,7 +153,7 @@ def test_a_node_declared_dead_that_comes_back_is_fenced(
             paused.signal(signal.SIGCONT)  # back, with its queries mid-batch
 
         outcome = run_failover(federation, registry_module, spark, catalog, "passive", A1,
-                               A2, pause_until_replaced)
+                               A2, pause_until_replaced, seconds=SECONDS)
         rejoined = catalog.get(Kind.NODES, A1)
     _assert_exactly_once(outcome)
     # It stopped its fragments without taking them back, and rejoined as a new incarnation.

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
@@ -22,7 +21,7 @@ from medusa.sensor_windows import WINDOW_MS, reference
 from medusa.sensors import SensorReading
 from medusa.settings import REPO_ROOT, kafka_config
 from medusa.stable_view import StableView
-from tests.federation_processes import NodeProcess, federation_env, running
+from tests.federation_processes import NodeProcess, SharedNodes, federation_env
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -40,11 +39,9 @@ def test_every_shipped_network_has_a_deployment_test() -> None:
 
 
 @pytest.fixture(scope="module")
-def nodes(federation, tmp_path_factory) -> Iterator[dict[str, NodeProcess]]:
-    run_dir = tmp_path_factory.mktemp("shipped")
-    with running({"alpha": NodeProcess("shipped-a1", "alpha", federation, run_dir),
-                  "beta": NodeProcess("shipped-b1", "beta", federation, run_dir)}) as started:
-        yield started
+def nodes(shared_nodes: SharedNodes) -> dict[str, NodeProcess]:
+    ready = shared_nodes.ready()
+    return {"alpha": ready[SharedNodes.A1], "beta": ready[SharedNodes.B1]}
 
 
 def _medusa(env: dict[str, str], *args: str) -> str:

@@ -51,6 +51,8 @@ class Fault:
     end: Callable[[], object]
     once: Callable[[], bool] | None = None
     """Begins only once this holds (checked from ``at_s`` on, for at most a minute)."""
+    until: Callable[[OutputLog], bool] | None = None
+    """Ends as soon as the output so far shows what it was for (``for_s`` at most)."""
 
 
 @dataclass(frozen=True)
@@ -238,11 +240,12 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
                  say: Callable[[str], None] = lambda _: None,
                  settle_timeout_s: float = 240.0, output_participant: str = "beta",
                  reference: Callable[[list[SensorReading]], dict[str, dict[str, Any]]] =
-                 pair_reference) -> ScenarioRun:
-    """Steady input on both participants for ``seconds``, the faults on their timeline,
-    then waits until the output's stable view (on ``output_participant``'s cluster) holds
-    every result ``reference`` expects of the input, with nothing left to reconcile. The DPC
-    state sampled is that of the fragment writing the output (on a node of
+                 pair_reference, tail_s: float = 8.0) -> ScenarioRun:
+    """Steady input on both participants for ``seconds`` and on until ``tail_s`` after the
+    fragment has reconciled from the last fault, the faults on their timeline; then waits
+    until the output's stable view (on ``output_participant``'s cluster) holds every result
+    ``reference`` expects of the input, with nothing left to reconcile. The DPC state
+    sampled is that of the fragment writing the output (on a node of
     ``output_participant``)."""
     prefix = output_topic.split("medusa.")[0]
     with CatalogClient(catalog_url) as catalog:
@@ -251,7 +254,8 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
     recorder = OutputRecorder(kafka_config(endpoints.bootstrap(output_participant)),
                               registry, output_topic)
     inputs = {p: SteadyInput(kafka_config(endpoints.bootstrap(p)), registry,
-                             f"{prefix}{p}.sensors.readings", SENSORS, seconds)
+                             f"{prefix}{p}.sensors.readings", SENSORS, seconds,
+                             open_ended=True)
               for p in ("alpha", "beta")}
     states: list[tuple[int, str]] = []
     sampling = threading.Event()
@@ -282,15 +286,26 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
             began = _now_ms()
             fault.begin()
             try:
-                time.sleep(fault.for_s)
+                ends = time.monotonic() + fault.for_s
+                while time.monotonic() < ends and not (
+                        fault.until is not None and fault.until(recorder.log)):
+                    time.sleep(0.2)
             finally:
                 fault.end()
             windows.append(FaultWindow(fault.label, began, _now_ms()))
+        # The input flows until the fragment is STABLE again with nothing left to
+        # reconcile: a silent input is, to DPC, a failed one.
+        reconciled_by = time.monotonic() + settle_timeout_s
+        while time.monotonic() < reconciled_by:
+            view = stable_view(c.record for c in list(recorder.log.records))
+            if states and states[-1][1] == "STABLE" and not view.reconciling \
+                    and not view.tentative:
+                break
+            time.sleep(0.5)
         for steady in inputs.values():
-            if not steady.finished.wait(seconds + 120):
-                raise TimeoutError("the steady input did not finish")
-            if steady.error is not None:
-                raise steady.error
+            steady.end_in(tail_s)
+        for steady in inputs.values():
+            steady.finish(tail_s)
         expected = reference([*inputs["alpha"].sent, *inputs["beta"].sent])
         say("input done; waiting for the stable view to be complete")
         deadline = time.monotonic() + settle_timeout_s
