@@ -8,7 +8,7 @@ STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup up down status demo test test-scenarios test-unit test-integration bench chaos lint clean
+.PHONY: help setup go-tools-early browser-early up down status demo test test-scenarios test-unit test-integration bench chaos lint clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-17s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -17,8 +17,17 @@ $(STAMP): pyproject.toml
 	@MEDUSA_VENV=$(VENV) MEDUSA_PYTHON_BIN=$(PYTHON) MEDUSA_EXTRAS=dev bash infra/install_python.sh
 	@touch $(STAMP)
 
-setup: $(STAMP) ## Install everything: Python deps, Kafka, registry, Spark connectors, Jaeger, toxiproxy
+setup: go-tools-early $(STAMP) ## Install everything: Python deps, Kafka, registry, Spark connectors, Jaeger, toxiproxy
 	@MEDUSA_PYTHON=$(BIN)/python bash infra/install.sh
+
+# Jaeger and toxiproxy compile for minutes on a fresh machine and the browser's packages
+# download for one or two: both start in the background before the other steps, and the
+# steps that need them wait on their lock (a second run finds them cached).
+go-tools-early:
+	@mkdir -p .cache && (bash infra/install_go_tools.sh >.cache/go-tools-early.log 2>&1 &)
+
+browser-early:
+	@mkdir -p .cache && (bash infra/install_browser.sh >.cache/browser-early.log 2>&1 &)
 
 up: setup ## Start the local federation (a Kafka cluster per participant, registry, Jaeger, catalog, detector, BPM agents)
 	@$(BIN)/medusa up --skip-install
@@ -32,7 +41,7 @@ status: ## Show what runs and where
 demo: setup ## The main job: the local federation with the Linear Road example
 	@$(BIN)/medusa demo
 
-test: setup ## Run every test (unit, integration, e2e) against the real local stack
+test: browser-early setup ## Run every test (unit, integration, e2e) against the real local stack
 	@bash infra/install_browser.sh
 	@$(BIN)/python -m pytest $(PYTEST_ARGS)
 

@@ -20,7 +20,7 @@ trap 'kill "$go_tools" 2>/dev/null || true' EXIT
 "$here/install_hdfs.sh"
 "$here/install_compose_schema.sh"
 if ! grep -q "cached" "$go_log" 2>/dev/null; then
-  echo "[install] jaeger and toxiproxy: still building (log: $go_log)"
+  echo "[install] jaeger and toxiproxy: waiting for their build (a few minutes the first time)"
 fi
 status=0
 wait "$go_tools" || status=$?

@@ -24,6 +24,10 @@ log() { echo "[install] $*"; }
 
 version() { "$CHROMIUM" --version 2>/dev/null | head -n1; }
 
+# One install at a time: `make test` may have started one in the background already.
+exec 9>"${TMPDIR:-/tmp}/medusa-browser-install.lock"
+flock 9
+
 if [[ -x "$CHROMIUM" && -f "$FONT" ]]; then
   log "browser: cached ($(version))"
   exit 0

@@ -98,8 +98,11 @@ class BpmAgent:
         mine = [f for f in fragments if f.name.startswith(f"{self.participant}/")]
         if any(f.spec.get("phase") in ("moving", "released") for f in mine):
             return None  # one move at a time
+        # At a partner because the agent moved it there under a contract: load that its
+        # network (or an operator) placed at a partner stays where it was placed.
         away = [f for f in mine if not str(f.spec.get("node")).startswith(
-            f"{self.participant}/") and f.spec.get("phase") == "running"]
+            f"{self.participant}/") and f.spec.get("phase") == "running"
+            and self._terms(f, offers) is not None]
         for fragment in away:
             self._pay_periods(fragment, offers, known, now)
         for fragment in away:

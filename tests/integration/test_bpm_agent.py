@@ -2,8 +2,9 @@
 an overloaded origin offers a fragment under an active contract, the host accepts and the
 fragment moves; nothing moves without a contract; an offer outside the range is refused;
 an unanswered offer is withdrawn; load stays where it is while home is dearer, and goes
-home when its contract ends. Loads come from fixed reports and moves only retarget the
-fragment in the catalog: the moves themselves are tested with Spark in the e2e tests."""
+home when its contract ends; load its network placed at a partner is never brought home.
+Loads come from fixed reports and moves only retarget the fragment in the catalog: the
+moves themselves are tested with Spark in the e2e tests."""
 
 from __future__ import annotations
 
@@ -158,6 +159,19 @@ def test_nothing_moves_without_a_contract_or_when_the_host_would_lose(federated)
     assert answer.startswith("refused offer") and "more than the 9.000 paid" in answer, answer
     assert alpha.step() is None, "a refused offer is not made again while nothing changed"
     assert federated.moves == []
+
+
+def test_load_its_network_placed_at_a_partner_is_never_brought_home(federated) -> None:
+    # Placed on beta by its network (as sensor_pair's boxes are), with no offer behind it:
+    # neither the lack of a contract nor a cheaper home moves it.
+    federated.catalog.update(Kind.FRAGMENTS, FRAGMENT,
+                             lambda spec: None if spec is None else {**spec, "node": "beta/n1"})
+    federated.load(alpha=0.0, beta=0.95, fragment_on="beta")
+    alpha = federated.agent("alpha")
+    assert alpha.step() is None
+    _contract(federated.catalog)
+    assert alpha.step() is None
+    assert federated.moves == [] and federated.node_of_fragment() == "beta/n1"
 
 
 def test_an_offer_outside_the_range_is_refused_naming_it(federated) -> None:

@@ -79,7 +79,8 @@ class ScenarioRun:
     expected: dict[str, dict[str, Any]]
     faults: list[FaultWindow]
     dpc_states: list[tuple[int, str]]
-    """(ms, state) each time the catalog showed the fragment's DPC state change."""
+    """(ms, state) each time the catalog showed the fragment's DPC state change, while the
+    input flowed (an input that ends is, to DPC, one that failed)."""
     input_started_ms: int
 
     def of(self, kind: TupleType) -> list[ConsumedTuple]:
@@ -306,6 +307,8 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
             steady.end_in(tail_s)
         for steady in inputs.values():
             steady.finish(tail_s)
+        sampling.set()
+        sampler.join(5)
         expected = reference([*inputs["alpha"].sent, *inputs["beta"].sent])
         say("input done; waiting for the stable view to be complete")
         deadline = time.monotonic() + settle_timeout_s
