@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
 from medusa.sensor_windows import OutputWatch
 from medusa_spark.deploy import resolve_fragment
 from tests.waiting import wait_until
@@ -18,13 +19,32 @@ TAIL_S = 8.0
 def wait_running_on(catalog: CatalogClient, box: str, node: str, timeout_s: float = 240
                     ) -> None:
     """Until the fragment holding ``box`` runs on ``node``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def runs() -> bool:
         spec = resolve_fragment(catalog, box).spec
-        if spec["node"] == node and spec.get("phase") == "running":
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"{box} did not run on {node} within {timeout_s:.0f}s")
+        return bool(spec["node"] == node and spec.get("phase") == "running")
+    wait_until(f"{box} running on {node}", runs, timeout_s)
+
+
+def box_nodes(catalog: CatalogClient, network: str, running_only: bool = False
+              ) -> dict[str, str]:
+    """Box -> the node running its fragment."""
+    return {box: e.spec["node"] for e in catalog.list(Kind.FRAGMENTS, network=network)
+            for box in e.spec["boxes"] if not running_only or e.spec.get("phase") == "running"}
+
+
+def wait_network_running(catalog: CatalogClient, network: str,
+                         placement: dict[str, str] | None = None,
+                         timeout_s: float = 240) -> None:
+    """Until every fragment of ``network`` runs (each box on its node of ``placement``,
+    when given)."""
+    def runs() -> bool:
+        entries = catalog.list(Kind.FRAGMENTS, network=network)
+        if not entries or any(e.spec.get("phase") != "running" for e in entries):
+            return False
+        where = box_nodes(catalog, network)
+        return all(where.get(box) == node for box, node in (placement or {}).items())
+    wait_until(f"{network} running" + (f" as placed ({placement})" if placement else ""),
+               runs, timeout_s)
 
 
 def assert_exactly_once(ids: Iterable[str], expected: Iterable[str], across: str) -> None:

@@ -38,6 +38,7 @@ with (outputs behind a window or a join: Spark had closed every window it passes
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -89,6 +90,7 @@ from medusa_spark.streams import (
 
 _TYPE_KEY, _ID_KEY, _STIME_KEY = TYPE_HEADER, ID_HEADER, STIME_HEADER
 _TENTATIVE = TupleType.TENTATIVE.value
+log = logging.getLogger(__name__)
 
 
 class RecordSink(Protocol):
@@ -136,6 +138,9 @@ class FragmentWriter:
         """Set while the results are TENTATIVE: the UP_FAILURE period they belong to."""
         self._undo_written = False
         self.tentative_written = 0
+        self.stray_tentative = 0
+        """Tentative results met outside any failure period, and not written (see
+        ``_write_batch``)."""
         self.on_batch = on_batch
         clusters: dict[str, list[str]] = {}
         for output in wiring.outputs.values():
@@ -251,6 +256,7 @@ class FragmentWriter:
         append = records.append
         newest: int | None = None
         invalid_rows: list[int] = []
+        stray = 0
         rows = zip(outputs, types, ids, stimes, keys, values, traces, strict=True)
         # An instance of a scaled-out fragment: the results below this stime were written
         # by the instances before it (it rebuilt their windows only to finish the open ones).
@@ -268,6 +274,12 @@ class FragmentWriter:
                 continue
             if tentative:
                 kind = _TENTATIVE
+            elif kind == _TENTATIVE:
+                # Outside a failure period nothing the query reads is tentative: this one
+                # comes from state older than the last reconciliation, its window already
+                # written stable; written, it would be a tentative result no UNDO follows.
+                stray += 1
+                continue
             record = OutRecord(topics[box], tuple_id, value,
                                [(_TYPE_KEY, kind), (_ID_KEY, tuple_id), (_STIME_KEY, stime)],
                                None if key is None else key.encode(),
@@ -277,6 +289,11 @@ class FragmentWriter:
             append(record)
         if invalid_rows:
             self._dead_letters(table, invalid_rows)
+        if stray:
+            self.stray_tentative += stray
+            log.warning("%s: batch %d: %d tentative result(s) outside any failure period left "
+                        "out (state older than the last reconciliation)",
+                        self.wiring.global_name, batch_id, stray)
         if newest is not None and (self._newest_boundary is None
                                    or newest > self._newest_boundary):
             self._newest_boundary = newest

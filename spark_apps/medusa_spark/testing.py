@@ -31,7 +31,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from medusa.envelope import ID_HEADER, STIME_HEADER, TYPE_HEADER
+from medusa.envelope import ID_HEADER, STIME_HEADER, TENTATIVE_HEADER, TYPE_HEADER
 from medusa.schemas import load_schema
 from medusa_spark.avro_types import record_schema, struct_of
 from medusa_spark.fragment import FragmentOutput, FragmentWiring, build_fragment
@@ -60,6 +60,9 @@ class Tuple:
     type: str = "STABLE"
     raw: bytes | None = None
     """Sent as the value instead of ``value`` encoded (for undecodable records)."""
+    epoch: int | None = 1
+    """A TENTATIVE tuple's UP_FAILURE period, as the SUnion's TENTATIVE release marks it
+    (None: outside any period, which the SUnion never writes)."""
 
 
 def boundary_at(stime: int) -> Tuple:
@@ -147,6 +150,8 @@ class FragmentHarness:
                               (ID_HEADER, (tuple_.id or f"t{index}").encode()),
                               (STIME_HEADER, str(tuple_.stime).encode())]
         value: bytes | None = tuple_.raw
+        if tuple_.type == "TENTATIVE" and tuple_.epoch is not None:
+            headers.append((TENTATIVE_HEADER, str(tuple_.epoch).encode()))
         if tuple_.input is not None:
             headers.append((INPUT_HEADER, tuple_.input.encode()))
             if value is None and tuple_.value is not None:

@@ -13,12 +13,17 @@ from dataclasses import dataclass
 import pytest
 
 from medusa.catalog.client import CatalogClient
-from medusa.catalog.model import Kind
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml
 from medusa.settings import kafka_config
 from medusa_spark.deploy import MoveResult, deploy, move, undeploy
 from tests.federation_processes import NodeProcess
-from tests.fragment_checks import TAIL_S, wait_first_result, wait_result_after
+from tests.fragment_checks import (
+    TAIL_S,
+    box_nodes,
+    wait_first_result,
+    wait_network_running,
+    wait_result_after,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -72,7 +77,7 @@ def moved_run(federation, nodes, spark, registry_module) -> Iterator[MovedRun]:
         # Two fragments, one per node: the arrow between them is a topic on beta's cluster.
         deploy(text, name, federation, registry_module, spark, catalog,
                {"plausible": "beta/dist-b1", "per_sensor": "beta/dist-b2"})
-        _wait_running(catalog, f"alpha/{name}", {"plausible": "beta/dist-b1",
+        wait_network_running(catalog, f"alpha/{name}", {"plausible": "beta/dist-b1",
                                                   "per_sensor": "beta/dist-b2"})
         watch = OutputWatch(beta, registry_module, [crossed_topic, results_topic]).start()
         steady = SteadyInput(alpha, registry_module, f"{prefix}sensors.readings", SENSORS,
@@ -90,7 +95,7 @@ def moved_run(federation, nodes, spark, registry_module) -> Iterator[MovedRun]:
         watch.wait_for(results_topic, set(expected), timeout_s=300)
         watch.wait_for(crossed_topic, {r.tuple_id for r in steady.sent}, timeout_s=60)
         watch.stop()
-        placement_after = _box_nodes(catalog, f"alpha/{name}")
+        placement_after = box_nodes(catalog, f"alpha/{name}")
         yield MovedRun(
             network=f"alpha/{name}", sent_ids=[r.tuple_id for r in steady.sent],
             expected=expected, crossed=watch.ids(crossed_topic),
@@ -98,24 +103,6 @@ def moved_run(federation, nodes, spark, registry_module) -> Iterator[MovedRun]:
                      for a in watch.arrivals[results_topic]],
             move=moved, move_started_ms=move_started_ms, placement_after=placement_after)
         undeploy(catalog, f"alpha/{name}", report=lambda _: None)
-
-
-def _box_nodes(catalog: CatalogClient, network: str, running_only: bool = False
-               ) -> dict[str, str]:
-    """Box -> the node running its fragment."""
-    return {box: e.spec["node"] for e in catalog.list(Kind.FRAGMENTS, network=network)
-            for box in e.spec["boxes"] if not running_only or e.spec.get("phase") == "running"}
-
-
-def _wait_running(catalog: CatalogClient, network: str, placement: dict[str, str],
-                  timeout_s: float = 240.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        boxes = _box_nodes(catalog, network, running_only=True)
-        if all(boxes.get(b) == n for b, n in placement.items()):
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"{network} did not run as placed within {timeout_s:.0f}s: {boxes}")
 
 
 def test_the_cross_participant_arrow_loses_and_duplicates_nothing(moved_run) -> None:

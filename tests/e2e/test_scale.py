@@ -37,8 +37,10 @@ from tests.fragment_checks import (
     TAIL_S,
     assert_exactly_once,
     wait_first_result,
+    wait_network_running,
     wait_result_after,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -83,7 +85,7 @@ def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]
                    registry_module, spark, catalog, {"plausible": first, "per_sensor": first},
                    report=lambda _: None)
             fragment = catalog.list(Kind.FRAGMENTS, network=network)[0].name
-            _wait_all_running(catalog, network)
+            wait_network_running(catalog, network)
             watch = OutputWatch(alpha, registry_module, [results_topic]).start()
             steady = SteadyInput(alpha, registry_module, f"{prefix}sensors.readings", SENSORS,
                                  SECONDS, open_ended=True)
@@ -126,26 +128,16 @@ def _instances(catalog: CatalogClient, network: str, fragment: str
             for e in instances_of(catalog, network, fragment.rsplit("/")[-1])]
 
 
-def _wait_all_running(catalog: CatalogClient, network: str, timeout_s: float = 240) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        entries = catalog.list(Kind.FRAGMENTS, network=network)
-        if entries and all(e.spec.get("phase") == "running" for e in entries):
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"{network} did not run within {timeout_s:.0f}s")
-
-
 def _wait_moved(catalog: CatalogClient, name: str, away_from: str, timeout_s: float = 120
                 ) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def moved() -> bool:
         entry = catalog.get(Kind.FRAGMENTS, name)
-        if entry is not None and entry.spec["node"] != away_from and \
-                entry.spec.get("phase") == "running":
-            return str(entry.spec["node"])
-        time.sleep(0.5)
-    raise TimeoutError(f"{name} was not restored away from {away_from} in {timeout_s:.0f}s")
+        return entry is not None and entry.spec["node"] != away_from and \
+            entry.spec.get("phase") == "running"
+    wait_until(f"{name} restored away from {away_from}", moved, timeout_s)
+    entry = catalog.get(Kind.FRAGMENTS, name)
+    assert entry is not None
+    return str(entry.spec["node"])
 
 
 def test_every_result_reaches_the_output_exactly_once(scaled_run) -> None:
@@ -247,7 +239,7 @@ def test_linear_road_statistics_scaled_out_and_in_equal_the_reference(
                catalog, {"car_speeds": first, "segment_stats": first}, report=lambda _: None)
         try:
             fragment = catalog.list(Kind.FRAGMENTS, network=network)[0].name
-            _wait_all_running(catalog, network)
+            wait_network_running(catalog, network)
             outcome: dict[str, object] = {}
 
             def publish() -> None:
@@ -320,7 +312,7 @@ def test_autoscale_scales_a_bottleneck_out_and_an_idle_fragment_in_with_a_trace_
                report=lambda _: None)
         steady = SteadyInput(alpha, registry_module, f"{name}.sensors.readings", SENSORS, 200)
         try:
-            _wait_all_running(catalog, network)
+            wait_network_running(catalog, network)
             steady.start()
             fragment = catalog.list(Kind.FRAGMENTS, network=network)[0].name
             out = ""

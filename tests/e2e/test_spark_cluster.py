@@ -21,6 +21,7 @@ from medusa.settings import kafka_config
 from medusa.stack.spark_cluster import SparkStandalone
 from medusa_spark.deploy import deploy, move, undeploy
 from tests.federation_processes import NodeProcess, running
+from tests.fragment_checks import wait_network_running
 
 pytestmark = pytest.mark.e2e
 
@@ -37,17 +38,8 @@ FRAGMENTS = {"plausible": "check", "per_sensor": "windows"}
 """Two fragments, so that the boxes' results both leave on topics the test reads."""
 
 
-def _where(catalog: CatalogClient, network: str) -> dict[str, tuple[str, str]]:
-    """Box -> (node, phase) of the fragment that holds it."""
-    return {box: (e.spec["node"], e.spec.get("phase", ""))
-            for e in catalog.list(Kind.FRAGMENTS, network=network) for box in e.spec["boxes"]}
-
-
 def _wait_running_on(catalog: CatalogClient, network: str, node: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while (where := _where(catalog, network)) != dict.fromkeys(BOXES, (node, "running")):
-        assert time.monotonic() < deadline, f"{network} does not run on {node}: {where}"
-        time.sleep(0.5)
+    wait_network_running(catalog, network, dict.fromkeys(BOXES, node), WAIT_S)
 
 
 def _move_all(catalog: CatalogClient, network: str, target: str) -> None:
