@@ -191,6 +191,11 @@ KIND_MARKERS = ("unit", "integration", "e2e", "fuzz", "scenario")
 """Every test says what it needs: `make test-unit` and CI's selections go by these."""
 
 
+LAST_OF_E2E = "tests/e2e/test_demo.py"
+"""Runs after the other e2e modules: it stops the shared nodes (a user's federation has the
+demo's node alone), which would otherwise start again for the modules after it."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     unmarked = [item.nodeid for item in items
                 if not any(item.get_closest_marker(kind) for kind in KIND_MARKERS)]
@@ -198,3 +203,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"{len(unmarked)} test(s) carry none of the markers {', '.join(KIND_MARKERS)} "
             f"(set pytestmark in the module): {', '.join(unmarked[:10])}")
+    last = [item for item in items if item.nodeid.startswith(LAST_OF_E2E)]
+    rest = [item for item in items if not item.nodeid.startswith(LAST_OF_E2E)]
+    after = max((n + 1 for n, item in enumerate(rest) if item.nodeid.startswith("tests/e2e/")),
+                default=len(rest))
+    items[:] = rest[:after] + last + rest[after:]

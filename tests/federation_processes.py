@@ -203,6 +203,11 @@ class SharedNodes:
         return self.nodes
 
     def stop(self) -> None:
-        """Stops them all (a test that wants no node but its own on a participant)."""
+        """Stops them all, side by side (a test that wants no node but its own on a
+        participant)."""
         for node in self.nodes.values():
-            node.stop()
+            if node.process is not None and node.process.poll() is None:
+                os.killpg(node.process.pid, signal.SIGCONT)  # in case a test left it paused
+                node.process.terminate()
+        for node in self.nodes.values():
+            node.stop()  # waits for the ones asked above; kills what does not stop

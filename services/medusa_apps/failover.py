@@ -145,7 +145,8 @@ def run_failover(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Sp
                  catalog: CatalogClient, mode: str, primary: str, secondary: str,
                  fail: Callable[[], None], sensors: int = 10, seconds: int = 50,
                  fail_after_first_s: float = 8.0, say: Callable[[str], None] = lambda _: None,
-                 trace_every: int = 0) -> FailoverOutcome:
+                 trace_every: int = 0, after_recovery_s: float = AFTER_RECOVERY_S
+                 ) -> FailoverOutcome:
     """Runs the scenario; ``fail`` brings ``primary`` down (kill -9, or a pause)."""
     name = f"ha-{mode[:3]}-{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
@@ -172,7 +173,7 @@ def run_failover(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Sp
                        for topic in topics.values()):
                     recovered.append(time.monotonic())
                 return True
-            return time.monotonic() - recovered[0] < AFTER_RECOVERY_S
+            return time.monotonic() - recovered[0] < after_recovery_s
         steady = SteadyInput(alpha, registry, f"{prefix}sensors.readings", sensors, seconds,
                              trace_every=trace_every, keep_going=keep_going)
         steady.start()

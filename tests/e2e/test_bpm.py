@@ -33,8 +33,8 @@ pytestmark = pytest.mark.e2e
 SENSORS = 8
 SECONDS = 20
 """At least; the input goes on until the fragment has moved and stayed."""
-STAYS_S = 20.0
-"""How long the fragment must stay on the host (ten rounds of the agents) to count."""
+STAYS_S = 10.0
+"""How long the fragment must stay on the host (five rounds of the agents) to count."""
 PRICE, DELTA = 10.0, 2.0
 ALPHA_NODE, BETA_NODE = "alpha/bpm-a1", "beta/bpm-b1"
 

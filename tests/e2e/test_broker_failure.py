@@ -36,7 +36,9 @@ from tests.fragment_checks import (
     wait_running_on,
 )
 
-pytestmark = pytest.mark.e2e
+# Its own stack of three brokers, two kills and restarts: about three minutes, so a
+# scenario (`make test-scenarios`) rather than part of `make test`.
+pytestmark = [pytest.mark.e2e, pytest.mark.scenario]
 
 SENSORS = 12
 SECONDS = 20

@@ -24,6 +24,8 @@ A1, A2 = SharedNodes.A1, SharedNodes.A2
 TRACE_EVERY = 25
 SECONDS = 20
 """At least; the input goes on until the outputs have recovered from the failure."""
+QUICK = {"seconds": SECONDS, "fail_after_first_s": 3.0, "after_recovery_s": 6.0}
+"""The failure soon after the first output; input for a few seconds past the recovery."""
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +42,8 @@ def _failover(federation, nodes, spark, registry_module, mode: str, primary: str
               secondary: str) -> FailoverOutcome:
     with CatalogClient(federation.catalog_url) as catalog:
         outcome = run_failover(federation, registry_module, spark, catalog, mode, primary,
-                               secondary, nodes[primary].kill, seconds=SECONDS,
-                               trace_every=TRACE_EVERY)
+                               secondary, nodes[primary].kill, trace_every=TRACE_EVERY,
+                               **QUICK)
     _restart(nodes[primary])  # rejoins as a new incarnation, with no fragments
     return outcome
 
@@ -153,7 +155,7 @@ def test_a_node_declared_dead_that_comes_back_is_fenced(
             paused.signal(signal.SIGCONT)  # back, with its queries mid-batch
 
         outcome = run_failover(federation, registry_module, spark, catalog, "passive", A1,
-                               A2, pause_until_replaced, seconds=SECONDS)
+                               A2, pause_until_replaced, **QUICK)
         rejoined = catalog.get(Kind.NODES, A1)
     _assert_exactly_once(outcome)
     # It stopped its fragments without taking them back, and rejoined as a new incarnation.

@@ -33,13 +33,13 @@ def test_linear_road_outputs_equal_the_reference(spark, federation, kafka_config
     assert expected.accident_alerts and expected.daily_expenditures
     assert any(row["balance"] > 0 for row in expected.account_balances)
 
-    # Replayed ten times faster than real time: the SUnion's buckets keep it in order.
+    # Replayed fifteen times faster than real time: the SUnion's buckets keep it in order.
     run = LocalNetworkRun(spark, load_network(NETWORK), federation, registry,
                           tmp_path / "checkpoints", topic_prefix=prefix)
     with run:
         with RateProgress("linear road", total=PROFILE.duration_s - 1.0) as progress:
             summary = publish_traffic(PROFILE, kafka_config=kafka_config, registry=registry,
-                                      speedup=10, progress=progress, topic_prefix=prefix,
+                                      speedup=15, progress=progress, topic_prefix=prefix,
                                       end_of_stream=True)
         assert summary.failed == 0
         run.wait_until_quiet()

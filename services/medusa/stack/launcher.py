@@ -188,13 +188,18 @@ def down(layout: StackLayout, purge: bool = False, report: Report = print) -> li
     """Stop exactly the processes ``up`` started; with ``purge`` also delete their data."""
     recorded = _load_state(layout)
     stopped: list[str] = []
-    # Nodes and services first: they still write to Kafka while they shut down.
-    for name in sorted(recorded, key=lambda n: (n.startswith("kafka-"), n == "registry")):
-        process = recorded[name]
-        if process.alive():
-            report(f"  {name:<14} stopping (pid {process.pid})")
-            processes.stop(process)
-            stopped.append(name)
+    # Nodes and services first: they still write to Kafka while they shut down; then the
+    # registry (Kafka holds its schemas), then the brokers. Each tier stops side by side.
+    tiers: dict[int, list[str]] = {}
+    for name in recorded:
+        tiers.setdefault(2 if name.startswith("kafka-") else int(name == "registry"),
+                         []).append(name)
+    for tier in sorted(tiers):
+        alive = [name for name in sorted(tiers[tier]) if recorded[name].alive()]
+        for name in alive:
+            report(f"  {name:<14} stopping (pid {recorded[name].pid})")
+        processes.stop_all([recorded[name] for name in alive])
+        stopped += alive
     layout.state_file.unlink(missing_ok=True)
     if purge:
         for folder in (layout.run_dir / "kafka",):

@@ -62,19 +62,25 @@ def start(name: str, command: list[str], log: Path, env: dict[str, str] | None =
 
 def stop(process: RunningProcess, timeout_s: float = 20.0) -> None:
     """SIGTERM the process group, then SIGKILL whatever is left after ``timeout_s``."""
-    if not process.alive():
-        return
+    stop_all([process], timeout_s)
+
+
+def stop_all(stopping: list[RunningProcess], timeout_s: float = 20.0) -> None:
+    """``stop`` for several processes side by side: each shuts down while the others do."""
+    left = [p for p in stopping if p.alive()]
     for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
+        for process in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, sig)
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            _reap(process.pid)
-            if not process.alive():
-                return
-            time.sleep(0.1)
+        while left and time.monotonic() < deadline:
+            for process in left:
+                _reap(process.pid)
+            left = [p for p in left if p.alive()]
+            if left:
+                time.sleep(0.1)
+        if not left:
+            return
 
 
 def _reap(pid: int) -> None:
