@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import httpx
 
 from medusa.errors import MedusaError
+from medusa.stack.processes import process_start_ticks
 
 LATENCY_TOXIC = "medusa-latency"
 
@@ -202,6 +204,10 @@ def sunion_pids() -> dict[str, int]:
     return found
 
 
-def kill(pid: int) -> None:
-    """kill -9: no clean-up, as a crash."""
+def kill(pid: int, gone_within_s: float = 10.0) -> None:
+    """kill -9: no clean-up, as a crash. Returns once the process is gone (or a zombie), so
+    that what restarts it next does not find it still running."""
     os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + gone_within_s
+    while process_start_ticks(pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -60,13 +60,13 @@ class Tuple:
     type: str = "STABLE"
     raw: bytes | None = None
     """Sent as the value instead of ``value`` encoded (for undecodable records)."""
-    epoch: int | None = 1
-    """A TENTATIVE tuple's UP_FAILURE period, as the SUnion's TENTATIVE release marks it
-    (None: outside any period, which the SUnion never writes)."""
+    epoch: int | None = None
+    """The UP_FAILURE period of the SUnion's TENTATIVE release this record is part of (its
+    ``medusa.tentative`` header, on the release's tuples and its BOUNDARY)."""
 
 
-def boundary_at(stime: int) -> Tuple:
-    return Tuple(None, stime, type="BOUNDARY", id=f"sunion/boundary/0/{stime}")
+def boundary_at(stime: int, epoch: int | None = None) -> Tuple:
+    return Tuple(None, stime, type="BOUNDARY", id=f"sunion/boundary/0/{stime}", epoch=epoch)
 
 
 @dataclass
@@ -150,7 +150,7 @@ class FragmentHarness:
                               (ID_HEADER, (tuple_.id or f"t{index}").encode()),
                               (STIME_HEADER, str(tuple_.stime).encode())]
         value: bytes | None = tuple_.raw
-        if tuple_.type == "TENTATIVE" and tuple_.epoch is not None:
+        if tuple_.epoch is not None:
             headers.append((TENTATIVE_HEADER, str(tuple_.epoch).encode()))
         if tuple_.input is not None:
             headers.append((INPUT_HEADER, tuple_.input.encode()))
