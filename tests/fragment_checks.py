@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from medusa.catalog.client import CatalogClient
-from medusa.catalog.model import Kind
+from medusa.catalog.model import Entry, Kind
 from medusa.sensor_windows import OutputWatch
 from medusa_spark.deploy import resolve_fragment
 from tests.waiting import wait_until
@@ -25,11 +25,13 @@ def wait_running_on(catalog: CatalogClient, box: str, node: str, timeout_s: floa
     wait_until(f"{box} running on {node}", runs, timeout_s)
 
 
-def box_nodes(catalog: CatalogClient, network: str, running_only: bool = False
-              ) -> dict[str, str]:
+def box_nodes(catalog: CatalogClient, network: str) -> dict[str, str]:
     """Box -> the node running its fragment."""
-    return {box: e.spec["node"] for e in catalog.list(Kind.FRAGMENTS, network=network)
-            for box in e.spec["boxes"] if not running_only or e.spec.get("phase") == "running"}
+    return _boxes_on(catalog.list(Kind.FRAGMENTS, network=network))
+
+
+def _boxes_on(entries: list[Entry]) -> dict[str, str]:
+    return {box: e.spec["node"] for e in entries for box in e.spec["boxes"]}
 
 
 def wait_network_running(catalog: CatalogClient, network: str,
@@ -41,7 +43,7 @@ def wait_network_running(catalog: CatalogClient, network: str,
         entries = catalog.list(Kind.FRAGMENTS, network=network)
         if not entries or any(e.spec.get("phase") != "running" for e in entries):
             return False
-        where = box_nodes(catalog, network)
+        where = _boxes_on(entries)
         return all(where.get(box) == node for box, node in (placement or {}).items())
     wait_until(f"{network} running" + (f" as placed ({placement})" if placement else ""),
                runs, timeout_s)
@@ -65,10 +67,9 @@ def wait_first_result(watch: OutputWatch, topic: str, timeout_s: float = 180) ->
         time.sleep(0.5)
 
 
-def wait_result_after(watch: OutputWatch, topic: str, after_ms: int | None = None,
-                      timeout_s: float = 120) -> None:
-    """Until ``topic`` has a result written after ``after_ms`` (default: now): the fragment
-    has emitted since a step."""
-    since = after_ms if after_ms is not None else time.time_ns() // 1_000_000
+def wait_result_after(watch: OutputWatch, topic: str, timeout_s: float = 120) -> None:
+    """Until ``topic`` has a result written from now on: the fragment has emitted since a
+    step."""
+    since = time.time_ns() // 1_000_000
     wait_until(f"a result on {topic} written after the step",
                lambda: any(a.appended_ms > since for a in watch.arrived(topic)), timeout_s)
