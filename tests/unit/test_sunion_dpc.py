@@ -63,7 +63,8 @@ class Feed:
 
 
 def _dpc(clock: Clock, **restored: object) -> tuple[Buckets, Feed]:
-    buckets = Buckets(1000, TOPICS, max_delay_ms=D_MS, clock=clock, **restored)  # type: ignore[arg-type]
+    buckets = Buckets(1000, TOPICS, max_delay_ms=D_MS, clock=clock, wall_clock=clock,
+                      **restored)  # type: ignore[arg-type]
     for name in TOPICS:
         buckets.add_partition(name, 0, 0)
     return buckets, Feed(buckets)
@@ -215,3 +216,61 @@ def test_a_restart_during_up_failure_goes_on_from_the_positions() -> None:
     assert restarted.add_tuple(HeldTuple(1500, "local", 0, 2, None, b"\x00v", [], "l/2")) \
         is Outcome.HELD
     assert restarted.release() is None
+
+
+class Link:
+    """Two producers whose boundaries (stime = when they were sent) reach the SUnion, one
+    of them ``phase_s`` later in each second and through a link that adds ``delay_s``
+    from ``slow_from_s`` on. Steps a fake clock in 0.1 s ticks and records the releases."""
+
+    def __init__(self, phase_s: float, delay_s: float, slow_from_s: float) -> None:
+        self.clock = Clock()
+        self.buckets, self.feed = _dpc(self.clock)
+        self.start = self.clock.now
+        sent = [("local", second, second) for second in range(1, 60)]
+        sent += [("remote", second + phase_s, second + phase_s) for second in range(1, 60)]
+        self.arrivals = sorted(
+            (at + (delay_s if name == "remote" and at >= slow_from_s else 0.0), name, stime)
+            for name, at, stime in sent)
+        self.releases: list[tuple[float, ReleaseKind, int]] = []
+
+    def run_until(self, seconds: float) -> None:
+        while self.clock.now - self.start < seconds:
+            self.clock.advance(0.1)
+            elapsed = self.clock.now - self.start
+            while self.arrivals and self.arrivals[0][0] <= elapsed:
+                _, name, stime = self.arrivals.pop(0)
+                self.feed.boundary(name, round((stime + self.start) * 1000))
+            release = self.buckets.release()
+            if release is not None:
+                self.releases.append((elapsed, release.kind,
+                                      release.through - round(self.start * 1000)))
+
+
+def test_a_link_that_delays_a_partition_by_less_than_d_gives_no_tentative_output() -> None:
+    # The remote producer's boundaries come 0.9 s after the local one's each second; from
+    # 10 s on its link adds 2.5 s. Waiting from the local boundary, that is 3.4 s > D.
+    link = Link(phase_s=0.9, delay_s=2.5, slow_from_s=10.0)
+    link.run_until(40.0)
+    assert {kind for _, kind, _ in link.releases} == {ReleaseKind.STABLE}
+    assert link.buckets.dpc_state is DpcState.STABLE
+    # Each bucket still goes out, only later by the link's delay.
+    late = [at - through / 1000 for at, _, through in link.releases if through >= 20_000]
+    assert late and max(late) <= 0.9 + 2.5 + 0.2
+
+
+def test_a_link_that_delays_a_partition_by_more_than_d_goes_tentative_within_d() -> None:
+    link = Link(phase_s=0.9, delay_s=6.0, slow_from_s=10.0)
+    link.run_until(40.0)
+    kinds = [kind for _, kind, _ in link.releases]
+    first = kinds.index(ReleaseKind.TENTATIVE)
+    first_at = link.releases[first][0]
+    waited_end = link.releases[first - 1][2] + 1000  # the end of the bucket that waited
+    # Without the delay, that bucket would have gone out when the remote boundary past
+    # its end came: 0.9 s after it.
+    due = waited_end / 1000 + 0.9
+    assert due + D_MS / 1000 - 0.2 <= first_at <= due + D_MS / 1000 + 0.2
+    # The remote input still moves, 6 s late: the output stays tentative, a bucket a second.
+    later = link.releases[first:]
+    assert {kind for _, kind, _ in later} == {ReleaseKind.TENTATIVE} and len(later) >= 25
+    assert link.buckets.dpc_state is DpcState.STABILIZATION

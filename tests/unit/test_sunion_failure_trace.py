@@ -41,7 +41,7 @@ class SUnionTurns:
     def __init__(self, clock: Clock, tracer: UpFailureTracer) -> None:
         self.clock = clock
         self.tracer = tracer
-        self.buckets = Buckets(1000, TOPICS, max_delay_ms=D_MS, clock=clock)
+        self.buckets = Buckets(1000, TOPICS, max_delay_ms=D_MS, clock=clock, wall_clock=clock)
         for name in TOPICS:
             self.buckets.add_partition(name, 0, 0)
         self.offsets = dict.fromkeys(TOPICS, 0)

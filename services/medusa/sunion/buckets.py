@@ -21,8 +21,8 @@ DPC (Borealis's Delay, Process, Correct), when ``max_delay_ms`` D is set:
 - a partition's boundaries are stable, or tentative (an upstream fragment in UP_FAILURE
   marks its boundaries so); only stable ones move ``stable_through``;
 - when something could go out (a partition's boundary, stable or tentative, is past
-  ``released_through``) but no stable release came for D, the partitions that hold it
-  back are declared failed and the fragment enters UP_FAILURE: every bucket up to the
+  ``released_through``) but no stable release came for D after the partitions that hold
+  it back were due to pass it, those partitions are declared failed and the fragment enters UP_FAILURE: every bucket up to the
   lowest boundary of the other partitions goes out TENTATIVE, and from then on each
   bucket goes out as soon as those partitions pass it, without waiting D again (delay
   once, then process). A failed partition rejoins once its boundary catches up;
@@ -32,6 +32,13 @@ DPC (Borealis's Delay, Process, Correct), when ``max_delay_ms`` D is set:
   REDO release carries every bucket since ``stable_through`` as STABLE (without the
   tentative tuples, which an UNDO of their upstream has removed), and the fragment
   reconciles from it (checkpoint/redo, see ``medusa_spark.reconcile``);
+- D is the delay a partition adds, not the skew of the producers' boundary cadence: a
+  partition is due to pass a bucket's end E at E + its boundary cadence + its shortest
+  transit (wall clock at arrival minus the boundary's stime, as learned), and the D
+  of a waiting bucket starts when the last partition holding it back was due (or when
+  it began to wait, if that is later). So a link that delays a partition by less than D
+  gives no tentative output, and one that delays it more gives the tentative release
+  within D of when the bucket would have gone out without it;
 - each UP_FAILURE period has a number, ``epoch``: its tentative records carry it, and
   its REDO names it, so a query that redoes can skip exactly that period's records.
 """
@@ -46,6 +53,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 Header = tuple[str, str | bytes | None]
+
+CADENCE_GAPS = 8
+"""Boundary steps a partition's cadence is learned from."""
 
 
 class HeldTuple(NamedTuple):
@@ -86,11 +96,35 @@ class PartitionState:
     """The latest tentative BOUNDARY (its upstream is in UP_FAILURE); an UNDO clears it."""
     advanced_at: float = 0.0
     """When ``effective_boundary`` last grew (the Buckets' clock)."""
+    advanced_wall_ms: float = 0.0
+    """The same on the wall clock, in ms."""
+    shortest_transit_ms: float | None = None
+    """The least (wall clock at arrival - boundary stime) seen: the partition's transit
+    with its clock offset, without the delays of a slow or cut link."""
+    boundary_gaps: deque[int] = field(default_factory=lambda: deque(maxlen=CADENCE_GAPS))
+    """The stime steps of its last boundary advances."""
     replayed_until: int = 0
     """Offsets below this were handled before the last restart."""
     held: deque[tuple[int, int]] = field(default_factory=deque)
     """(offset, bucket) of the held tuples in offset order; released ones are dropped
     lazily from the front, so the front is always the smallest held offset."""
+
+    def due_ms(self, stime: int, cap_ms: int | None) -> float | None:
+        """When (wall clock, ms) a boundary >= ``stime`` is due: where its steps from the
+        last one lead, but no later than the largest step plus the shortest transit after
+        ``stime`` (a delayed last boundary does not excuse the next). The step is capped
+        at ``cap_ms``; None while nothing is learned."""
+        if not self.boundary_gaps or self.shortest_transit_ms is None:
+            return None
+        step = max(self.boundary_gaps)
+        if cap_ms is not None:
+            step = min(step, cap_ms)
+        latest = stime + step + self.shortest_transit_ms
+        boundary = self.effective_boundary
+        if boundary is None or step <= 0:
+            return latest
+        steps = -(-(stime - boundary) // step)
+        return min(latest, self.advanced_wall_ms + steps * step)
 
     @property
     def effective_boundary(self) -> int | None:
@@ -189,9 +223,11 @@ class Buckets:
                  released_through: int | None = None,
                  max_delay_ms: int | None = None,
                  tentative_through: int | None = None, epoch: int = 0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         """``released_through`` is the last stable release's (a restart's), and
-        ``tentative_through`` the tentative releases' beyond it, if any."""
+        ``tentative_through`` the tentative releases' beyond it, if any. ``clock`` times
+        the waits; ``wall_clock`` (seconds) is compared with boundary stimes (ms)."""
         if bucket_ms <= 0:
             raise ValueError(f"bucket_ms must be positive, got {bucket_ms}")
         self.bucket_ms = bucket_ms
@@ -210,6 +246,7 @@ class Buckets:
         self.failed: set[tuple[str, int]] = set()
         """Partitions left out of tentative releases (they held back a bucket for D)."""
         self._clock = clock
+        self._wall_clock = wall_clock
         self._waiting_since: float | None = None
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self._buckets: dict[int, list[HeldTuple]] = {}
@@ -283,9 +320,15 @@ class Buckets:
                 state.tentative_boundary = stime
         elif state.boundary is None or stime > state.boundary:
             state.boundary = stime
+        transit = self._wall_clock() * 1000 - stime
+        if state.shortest_transit_ms is None or transit < state.shortest_transit_ms:
+            state.shortest_transit_ms = transit
         after = state.effective_boundary
         if after is not None and (before is None or after > before):
             state.advanced_at = self._clock()
+            state.advanced_wall_ms = self._wall_clock() * 1000
+            if before is not None:
+                state.boundary_gaps.append(after - before)
 
     def undo(self, input_name: str, partition: int, offset: int) -> int:
         """An upstream UNDO: its tentative tuples and boundaries are withdrawn (corrected
@@ -359,7 +402,7 @@ class Buckets:
             return None
         now = self._clock()
         if self._waiting_since is None:
-            self._waiting_since = now
+            self._waiting_since = now + self._due_in_s(released + self.bucket_ms)
             return None
         if (now - self._waiting_since) * 1000 < self.max_delay_ms:
             return None
@@ -372,6 +415,21 @@ class Buckets:
         if live is None or live <= released:
             return None
         return self._take(live, ReleaseKind.TENTATIVE)
+
+    def _due_in_s(self, bucket_end: int) -> float:
+        """How long until every partition short of ``bucket_end`` is due to pass it (0 when
+        one is overdue or has nothing learned yet)."""
+        due_ms = None
+        for state in self.partitions.values():
+            if self._floor(state.effective_boundary or 0) >= bucket_end:
+                continue
+            at = state.due_ms(bucket_end, self.max_delay_ms)
+            if at is None:
+                return 0.0
+            due_ms = at if due_ms is None else max(due_ms, at)
+        if due_ms is None:
+            return 0.0
+        return max(0.0, (due_ms - self._wall_clock() * 1000) / 1000)
 
     def reannouncement(self) -> Release | None:
         """The last release's boundary again (no tuples), for an idle query to pass it on."""
