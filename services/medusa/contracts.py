@@ -160,3 +160,27 @@ def _as_party(catalog: CatalogClient, name: str, by: str, at_ms: int | None,
     entry = catalog.update(Kind.CONTRACTS, name, change)
     assert entry is not None
     return Contract.of(entry)
+
+
+def covering(catalog: CatalogClient, origin: str, host: str, fragment: str,
+             at_ms: int | None = None) -> Contract | None:
+    """The contract in force under which ``origin``'s ``fragment`` (participant/network/
+    fragment) may run on ``host``, or None (the oldest when several do)."""
+    at = now_ms() if at_ms is None else at_ms
+    found = [c for c in contracts(catalog, origin) if c.spec.origin == origin
+             and c.spec.host == host and c.in_force(at) and c.covers(fragment)]
+    return min(found, key=lambda c: c.spec.accepted_at or 0) if found else None
+
+
+def hosting(catalog: CatalogClient, origin: str, host: str, network: str,
+            price: float = 1.0, period_s: float = 3600.0) -> Contract:
+    """A contract in force under which ``host`` runs ``origin``'s ``network``: an existing
+    one, or one proposed by the origin and accepted by the host (both parties act here,
+    as an operator with both parties' consent does)."""
+    found = covering(catalog, origin, host, f"{network}/*")
+    if found is not None:
+        return found
+    name = f"{host}-hosts-{network.split('/', 1)[1]}"[:63]
+    made = propose(catalog, name, origin=origin, host=host, price=price, delta=0.0,
+                   movable=[network], period_s=period_s, by=origin)
+    return accept(catalog, made.name, by=host)

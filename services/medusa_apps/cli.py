@@ -958,6 +958,10 @@ def deploy(
              "when it is not given, are placed automatically.")] = None,
     check: Annotated[bool, typer.Option(
         "--check", help="Only validate the network; deploy nothing.")] = False,
+    name: Annotated[str | None, typer.Option(
+        "--name", help="Deploy it under this name instead of the file's: its own fragments "
+                       "and output topics, reading the same inputs from their start (e.g. "
+                       "a fault-free run to verify another against).")] = None,
 ) -> None:
     """Validate a query network and place its fragments on the federation's nodes."""
     from medusa.catalog.client import CatalogClient
@@ -965,11 +969,14 @@ def deploy(
     from medusa.registry import registry_client
     from medusa.stack.endpoints import resolve
     from medusa_spark.deploy import deploy as deploy_network
-    from medusa_spark.network.model import NetworkError, load_network
+    from medusa_spark.network.model import NetworkError, parse_network, renamed_network
     from medusa_spark.network.validate import validate
 
+    text = network.read_text()
     try:
-        spec = load_network(network)
+        if name is not None:
+            text = renamed_network(text, name, str(network))
+        spec = parse_network(text, str(network))
         given = parse_placement(placement.read_text(), str(placement)) if placement else None
     except (NetworkError, PlacementError) as error:
         raise _fail(str(error), 2) from None
@@ -981,7 +988,7 @@ def deploy(
             return
         endpoints = resolve()
         with CatalogClient(endpoints.catalog_url) as catalog:
-            placed = deploy_network(network.read_text(), str(network), endpoints,
+            placed = deploy_network(text, str(network), endpoints,
                                     registry_client(endpoints.registry_url), spark, catalog,
                                     given, console.print)
     except (NetworkError, PlacementError) as error:

@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
+from medusa.contracts import covering
 from medusa.placement import NodeSlot, PlacementError, place
 from medusa.stack.endpoints import Endpoints
 from medusa_spark.network.fragments import (
@@ -186,6 +187,7 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
             raise PlacementError(
                 f"box {name!r}: the network has no such box or fragment (its boxes: "
                 f"{', '.join(network.boxes)}; its fragments: {', '.join(fragments)})")
+    _hosting_contracts(catalog, network_name, fragments, named_nodes)  # before they run
     nodes = running_nodes(catalog)
     running = {node.name for node in nodes}
     for name, node in named_nodes.items():
@@ -199,6 +201,7 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
     for name, node in named_nodes.items():
         if name in existing:  # placed before: a new node here is a move
             placement[name] = node
+    hosted = _hosting_contracts(catalog, network_name, fragments, placement)
     topics = network_topics(plan, fragments, endpoints, registry)
 
     def definition(spec: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -237,13 +240,38 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
         standby = f" (replica on {replica})" if replica else ""
         if fragment.ha == "active" and replica is None:
             standby = " (ha: active, but its node has no live secondary on its cluster)"
-        report(f"  {global_name} [{', '.join(boxes)}] -> {node}{standby}")
+        under = f" under contract {hosted[name]}" if name in hosted else ""
+        report(f"  {global_name} [{', '.join(boxes)}] -> {node}{standby}{under}")
         where[name] = node
     for name, entry in existing.items():
         if name not in fragments:  # gone from the definition
             catalog.delete(Kind.FRAGMENTS, entry.name)
             report(f"  {entry.name} withdrawn")
     return where
+
+
+def _hosting_contracts(catalog: CatalogClient, network_name: str,
+                       fragments: dict[str, Fragment], placement: dict[str, str]
+                       ) -> dict[str, str]:
+    """The contract under which each fragment placed now on a partner's node runs there;
+    refuses a placement at a partner that no contract in force covers."""
+    origin = network_name.split("/", 1)[0]
+    hosted = {}
+    for name, node in placement.items():
+        host = node.split("/", 1)[0]
+        if host == origin:
+            continue
+        contract = covering(catalog, origin, host, f"{network_name}/{name}")
+        if contract is None:
+            box = fragments[name].boxes[0]
+            raise PlacementError(
+                f"box {box!r}: placed on {host} (node {node}), but no contract in force lets "
+                f"{origin}'s load run on {host}'s nodes: {host} hosts {network_name} under a "
+                f"contract only (`medusa contract propose {origin} {host} --price P "
+                f"--movable {network_name}`, then `medusa contract accept "
+                f"{origin}/NAME --by {host}`)")
+        hosted[name] = contract.name
+    return hosted
 
 
 def undeploy(catalog: CatalogClient, network_name: str, report: Report = print) -> int:

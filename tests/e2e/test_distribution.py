@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from medusa.catalog.client import CatalogClient
+from medusa.contracts import hosting
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml
 from medusa.settings import kafka_config
 from medusa_spark.deploy import MoveResult, deploy, move, undeploy
@@ -75,6 +76,7 @@ def moved_run(federation, nodes, spark, registry_module) -> Iterator[MovedRun]:
     results_topic = f"{prefix}medusa.{name}.per_sensor"
     with CatalogClient(federation.catalog_url) as catalog:
         # Two fragments, one per node: the arrow between them is a topic on beta's cluster.
+        hosting(catalog, "alpha", "beta", f"alpha/{name}")  # beta hosts alpha's load
         deploy(text, name, federation, registry_module, spark, catalog,
                {"plausible": "beta/dist-b1", "per_sensor": "beta/dist-b2"})
         wait_network_running(catalog, f"alpha/{name}", {"plausible": "beta/dist-b1",

@@ -88,9 +88,15 @@ def test_a_shipped_network_deploys_with_default_placement_and_answers(
     network = tmp_path / network_file
     network.write_text(yaml.safe_dump(raw, sort_keys=False))
     env = {**federation_env(federation, tmp_path), "COLUMNS": "200"}
-    deployed = _medusa(env, "deploy", str(network))
     name = f"{raw['participant']}/{raw['name']}"
+    # Its boxes run on beta's nodes, which beta allows under a contract only.
+    contract = prefix.rstrip(".")
+    _medusa(env, "contract", "propose", "alpha", "beta", "--price", "1", "--movable", name,
+            "--period", "1s", "--name", contract)
+    _medusa(env, "contract", "accept", f"alpha/{contract}", "--by", "beta")
+    deployed = _medusa(env, "deploy", str(network))
     assert f"deployed {name}" in deployed
+    assert f"under contract alpha/{contract}" in deployed, deployed
     with CatalogClient(federation.catalog_url) as catalog:
         try:
             wait_until(f"every fragment of {name} runs", lambda: all(
@@ -138,3 +144,4 @@ def test_a_shipped_network_deploys_with_default_placement_and_answers(
                 assert {k: got[key][k] for k in value} == value
         finally:
             _medusa(env, "undeploy", name)
+            _medusa(env, "contract", "revoke", f"alpha/{contract}", "--by", "alpha")

@@ -16,6 +16,7 @@ import pytest
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
+from medusa.contracts import hosting
 from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput, network_yaml
 from medusa.settings import kafka_config
 from medusa.stack.spark_cluster import SparkStandalone
@@ -99,6 +100,7 @@ def run(federation, cluster, nodes, spark) -> Iterator[ClusterRun]:
     network, prefix = f"alpha/{name}", f"{name}."
     topics = {box: f"{prefix}medusa.{name}.{box}" for box in (RESULTS, PASSED)}
     with CatalogClient(federation.catalog_url) as catalog:
+        hosting(catalog, "alpha", "beta", network)  # beta's nodes run alpha's network
         deploy(network_yaml(name, prefix, fragments=FRAGMENTS), name, federation, registry,
                spark, catalog, dict.fromkeys(BOXES, ON_CLUSTER), report=lambda _: None)
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -33,6 +34,23 @@ def test_a_placement_naming_an_unknown_box_is_refused(env, tmp_path, federation)
     assert "box 'per_sensor_typo': the network has no such box" in result.stderr
     with CatalogClient(federation.catalog_url) as catalog:
         assert catalog.list(Kind.FRAGMENTS, network="alpha/sensor-windows") == []
+
+
+def test_a_placement_on_a_partner_without_a_contract_is_refused_naming_what_is_missing(
+        env, tmp_path, federation) -> None:
+    name = f"nocontract-{uuid.uuid4().hex[:6]}"
+    placement = tmp_path / "placement.yaml"
+    placement.write_text(f"plausible: beta/{name}\nper_sensor: beta/{name}\n")
+    result = _medusa(env, "deploy", str(NETWORK), "--placement", str(placement),
+                     "--name", name)
+    assert result.returncode == 2, result.stdout + result.stderr
+    said = " ".join(result.stderr.split())
+    assert f"box 'plausible': placed on beta (node beta/{name}), but no contract in force " \
+           "lets alpha's load run on beta's nodes" in said, said
+    assert f"medusa contract propose alpha beta --price P --movable alpha/{name}" in said
+    with CatalogClient(federation.catalog_url) as catalog:
+        assert catalog.get(Kind.NETWORKS, f"alpha/{name}") is None
+        assert catalog.list(Kind.FRAGMENTS, network=f"alpha/{name}") == []
 
 
 def test_a_malformed_placement_file_says_what_was_expected(env, tmp_path) -> None:

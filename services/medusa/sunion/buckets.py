@@ -22,10 +22,11 @@ DPC (Borealis's Delay, Process, Correct), when ``max_delay_ms`` D is set:
   marks its boundaries so); only stable ones move ``stable_through``;
 - when something could go out (a partition's boundary, stable or tentative, is past
   ``released_through``) but no stable release came for D after the partitions that hold
-  it back were due to pass it, those partitions are declared failed and the fragment enters UP_FAILURE: every bucket up to the
-  lowest boundary of the other partitions goes out TENTATIVE, and from then on each
-  bucket goes out as soon as those partitions pass it, without waiting D again (delay
-  once, then process). A failed partition rejoins once its boundary catches up;
+  it back were due to pass it, those partitions are declared failed and the fragment
+  enters UP_FAILURE: every bucket up to the lowest boundary of the other partitions goes
+  out TENTATIVE, and from then on each bucket goes out as soon as those partitions pass
+  it, without waiting D again (delay once, then process). A failed partition rejoins
+  once its boundary catches up;
 - tentatively released tuples stay held: ``stable_through`` (not ``released_through``)
   is where a restart resumes, and where a tuple counts as late;
 - once the stable boundaries of every partition pass ``released_through`` again, one

@@ -224,10 +224,13 @@ def deployed(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
     """A network of alpha (``network_yaml(name, topic prefix, bound)``) on topics of its own,
     its boxes on the nodes ``placement`` names; yields (its catalog name, the topic of
     ``output_box``) and undeploys it afterwards."""
+    from medusa.contracts import hosting
     from medusa_spark.deploy import deploy, undeploy
 
     name = f"dpc-{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
+    for host in sorted({node.split("/", 1)[0] for node in placement.values()} - {"alpha"}):
+        hosting(catalog, "alpha", host, network)  # a partner hosts alpha's load by contract
     deploy(network_yaml(name, f"{name}.", bound), name, endpoints, registry, spark, catalog,
            placement)
     try:

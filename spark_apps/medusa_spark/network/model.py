@@ -123,5 +123,13 @@ def _describe(location: tuple[int | str, ...]) -> str:
     return f"field {'.'.join(parts)!r}"
 
 
+def renamed_network(text: str, name: str, origin: str = "<network>") -> str:
+    """The network's YAML under another name (its fragments and topics follow the name)."""
+    parse_network(text, origin)
+    renamed = yaml.safe_dump({**yaml.safe_load(text), "name": name}, sort_keys=False)
+    parse_network(renamed, f"{origin} (as {name!r})")  # the name itself is checked too
+    return renamed
+
+
 def load_network(path: Path) -> NetworkSpec:
     return parse_network(path.read_text(), origin=str(path))

@@ -1,0 +1,260 @@
+"""The README's DPC walk-through, run as written on the test stack with both participants'
+BPM agents on, as `make up` runs them: a node of beta, a contract under which beta hosts
+alpha's sensor-pair network, the deploy, sensors on both participants, a 30 s partition,
+then what the README says a user sees (UP_FAILURE meanwhile, tentative results, UNDO and
+REC_DONE, a fault-free run that `medusa verify` finds equal, the failure's trace).
+
+Between the lines the test waits as a user would (for the node to be up, the fragment to
+run and answer, the partition to heal and reconcile, the check network to catch up); the
+lines themselves run unchanged in a shell, `&` starting a job and `kill %N` stopping one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
+from medusa.settings import REPO_ROOT, kafka_config
+from tests.federation_processes import federation_env
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
+
+README = REPO_ROOT / "README.md"
+BLOCK_AFTER = "A walk-through, with the local federation up"
+NETWORK, CHECK = "alpha/sensor-pair", "alpha/sensor-pair-check"
+OUTPUT, CHECK_OUTPUT = "medusa.sensor-pair.per_sensor", "medusa.sensor-pair-check.per_sensor"
+
+
+def walkthrough() -> list[str]:
+    """The commands of the README's walk-through block, continuation lines joined."""
+    text = README.read_text()
+    start = text.index("```bash\n", text.index(BLOCK_AFTER)) + len("```bash\n")
+    block = text[start:text.index("\n```", start)].replace("\\\n", " ")
+    return [line.strip() for line in block.splitlines() if line.strip()]
+
+
+@dataclass
+class Line:
+    command: str
+    returncode: int | None = None
+    output: str = ""
+
+
+@dataclass
+class Walk:
+    lines: list[Line] = field(default_factory=list)
+    states_during_cut: list[str] = field(default_factory=list)
+    node_of_fragment: str | None = None
+    bpm_logs: str = ""
+
+    def one(self, pattern: str) -> Line:
+        found = [line for line in self.lines if re.search(pattern, line.command)]
+        assert len(found) == 1, (pattern, [line.command for line in self.lines])
+        return found[0]
+
+
+class Shell:
+    """A user's terminal: foreground lines run to their end, `&` lines are jobs."""
+
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        self.env, self.cwd = env, cwd
+        self.jobs: list[subprocess.Popen[bytes]] = []
+
+    def run(self, command: str, timeout_s: float = 300) -> Line:
+        kill = re.fullmatch(r"kill((?: %\d+)+)(?:\s+#.*)?", command)
+        if kill:
+            for number in re.findall(r"%(\d+)", kill.group(1)):
+                self.jobs[int(number) - 1].terminate()
+            return Line(command, 0)
+        if re.search(r"&\s*(#.*)?$", command):
+            job = len(self.jobs) + 1
+            log = (self.cwd / f"job-{job}.log").open("ab")
+            self.jobs.append(subprocess.Popen(
+                ["bash", "-c", "exec " + re.sub(r"&\s*(#.*)?$", "", command)], cwd=self.cwd,
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            return Line(command, None)
+        done = subprocess.run(["bash", "-c", command], cwd=self.cwd, env=self.env,
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
+        return Line(command, done.returncode, done.stdout + done.stderr)
+
+    def stop(self) -> None:
+        for job in self.jobs:
+            if job.poll() is None:
+                job.terminate()
+        for job in self.jobs:
+            try:
+                job.wait(30)
+            except subprocess.TimeoutExpired:
+                job.kill()
+
+
+def _node_up(catalog: CatalogClient, name: str) -> bool:
+    entry = catalog.get(Kind.NODES, name)
+    return entry is not None and entry.spec.get("status") == "up"
+
+
+def _fragment(catalog: CatalogClient, network: str) -> dict | None:
+    entries = catalog.list(Kind.FRAGMENTS, network=network)
+    return entries[0].spec if entries else None
+
+
+def _output_size(config: dict, topic: str) -> int:
+    consumer = Consumer({**config, "group.id": f"readme-{uuid.uuid4().hex[:6]}"})
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return 0
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                   for p in metadata.partitions)
+    finally:
+        consumer.close()
+
+
+def _settled(config: dict, topic: str, quiet_s: float, timeout_s: float) -> None:
+    """Waits until ``topic`` has records and none came for ``quiet_s``."""
+    last, since = -1, time.monotonic()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        size = _output_size(config, topic)
+        if size != last:
+            last, since = size, time.monotonic()
+        elif size > 0 and time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(1.0)
+    raise TimeoutError(f"{topic} did not settle within {timeout_s:.0f}s (size {last})")
+
+
+def _has_stable_result(config: dict, topic: str) -> bool:
+    consumer = Consumer({**config, "group.id": f"readme-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    try:
+        for _ in range(10):
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None and message.value():
+                return True
+        return False
+    finally:
+        consumer.close()
+
+
+@pytest.fixture(scope="module")
+def walk(federation, shared_nodes, tmp_path_factory) -> Iterator[Walk]:
+    shared_nodes.ready()  # other beta nodes may run too, as on a user's federation
+    cwd = tmp_path_factory.mktemp("readme-dpc")
+    (cwd / "spark_apps").symlink_to(REPO_ROOT / "spark_apps")
+    env = {**federation_env(federation, cwd), "COLUMNS": "200",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    agents = [subprocess.Popen(
+        [sys.executable, "-m", "medusa_apps", "bpm", "--participant", participant],
+        env=env, stdout=(cwd / f"bpm-{participant}.log").open("ab"), stderr=subprocess.STDOUT)
+        for participant in ("alpha", "beta")]
+    shell, walked = Shell(env, cwd), Walk()
+    beta = kafka_config(federation.bootstrap("beta"))
+    catalog = CatalogClient(federation.catalog_url)
+    try:
+        for command in walkthrough():
+            name = shlex.split(command, comments=True)[:3]
+            if name[:2] == ["medusa", "fault"] and "--for" in command:
+                walked.lines.append(_partition_watched(shell, command, env, walked))
+                # The user reads the results once the fragment has reconciled.
+                wait_until("the fragment is STABLE again after the heal", lambda: (
+                    (_fragment(catalog, NETWORK) or {}).get("dpc_state") == "STABLE"), 180)
+                continue
+            if name[:2] == ["medusa", "verify"]:
+                _settled(beta, CHECK_OUTPUT, quiet_s=15, timeout_s=300)
+            walked.lines.append(shell.run(command))
+            if name[:2] == ["medusa", "node"]:
+                wait_until("beta/node-1 is up", lambda: _node_up(catalog, "beta/node-1"), 240)
+            elif name[:2] == ["medusa", "deploy"]:
+                network = CHECK if "--name" in command else NETWORK
+                wait_until(f"{network} runs", lambda n=network: (
+                    (_fragment(catalog, n) or {}).get("phase") == "running"), 240)
+            elif name[:3] == ["medusa", "produce", "sensors"] and "beta" in command:
+                wait_until("the first window came out", lambda: _has_stable_result(
+                    beta, OUTPUT), 240)
+        walked.node_of_fragment = (_fragment(catalog, NETWORK) or {}).get("node")
+        walked.bpm_logs = "".join((cwd / f"bpm-{p}.log").read_text() for p in ("alpha", "beta"))
+        yield walked
+    finally:
+        for agent in agents:
+            agent.terminate()
+            agent.wait(30)
+        for network in (CHECK, NETWORK):  # before the node stops: nothing to take over
+            subprocess.run([sys.executable, "-m", "medusa_apps", "undeploy", network], env=env,
+                           capture_output=True, timeout=120, check=False)
+        shell.stop()
+        subprocess.run([sys.executable, "-m", "medusa_apps", "fault", "heal"], env=env,
+                       capture_output=True, timeout=60, check=False)
+        catalog.close()
+
+
+def _partition_watched(shell: Shell, command: str, env: dict[str, str], walked: Walk) -> Line:
+    """Runs the partition line; meanwhile `medusa status --json`, as the README says."""
+    result: list[Line] = []
+    running = threading.Thread(target=lambda: result.append(shell.run(command)))
+    running.start()
+    while running.is_alive():
+        status = subprocess.run([sys.executable, "-m", "medusa_apps", "status", "--json"],
+                                env=env, capture_output=True, text=True, timeout=60,
+                                check=False)
+        if status.returncode == 0:
+            for fragment in json.loads(status.stdout).get("fragments", []):
+                if fragment["network"] == NETWORK:
+                    walked.states_during_cut.append(fragment["dpc_state"])
+        time.sleep(2.0)
+    running.join()
+    return result[0]
+
+
+def test_every_line_of_the_walkthrough_succeeds(walk: Walk) -> None:
+    failed = [(line.command, line.output[-2000:]) for line in walk.lines
+              if line.returncode not in (0, None)]
+    assert not failed, failed
+
+
+def test_the_deploy_names_the_contract_and_the_fragment_stays_on_beta(walk: Walk) -> None:
+    deployed = walk.one(r"deploy \S+sensor_pair.yaml\s*(#|$)").output
+    assert "under contract alpha/sensor-pair" in deployed, deployed
+    assert walk.node_of_fragment and walk.node_of_fragment.startswith("beta/"), (
+        walk.node_of_fragment, walk.bpm_logs[-3000:])
+    assert "bringing" not in walk.bpm_logs, walk.bpm_logs[-3000:]
+
+
+def test_status_shows_up_failure_while_cut_off(walk: Walk) -> None:
+    assert "UP_FAILURE" in walk.states_during_cut, walk.states_during_cut
+
+
+def test_tentative_results_come_and_are_undone_and_settled(walk: Walk) -> None:
+    tentative = walk.one(r"grep -c TENTATIVE")
+    assert int(tentative.output.strip()) > 0, tentative.output
+    marks = walk.one(r"grep -E 'UNDO\|REC_DONE'").output.splitlines()
+    types = [json.loads(line)["type"] for line in marks]
+    assert "UNDO" in types and "REC_DONE" in types, types
+    assert types.index("UNDO") < types.index("REC_DONE")
+
+
+def test_verify_finds_the_stable_view_equal_to_the_fault_free_run(walk: Walk) -> None:
+    verified = walk.one(r"medusa verify").output
+    assert "equal" in verified, verified
+
+
+def test_the_partition_is_a_trace_in_jaeger(walk: Walk) -> None:
+    traced = walk.one(r"medusa trace --kind partition").output
+    assert "sensor-pair" in traced, traced
