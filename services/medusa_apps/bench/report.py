@@ -199,6 +199,26 @@ def dpc_timeline_plot(path: Path, title: str, events: dict[str, list[float]],
 PARTICIPANT_COLOURS = {"alpha": "#4c72b0", "beta": "#dd8452", "gamma": "#55a868"}
 
 
+def dpc_matrix_plot(path: Path, title: str, cells: list[dict[str, Any]], bound_s: float) -> None:
+    """One bar per cell: its longest extra delay, red where it broke the bound, grey where
+    the cell failed to run."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    labels = [f"{c['placement']} / {c['fault']} / {c['length']}" for c in cells]
+    values = [c.get("longest_extra_delay_s") or 0.0 for c in cells]
+    colours = ["#999999" if "error" in c else "#4c72b0" if c.get("bound_held") else "#c44e52"
+               for c in cells]
+    figure, axes = plt.subplots(figsize=(9, 0.8 + 0.35 * len(labels)))
+    axes.barh(labels, values, color=colours)
+    axes.axvline(bound_s, color="#333333", linestyle="--", label=f"bound ({bound_s:g} s)")
+    axes.set_xlabel("seconds later than without the fault")
+    axes.set_title(title)
+    axes.invert_yaxis()
+    axes.legend(loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def bpm_spike_plot(path: Path, title: str, utilisation: dict[str, list[tuple[float, float]]],
                    latency: list[tuple[float, float]], marks: list[tuple[float, str]],
                    spike_s: float, spike_end_s: float) -> None:

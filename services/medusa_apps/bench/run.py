@@ -4,8 +4,9 @@ Parts (``--only`` picks some): ``producers`` (Medusa's producer, a bare
 confluent-kafka producer, Kafka's tool), ``spark`` (Kafka's consumer tool, a
 plain Spark passthrough, the one-filter fragment with and without its SUnion),
 ``sunion`` (the SUnion next to a bare transactional consume-produce loop),
-``linear-road`` (the L-rating), ``move``, ``failover`` and ``dpc`` (a 30 s partition
-between the participants under steady input). The keys of
+``linear-road`` (the L-rating), ``move``, ``failover``, ``dpc`` (a 30 s partition
+between the participants under steady input), ``dpc-matrix`` (the availability bound
+over placements, faults and their lengths, ``dpc_matrix``) and ``bpm``. The keys of
 ``bench.json`` stay the same whichever parts run; a part not run leaves its
 figures null.
 """
@@ -33,6 +34,7 @@ from medusa_apps.bench.report import (
     bar_plot,
     bpm_spike_plot,
     breakdown_plot,
+    dpc_matrix_plot,
     dpc_timeline_plot,
     failover_plot,
     latency_plot,
@@ -40,7 +42,8 @@ from medusa_apps.bench.report import (
     write_json,
 )
 
-PARTS = ("producers", "spark", "sunion", "linear-road", "move", "failover", "dpc", "bpm")
+PARTS = ("producers", "spark", "sunion", "linear-road", "move", "failover", "dpc",
+         "dpc-matrix", "bpm")
 WARM_UP_RECORDS = 3000
 
 
@@ -71,6 +74,7 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     from medusa.sunion import bench as sunion_bench
     from medusa_apps.bench import (
         bpm_spike,
+        dpc_matrix,
         dpc_partition,
         linear_road_latency,
         spark_paths,
@@ -121,8 +125,10 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     outcomes: list[Any] = []
     load = None
     dpc = None
+    matrix: list[Any] = []
     spike = unbalanced = None
-    needs_spark = parts & {"spark", "linear-road", "move", "failover", "dpc", "bpm"}
+    needs_spark = parts & {"spark", "linear-road", "move", "failover", "dpc", "dpc-matrix",
+                           "bpm"}
     spark = spark_session("medusa-bench") if needs_spark else None
     try:
         with tempfile.TemporaryDirectory(prefix="medusa-bench-") as scratch:
@@ -190,6 +196,11 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
                 f"(D = {dpc_partition.BENCH_DELAY_S:g} s)")
             with _part("dpc", errors, say):
                 dpc = dpc_partition.measure(endpoints, registry, spark, layout, say)
+        if "dpc-matrix" in parts and spark is not None:
+            say(f"DPC matrix: {len(dpc_matrix.cells())} cells (placement x fault x length), "
+                f"D = {dpc_matrix.D_S:g} s")
+            with _part("dpc-matrix", errors, say):
+                matrix = dpc_matrix.measure(endpoints, registry, spark, layout, say)
         if "bpm" in parts and spark is not None:
             say("BPM: a 3x input spike on alpha, with contracts to beta and gamma")
             with _part("bpm", errors, say):
@@ -242,7 +253,10 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         "false_positives_under_load": load.as_dict() if load else None,
         # gap_over_delay_s: the largest extra delay of a result over the fault-free one,
         # minus D (goal: at most 1 s).
-        "dpc": dpc.summary() if dpc is not None else {"gap_over_delay_s": None},
+        "dpc": {**(dpc.summary() if dpc is not None else {"gap_over_delay_s": None}),
+                # Per placement x fault x length: the longest extra delay, the first
+                # tentative output, tentative and uncorrected counts, stable view equal.
+                "matrix": dpc_matrix.summary(matrix) if matrix else None},
         # moves: how many the agents made; seconds_to_acceptable: from the spike until no
         # participant is over capacity for good.
         "bpm": {**spike.summary(), "without_bpm": unbalanced.summary() if unbalanced else None,
@@ -289,6 +303,10 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
             f"{figures['corrections']} corrected, heal to REC_DONE "
             f"{figures['heal_to_rec_done_s']} s, lost {figures['lost']}, duplicated "
             f"{figures['duplicated']}")
+    if matrix:
+        rows = dpc_matrix.summary(matrix)
+        dpc_matrix_plot(out / "dpc_matrix.png", "DPC: the longest extra delay of a result, "
+                        "per placement, fault and length", rows["cells"], rows["bound_s"])
     if spike is not None:
         bpm_spike_plot(out / "bpm_spike.png", "BPM through a 3x spike on alpha",
                        *spike.timeline())
