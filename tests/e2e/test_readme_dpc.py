@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,9 @@ from confluent_kafka import Consumer, TopicPartition
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
+from medusa.jaeger_client import Trace
 from medusa.settings import REPO_ROOT, kafka_config
+from medusa.trace_view import recent, roots
 from tests.federation_processes import federation_env
 from tests.waiting import wait_until
 
@@ -60,8 +63,12 @@ class Line:
 class Walk:
     lines: list[Line] = field(default_factory=list)
     states_during_cut: list[str] = field(default_factory=list)
+    """The fragment's DPC state as `medusa status --json` showed it during the partition."""
+    states: list[str] = field(default_factory=list)
+    """Each change of its DPC state in the catalog, from the cut until STABLE again."""
     node_of_fragment: str | None = None
     bpm_logs: str = ""
+    consumed: Path | None = None
 
     def one(self, pattern: str) -> Line:
         found = [line for line in self.lines if re.search(pattern, line.command)]
@@ -172,14 +179,19 @@ def walk(federation, shared_nodes, tmp_path_factory) -> Iterator[Walk]:
         for command in walkthrough():
             name = shlex.split(command, comments=True)[:3]
             if name[:2] == ["medusa", "fault"] and "--for" in command:
-                walked.lines.append(_partition_watched(shell, command, env, walked))
-                # The user reads the results once the fragment has reconciled.
-                wait_until("the fragment is STABLE again after the heal", lambda: (
-                    (_fragment(catalog, NETWORK) or {}).get("dpc_state") == "STABLE"), 180)
+                with _states_sampled(federation.catalog_url, walked.states):
+                    walked.lines.append(_partition_watched(shell, command, env, walked))
+                    # The user reads the results once the fragment has reconciled.
+                    wait_until("the fragment is STABLE again after the heal", lambda: (
+                        (_fragment(catalog, NETWORK) or {}).get("dpc_state") == "STABLE"), 180)
                 continue
             if name[:2] == ["medusa", "verify"]:
-                _settled(beta, CHECK_OUTPUT, quiet_s=15, timeout_s=300)
-            walked.lines.append(shell.run(command))
+                _settled(beta, CHECK_OUTPUT, quiet_s=8, timeout_s=300)
+            line = shell.run(command)
+            walked.lines.append(line)
+            print(f"$ {command}\n{line.output[-3000:]}")
+            if line.returncode not in (0, None):
+                raise AssertionError(f"{command!r} exited {line.returncode}:\n{line.output}")
             if name[:2] == ["medusa", "node"]:
                 wait_until("beta/node-1 is up", lambda: _node_up(catalog, "beta/node-1"), 240)
             elif name[:2] == ["medusa", "deploy"]:
@@ -190,6 +202,7 @@ def walk(federation, shared_nodes, tmp_path_factory) -> Iterator[Walk]:
                 wait_until("the first window came out", lambda: _has_stable_result(
                     beta, OUTPUT), 240)
         walked.node_of_fragment = (_fragment(catalog, NETWORK) or {}).get("node")
+        walked.consumed = cwd / "out.jsonl"
         walked.bpm_logs = "".join((cwd / f"bpm-{p}.log").read_text() for p in ("alpha", "beta"))
         yield walked
     finally:
@@ -203,6 +216,27 @@ def walk(federation, shared_nodes, tmp_path_factory) -> Iterator[Walk]:
         subprocess.run([sys.executable, "-m", "medusa_apps", "fault", "heal"], env=env,
                        capture_output=True, timeout=60, check=False)
         catalog.close()
+
+
+@contextmanager
+def _states_sampled(catalog_url: str, states: list[str]) -> Iterator[None]:
+    """Records each change of the fragment's DPC state in the catalog, every 0.3 s."""
+    stop = threading.Event()
+
+    def sample() -> None:
+        with CatalogClient(catalog_url) as catalog:
+            while not stop.wait(0.3):
+                state = str((_fragment(catalog, NETWORK) or {}).get("dpc_state", "STABLE"))
+                if not states or states[-1] != state:
+                    states.append(state)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        sampler.join(5)
 
 
 def _partition_watched(shell: Shell, command: str, env: dict[str, str], walked: Walk) -> Line:
@@ -241,13 +275,30 @@ def test_status_shows_up_failure_while_cut_off(walk: Walk) -> None:
     assert "UP_FAILURE" in walk.states_during_cut, walk.states_during_cut
 
 
+def test_the_catalog_shows_the_fragment_fail_stabilize_and_come_back(walk: Walk) -> None:
+    states = walk.states
+    assert "UP_FAILURE" in states and "STABILIZATION" in states, states
+    assert states.index("UP_FAILURE") < len(states) - 1 - states[::-1].index("STABILIZATION")
+    assert states[-1] == "STABLE", states
+
+
 def test_tentative_results_come_and_are_undone_and_settled(walk: Walk) -> None:
     tentative = walk.one(r"grep -c TENTATIVE")
     assert int(tentative.output.strip()) > 0, tentative.output
     marks = walk.one(r"grep -E 'UNDO\|REC_DONE'").output.splitlines()
     types = [json.loads(line)["type"] for line in marks]
     assert "UNDO" in types and "REC_DONE" in types, types
-    assert types.index("UNDO") < types.index("REC_DONE")
+    # Per partition: UNDO, the corrections, REC_DONE, and no tentative result between.
+    assert walk.consumed is not None
+    by_partition: dict[int, list[str]] = {}
+    for line in walk.consumed.read_text().splitlines():
+        record = json.loads(line)
+        if record["type"] != "BOUNDARY":
+            by_partition.setdefault(record["partition"], []).append(record["type"])
+    for partition, kinds in by_partition.items():
+        assert "UNDO" in kinds and "REC_DONE" in kinds, (partition, kinds)
+        undo, done = kinds.index("UNDO"), kinds.index("REC_DONE")
+        assert undo < done and "TENTATIVE" not in kinds[undo:done], (partition, kinds)
 
 
 def test_verify_finds_the_stable_view_equal_to_the_fault_free_run(walk: Walk) -> None:
@@ -255,6 +306,35 @@ def test_verify_finds_the_stable_view_equal_to_the_fault_free_run(walk: Walk) ->
     assert "equal" in verified, verified
 
 
-def test_the_partition_is_a_trace_in_jaeger(walk: Walk) -> None:
+def test_the_partition_is_one_trace_from_the_delay_to_rec_done(walk: Walk, federation) -> None:
     traced = walk.one(r"medusa trace --kind partition").output
     assert "sensor-pair" in traced, traced
+    stages = ["delay", "tentative release", "heal", "stabilization", "reconcile", "REC_DONE"]
+    found = _partition_trace(federation.jaeger_query_url, NETWORK, stages)
+    [root] = roots(found)
+    assert root.service == "medusa-sunion"
+    for stage in stages:
+        assert found.parent(found.one(stage)) == root, stage
+    heal, reconcile, rec_done = (found.one(n) for n in ("heal", "reconcile", "REC_DONE"))
+    for span in (reconcile, rec_done):
+        assert span.service == f"medusa-node {walk.node_of_fragment}"
+    assert heal.start_us <= reconcile.start_us <= rec_done.start_us
+    epoch = found.one("tentative release").attributes["medusa.dpc.epoch"]
+    assert rec_done.attributes["medusa.dpc.epoch"] == epoch
+    assert rec_done.attributes["medusa.dpc.rolled_back_batches"] >= 1
+
+
+def _partition_trace(query_url: str, network: str, spans: list[str],
+                     timeout_s: float = 90.0) -> Trace:
+    """The newest partition trace of a fragment of ``network`` with every span named."""
+    deadline = time.monotonic() + timeout_s
+    seen: list[list[str]] = []
+    while time.monotonic() < deadline:
+        found = [t for t in recent(query_url, "partition", 10, 3600)
+                 if any(r.name.startswith(f"up-failure {network}/") for r in roots(t))]
+        seen = [sorted(s.name.split(" ")[0] for s in t.spans) for t in found]
+        complete = [t for t in found if all(t.named(name) for name in spans)]
+        if complete:
+            return complete[0]
+        time.sleep(2)
+    raise AssertionError(f"no partition trace of {network} with {spans}; found {seen}")

@@ -1,6 +1,7 @@
 """Every network the project ships, deployed as a user deploys it: `medusa deploy FILE` with
 default placement, input from `medusa produce`, outputs checked against a reference.
-(The Linear Road network is deployed so by the demo's test, `test_demo.py`.)"""
+(The Linear Road network is deployed so by the demo's test, `test_demo.py`, and the sensor
+pair by the README's DPC walk-through, `test_readme_dpc.py`.)"""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.e2e
 
 SHIPPED = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks"
-DEPLOYED_BY_THE_DEMO = {"linear_road.yaml"}
+DEPLOYED_BY_OTHER_TESTS = {"linear_road.yaml": "test_demo.py",
+                           "sensor_pair.yaml": "test_readme_dpc.py"}
 SENSORS = 4
 ROUNDS = 25
 """Readings per sensor, a second apart, sent in real time: two 10-second windows close."""
@@ -35,7 +37,7 @@ ROUNDS = 25
 
 def test_every_shipped_network_has_a_deployment_test() -> None:
     shipped = {path.name for path in SHIPPED.glob("*.yaml")}
-    assert shipped == set(INPUTS) | DEPLOYED_BY_THE_DEMO
+    assert shipped == set(INPUTS) | set(DEPLOYED_BY_OTHER_TESTS)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,6 @@ def _medusa(env: dict[str, str], *args: str) -> str:
 INPUTS = {
     # network file: the participants whose sensors feed it, and their topics' prefixes
     "sensor_windows.yaml": {"alpha": ""},
-    "sensor_pair.yaml": {"alpha": "alpha.", "beta": "beta."},
 }
 
 
