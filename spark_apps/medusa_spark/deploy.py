@@ -9,7 +9,7 @@ with the node that runs it. The nodes do the rest.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,7 +187,8 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
             raise PlacementError(
                 f"box {name!r}: the network has no such box or fragment (its boxes: "
                 f"{', '.join(network.boxes)}; its fragments: {', '.join(fragments)})")
-    _hosting_contracts(catalog, network_name, fragments, named_nodes)  # before they run
+    boxes_of = {name: fragment.boxes for name, fragment in fragments.items()}
+    _hosting_contracts(catalog, network_name, boxes_of, named_nodes)  # before they run
     nodes = running_nodes(catalog)
     running = {node.name for node in nodes}
     for name, node in named_nodes.items():
@@ -201,7 +202,7 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
     for name, node in named_nodes.items():
         if name in existing:  # placed before: a new node here is a move
             placement[name] = node
-    hosted = _hosting_contracts(catalog, network_name, fragments, placement)
+    hosted = _hosting_contracts(catalog, network_name, boxes_of, placement)
     topics = network_topics(plan, fragments, endpoints, registry)
 
     def definition(spec: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -251,7 +252,7 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
 
 
 def _hosting_contracts(catalog: CatalogClient, network_name: str,
-                       fragments: dict[str, Fragment], placement: dict[str, str]
+                       boxes: Mapping[str, Sequence[str]], placement: dict[str, str]
                        ) -> dict[str, str]:
     """The contract under which each fragment placed now on a partner's node runs there;
     refuses a placement at a partner that no contract in force covers."""
@@ -263,7 +264,7 @@ def _hosting_contracts(catalog: CatalogClient, network_name: str,
             continue
         contract = covering(catalog, origin, host, f"{network_name}/{name}")
         if contract is None:
-            box = fragments[name].boxes[0]
+            box = boxes[name][0]
             raise PlacementError(
                 f"box {box!r}: placed on {host} (node {node}), but no contract in force lets "
                 f"{origin}'s load run on {host}'s nodes: {host} hosts {network_name} under a "
@@ -351,6 +352,10 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
     source = entry.spec["node"]
     if source == target:
         raise CatalogError(f"fragment {entry.name} runs on {target} already")
+    if contract is None:  # BPM names the contract it moves under; others need one too
+        short = entry.name.rsplit("/", 1)[1]
+        _hosting_contracts(catalog, entry.spec["network"], {short: entry.spec["boxes"]},
+                           {short: target})
     started = time.monotonic()
     deadline = started + timeout_s
     if warm and warm_move_possible(entry.spec, target):
