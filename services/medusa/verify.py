@@ -35,6 +35,8 @@ class Difference:
     unsettled: list[str] = field(default_factory=list)
     """Why the output's view is not final: tentative tuples left, or no REC_DONE yet."""
     compared: int = 0
+    beyond_reference: int = 0
+    """Tentative tuples of ids the reference has no stable version of: not compared."""
 
     @property
     def equal(self) -> bool:
@@ -54,6 +56,9 @@ class Difference:
         if len(self.changed) > shown:
             found.append(f"… and {len(self.changed) - shown} more changed tuple(s)")
         found += self.unsettled
+        if self.beyond_reference:
+            found.append(f"{self.beyond_reference} tentative tuple(s) past what the reference "
+                         "settled (e.g. the last windows of an input that ended): not compared")
         return found
 
 
@@ -67,10 +72,16 @@ def compare(output: StableView, reference: StableView,
     difference.extra = sorted(set(got) - set(wanted))
     difference.changed = [(i, got[i], wanted[i]) for i in sorted(set(got) & set(wanted))
                           if got[i] != wanted[i]]
-    if output.tentative:
-        difference.unsettled.append(f"{len(output.tentative)} tentative tuple(s) not yet "
+    # A tentative result the reference has no stable version of lies past what the
+    # reference settled (an input that ended leaves its last buckets tentative on both
+    # sides): not compared, but said. One the reference has stably is uncorrected.
+    uncorrected = [r for r in output.tentative if r.tuple_id in wanted]
+    beyond = len(output.tentative) - len(uncorrected)
+    if uncorrected:
+        difference.unsettled.append(f"{len(uncorrected)} tentative tuple(s) not yet "
                                     "corrected (the failure has not healed, or its UNDO "
                                     "has not come)")
+    difference.beyond_reference = beyond
     if output.reconciling:
         difference.unsettled.append("the output is reconciling: UNDO without REC_DONE yet")
     return difference

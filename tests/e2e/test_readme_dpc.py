@@ -186,7 +186,7 @@ def walk(federation, shared_nodes, tmp_path_factory) -> Iterator[Walk]:
                         (_fragment(catalog, NETWORK) or {}).get("dpc_state") == "STABLE"), 180)
                 continue
             if name[:2] == ["medusa", "verify"]:
-                _settled(beta, CHECK_OUTPUT, quiet_s=8, timeout_s=300)
+                _settled(beta, CHECK_OUTPUT, quiet_s=12, timeout_s=300)
             line = shell.run(command)
             walked.lines.append(line)
             print(f"$ {command}\n{line.output[-3000:]}")

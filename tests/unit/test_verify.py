@@ -38,6 +38,16 @@ def test_what_differs_is_named() -> None:
     assert "1 tentative tuple(s) not yet corrected" in text and "a: output" in text
 
 
+def test_a_tentative_tail_past_the_reference_is_said_not_compared() -> None:
+    # Both inputs ended a bucket apart: the last window is tentative on both sides.
+    reference = stable_view([rec(S, "a", {"n": 1}), rec(T, "z", {"n": 7})])
+    output = stable_view([rec(S, "a", {"n": 1}), rec(T, "z", {"n": 7})])
+    difference = compare(output, reference)
+    assert difference.equal and difference.beyond_reference == 1
+    assert "1 tentative tuple(s) past what the reference settled" in \
+        "\n".join(difference.lines())
+
+
 def test_fields_that_differ_by_design_can_be_left_out() -> None:
     reference = stable_view([rec(S, "a", {"n": 1, "emit_time": 10})])
     output = stable_view([rec(S, "a", {"n": 1, "emit_time": 99})])
