@@ -142,6 +142,7 @@ def test_automatic_placement_puts_the_fragment_on_a_node_of_its_participant(
         federation, nodes, spark, registry_module) -> None:
     name = f"auto-{uuid.uuid4().hex[:6]}"
     with CatalogClient(federation.catalog_url) as catalog:
+        hosting(catalog, "alpha", "beta", f"alpha/{name}")  # its boxes are beta's to run
         try:
             placed = deploy(network_yaml(name, f"{name}."), name, federation, registry_module,
                             spark, catalog, report=lambda _: None)

@@ -223,20 +223,25 @@ def _states_sampled(catalog_url: str, states: list[str]) -> Iterator[None]:
     """Records each change of the fragment's DPC state in the catalog, every 0.3 s."""
     stop = threading.Event()
 
-    def sample() -> None:
+    def sample(catalog: CatalogClient) -> None:
+        state = str((_fragment(catalog, NETWORK) or {}).get("dpc_state", "STABLE"))
+        if not states or states[-1] != state:
+            states.append(state)
+
+    def sampling() -> None:
         with CatalogClient(catalog_url) as catalog:
             while not stop.wait(0.3):
-                state = str((_fragment(catalog, NETWORK) or {}).get("dpc_state", "STABLE"))
-                if not states or states[-1] != state:
-                    states.append(state)
+                sample(catalog)
 
-    sampler = threading.Thread(target=sample, daemon=True)
+    sampler = threading.Thread(target=sampling, daemon=True)
     sampler.start()
     try:
         yield
     finally:
         stop.set()
         sampler.join(5)
+        with CatalogClient(catalog_url) as catalog:
+            sample(catalog)  # the state the wait ended on
 
 
 def _partition_watched(shell: Shell, command: str, env: dict[str, str], walked: Walk) -> Line:
@@ -252,7 +257,7 @@ def _partition_watched(shell: Shell, command: str, env: dict[str, str], walked: 
             for fragment in json.loads(status.stdout).get("fragments", []):
                 if fragment["network"] == NETWORK:
                     walked.states_during_cut.append(fragment["dpc_state"])
-        time.sleep(2.0)
+        time.sleep(3.0)
     running.join()
     return result[0]
 
