@@ -26,12 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
+from medusa.consuming import TupleConsumer
 from medusa.jaeger_client import Trace
 from medusa.settings import REPO_ROOT, kafka_config
+from medusa.stable_view import stable_view
 from medusa.trace_view import recent, roots
 from tests.federation_processes import federation_env
 from tests.waiting import wait_until
@@ -121,30 +123,24 @@ def _fragment(catalog: CatalogClient, network: str) -> dict | None:
     return entries[0].spec if entries else None
 
 
-def _output_size(config: dict, topic: str) -> int:
-    consumer = Consumer({**config, "group.id": f"readme-{uuid.uuid4().hex[:6]}"})
-    try:
-        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if metadata is None or metadata.error is not None:
-            return 0
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                   for p in metadata.partitions)
-    finally:
-        consumer.close()
+def _stable_results(config: dict, registry, topic: str) -> int:
+    """How many results the stable view of ``topic`` holds now."""
+    with TupleConsumer(config, registry, [topic], f"readme-{uuid.uuid4().hex[:6]}") as consumer:
+        return len(stable_view(c.record for c in consumer.drain(idle_s=2.0)).stable)
 
 
-def _settled(config: dict, topic: str, quiet_s: float, timeout_s: float) -> None:
-    """Waits until ``topic`` has records and none came for ``quiet_s``."""
+def _caught_up(config: dict, registry, topic: str, quiet_s: float, timeout_s: float) -> None:
+    """Waits until ``topic``'s stable view has results and gained none for ``quiet_s``."""
     last, since = -1, time.monotonic()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        size = _output_size(config, topic)
-        if size != last:
-            last, since = size, time.monotonic()
-        elif size > 0 and time.monotonic() - since >= quiet_s:
+        count = _stable_results(config, registry, topic)
+        if count != last:
+            last, since = count, time.monotonic()
+        elif count > 0 and time.monotonic() - since >= quiet_s:
             return
         time.sleep(1.0)
-    raise TimeoutError(f"{topic} did not settle within {timeout_s:.0f}s (size {last})")
+    raise TimeoutError(f"{topic} did not catch up within {timeout_s:.0f}s ({last} results)")
 
 
 def _has_stable_result(config: dict, topic: str) -> bool:
@@ -162,7 +158,7 @@ def _has_stable_result(config: dict, topic: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def walk(federation, shared_nodes, tmp_path_factory) -> Iterator[Walk]:
+def walk(federation, shared_nodes, registry_module, tmp_path_factory) -> Iterator[Walk]:
     shared_nodes.ready()  # other beta nodes may run too, as on a user's federation
     cwd = tmp_path_factory.mktemp("readme-dpc")
     (cwd / "spark_apps").symlink_to(REPO_ROOT / "spark_apps")
@@ -186,7 +182,7 @@ def walk(federation, shared_nodes, tmp_path_factory) -> Iterator[Walk]:
                         (_fragment(catalog, NETWORK) or {}).get("dpc_state") == "STABLE"), 180)
                 continue
             if name[:2] == ["medusa", "verify"]:
-                _settled(beta, CHECK_OUTPUT, quiet_s=12, timeout_s=300)
+                _caught_up(beta, registry_module, CHECK_OUTPUT, quiet_s=10, timeout_s=300)
             line = shell.run(command)
             walked.lines.append(line)
             print(f"$ {command}\n{line.output[-3000:]}")
