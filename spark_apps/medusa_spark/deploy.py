@@ -188,7 +188,8 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
                 f"box {name!r}: the network has no such box or fragment (its boxes: "
                 f"{', '.join(network.boxes)}; its fragments: {', '.join(fragments)})")
     boxes_of = {name: fragment.boxes for name, fragment in fragments.items()}
-    _hosting_contracts(catalog, network_name, boxes_of, named_nodes)  # before they run
+    # Named nodes are checked before whether they run; the rest once they are placed.
+    hosted = _hosting_contracts(catalog, network_name, boxes_of, named_nodes)
     nodes = running_nodes(catalog)
     running = {node.name for node in nodes}
     for name, node in named_nodes.items():
@@ -202,7 +203,8 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
     for name, node in named_nodes.items():
         if name in existing:  # placed before: a new node here is a move
             placement[name] = node
-    hosted = _hosting_contracts(catalog, network_name, boxes_of, placement)
+    hosted |= _hosting_contracts(catalog, network_name, boxes_of, {
+        name: node for name, node in placement.items() if name not in named_nodes})
     topics = network_topics(plan, fragments, endpoints, registry)
 
     def definition(spec: dict[str, Any] | None) -> dict[str, Any] | None:

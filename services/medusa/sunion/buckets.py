@@ -321,13 +321,13 @@ class Buckets:
                 state.tentative_boundary = stime
         elif state.boundary is None or stime > state.boundary:
             state.boundary = stime
-        transit = self._wall_clock() * 1000 - stime
-        if state.shortest_transit_ms is None or transit < state.shortest_transit_ms:
-            state.shortest_transit_ms = transit
+        wall_ms = self._wall_clock() * 1000
+        if state.shortest_transit_ms is None or wall_ms - stime < state.shortest_transit_ms:
+            state.shortest_transit_ms = wall_ms - stime
         after = state.effective_boundary
         if after is not None and (before is None or after > before):
             state.advanced_at = self._clock()
-            state.advanced_wall_ms = self._wall_clock() * 1000
+            state.advanced_wall_ms = wall_ms
             if before is not None:
                 state.boundary_gaps.append(after - before)
 
