@@ -15,11 +15,7 @@ slack for the machine) later than without the fault.
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +29,7 @@ from medusa.sensor_windows import pair_network_yaml
 from medusa.stable_view import stable_view
 from medusa.stack.endpoints import Endpoints
 from medusa_apps.bench.dpc_partition import Fault, ScenarioRun, deployed, run_scenario
+from medusa_apps.bench.nodes import bench_nodes
 
 BOUND = "4 seconds"
 D_S = 3.0
@@ -110,25 +107,6 @@ def _fault(links: Links, cell: Cell) -> Fault:
                  lambda: links.heal("alpha", "beta"))
 
 
-@contextmanager
-def _nodes(layout: Any) -> Iterator[None]:
-    from medusa.stack import launcher
-
-    started = []
-    try:
-        for node in NODES.values():
-            participant, name = node.split("/")
-            started.append(launcher.start_service(
-                layout, f"node-{participant}-{name}",
-                [sys.executable, "-m", "medusa_apps", "node", "--name", name, "--participant",
-                 participant, "--master", "local[1]"], report=lambda _: None))
-        yield
-    finally:
-        for process in started:
-            with suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-
-
 def _run_cell(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
               catalog: CatalogClient, links: Links, cell: Cell,
               say: Callable[[str], None]) -> ScenarioRun:
@@ -153,13 +131,10 @@ def _run_cell(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
 def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any, layout: Any,
             say: Callable[[str], None], only: list[Cell] | None = None) -> list[CellOutcome]:
     """Every cell (or ``only`` those), one after the other, on two nodes started for it."""
-    from medusa_spark.deploy import wait_for_node
-
     outcomes = []
-    with _nodes(layout), CatalogClient(endpoints.catalog_url) as catalog, \
+    with CatalogClient(endpoints.catalog_url) as catalog, \
+            bench_nodes(layout, catalog, list(NODES.values())), \
             Links(endpoints.toxiproxy_url) as links:
-        for node in NODES.values():
-            wait_for_node(catalog, node, timeout_s=240)
         chosen = only or cells()
         for number, cell in enumerate(chosen, start=1):
             say(f"DPC matrix {number}/{len(chosen)}: {cell.label}")

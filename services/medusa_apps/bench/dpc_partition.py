@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -413,34 +413,20 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
             layout: Any, say: Callable[[str], None]) -> DpcOutcome:
     """A 30 s partition between alpha and beta under steady input, on a node of beta
     started for it (and stopped afterwards)."""
-    import os
-    import signal
-    import sys
-
     from medusa.faults import Links
-    from medusa.stack import launcher
-    from medusa_spark.deploy import wait_for_node
+    from medusa_apps.bench.nodes import bench_nodes
 
-    participant, name = BENCH_NODE.split("/")
-    node = launcher.start_service(
-        layout, f"node-{participant}-{name}",
-        [sys.executable, "-m", "medusa_apps", "node", "--name", name, "--participant",
-         participant, "--master", "local[1]"], report=lambda _: None)
-    try:
-        with CatalogClient(endpoints.catalog_url) as catalog, Links(endpoints.toxiproxy_url) \
-                as links:
-            wait_for_node(catalog, BENCH_NODE, timeout_s=240)
-            with deployed_pair(endpoints, registry, spark, catalog, BENCH_NODE,
-                               BENCH_BOUND) as (network, topic):
-                cut = Fault("partition alpha-beta", *BENCH_PARTITION,
-                            lambda: links.partition("alpha", "beta"),
-                            lambda: links.heal("alpha", "beta"))
-                try:
-                    run = run_scenario(endpoints, registry, endpoints.catalog_url, network,
-                                       topic, BENCH_INPUT_S, [cut], say)
-                finally:
-                    links.heal()
-    finally:
-        with suppress(ProcessLookupError):
-            os.killpg(node.pid, signal.SIGTERM)
+    with CatalogClient(endpoints.catalog_url) as catalog, \
+            bench_nodes(layout, catalog, [BENCH_NODE]), \
+            Links(endpoints.toxiproxy_url) as links, \
+            deployed_pair(endpoints, registry, spark, catalog, BENCH_NODE,
+                          BENCH_BOUND) as (network, topic):
+        cut = Fault("partition alpha-beta", *BENCH_PARTITION,
+                    lambda: links.partition("alpha", "beta"),
+                    lambda: links.heal("alpha", "beta"))
+        try:
+            run = run_scenario(endpoints, registry, endpoints.catalog_url, network,
+                               topic, BENCH_INPUT_S, [cut], say)
+        finally:
+            links.heal()
     return DpcOutcome(run, BENCH_DELAY_S)
