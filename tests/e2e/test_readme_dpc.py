@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
@@ -143,20 +142,6 @@ def _caught_up(config: dict, registry, topic: str, quiet_s: float, timeout_s: fl
     raise TimeoutError(f"{topic} did not catch up within {timeout_s:.0f}s ({last} results)")
 
 
-def _has_stable_result(config: dict, topic: str) -> bool:
-    consumer = Consumer({**config, "group.id": f"readme-{uuid.uuid4().hex[:6]}",
-                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
-    consumer.subscribe([topic])
-    try:
-        for _ in range(10):
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None and message.value():
-                return True
-        return False
-    finally:
-        consumer.close()
-
-
 @pytest.fixture(scope="module")
 def walk(federation, shared_nodes, registry_module, tmp_path_factory) -> Iterator[Walk]:
     shared_nodes.ready()  # other beta nodes may run too, as on a user's federation
@@ -195,8 +180,8 @@ def walk(federation, shared_nodes, registry_module, tmp_path_factory) -> Iterato
                 wait_until(f"{network} runs", lambda n=network: (
                     (_fragment(catalog, n) or {}).get("phase") == "running"), 240)
             elif name[:3] == ["medusa", "produce", "sensors"] and "beta" in command:
-                wait_until("the first window came out", lambda: _has_stable_result(
-                    beta, OUTPUT), 240)
+                wait_until("the first window came out", lambda: _stable_results(
+                    beta, registry_module, OUTPUT) > 0, 240)
         walked.node_of_fragment = (_fragment(catalog, NETWORK) or {}).get("node")
         walked.consumed = cwd / "out.jsonl"
         walked.bpm_logs = "".join((cwd / f"bpm-{p}.log").read_text() for p in ("alpha", "beta"))
