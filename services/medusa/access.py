@@ -98,7 +98,8 @@ class Grant:
 
 def _hosts(spec: Mapping[str, object]) -> set[str]:
     """The participants whose nodes run the fragment or a replica of it."""
-    nodes = (spec.get("node"), spec.get("replica"), spec.get("warm_target"))
+    nodes = (spec.get("node"), spec.get("replica"), spec.get("warm_target"),
+             spec.get("reader_replica"))
     return {node.split("/", 1)[0] for node in nodes if isinstance(node, str)}
 
 

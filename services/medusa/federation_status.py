@@ -72,6 +72,11 @@ class FragmentStatus:
     warm_target: str | None = None
     """During a warm move: the node whose replica is loading the state to take it over."""
     warm_ready: bool = False
+    reader_replica: str | None = None
+    """The node of its reader-side replica (``medusa.reader_side``), if it has one."""
+    serving: str | None = None
+    """The reader-side replica's node while that replica writes the output (None: the
+    fragment's own node does)."""
     input_rate: float | None = None
     processing_rate: float | None = None
     batch_duration_ms: int | None = None
@@ -215,6 +220,7 @@ def _fragment_status(entry: Entry, reports: dict[str, dict[str, Any]]) -> Fragme
         ha=spec.get("ha", "passive"), replica=spec.get("replica"),
         replica_ready=bool(spec.get("replica_ready")),
         warm_target=spec.get("warm_target"), warm_ready=bool(spec.get("warm_ready")),
+        reader_replica=spec.get("reader_replica"), serving=spec.get("serving"),
         restarts=int(spec.get("restarts") or 0),
         dpc_state=spec.get("dpc_state") or "STABLE")
     errors = [spec.get("error")]

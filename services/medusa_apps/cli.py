@@ -325,10 +325,15 @@ def _network_tables(network: str, members: list[Any], name_column: Any, number: 
             ha = "active, no replica"
         else:
             ha = f"active, replica on {f.replica}" + ("" if f.replica_ready else " (starting)")
+        if f.reader_replica:
+            ha += f"; reader-side replica on {f.reader_replica}"
+        served = Text(f"\nserved by the replica on {f.serving}", "bold yellow") \
+            if f.serving else Text("")
         dpc = Text(f.dpc_state, DPC_STYLES.get(f.dpc_state, ""))
         if f.tentative_results or f.corrections:
             dpc.append(f" ({f.tentative_results} tentative, {f.corrections} corrected)", "dim")
-        fragments.add_row(Text(local(f.name), "bold"), Text(f.node), phase, Text(ha), dpc,
+        fragments.add_row(Text(local(f.name), "bold"), Text(f.node), phase,
+                          Text.assemble(ha, served), dpc,
                           number(f.input_rate), number(f.processing_rate),
                           number(f.batch_duration_ms), number(f.lag), str(f.restarts),
                           number(f.load, "{:.2f}"), number(f.marginal_cost, "{:.2f}"))

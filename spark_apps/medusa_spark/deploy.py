@@ -20,6 +20,7 @@ from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.contracts import covering
 from medusa.placement import NodeSlot, PlacementError, place
+from medusa.reader_side import reader_replica
 from medusa.stack.endpoints import Endpoints
 from medusa_spark.network.fragments import (
     Fragment,
@@ -43,13 +44,17 @@ def running_nodes(catalog: CatalogClient) -> list[NodeSlot]:
             for e in catalog.list(Kind.NODES) if e.spec.get("status") == "up"]
 
 
-def _placed_on(node: str, trace_parent: str | None = None, contract: str | None = None
+def _placed_on(node: str, trace_parent: str | None = None, contract: str | None = None,
+               reader: str | None = None
                ) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
-    """``contract``: the BPM contract it moves under, onto a partner's node."""
+    """``contract``: the BPM contract it moves under, onto a partner's node; ``reader``:
+    the node of its reader-side replica there (``medusa.reader_side``)."""
     def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
         if spec is None:
             return None
         placed = retarget(spec, node)
+        if placed is not None:
+            placed.update(reader_replica=reader, serving=None)
         if placed is not None and trace_parent:
             # The new node's hand-over and first output join the caller's trace.
             placed["takeover_trace"] = trace_parent
@@ -157,6 +162,17 @@ def _grouping(plan: Plan, existing: dict[str, Entry], given: dict[str, str]
     return fragments, nodes
 
 
+def _output_participants(plan: Plan, fragment: Fragment) -> set[str]:
+    """The participants whose clusters hold the fragment's outputs."""
+    network = plan.network
+    found = set()
+    for box in fragment.outputs:
+        declared = plan.output_stream[box]
+        found.add(network.streams[declared].participant if declared is not None
+                  else network.boxes[box].participant or network.participant)
+    return found
+
+
 def _participant(plan: Plan, fragment: Fragment) -> str:
     """Where a fragment belongs: the participant of its outputs."""
     network = plan.network
@@ -205,6 +221,18 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
             placement[name] = node
     hosted |= _hosting_contracts(catalog, network_name, boxes_of, {
         name: node for name, node in placement.items() if name not in named_nodes})
+    delays = fragment_delays(plan, fragments)
+    node_entries = catalog.list(Kind.NODES)
+    all_fragments = catalog.list(Kind.FRAGMENTS)
+    readers: dict[str, str | None] = {}
+    for name, fragment in fragments.items():
+        node = placement.get(name) or existing[name].spec["node"]
+        before = existing[name].spec if name in existing else {}
+        writes = [{"participant": p} for p in _output_participants(plan, fragment)]
+        readers[name] = reader_replica(
+            f"{network_name}/{name}", {**before, "writes": writes, "dpc_delay_ms": delays[name],
+                                       "boxes": list(fragment.boxes)},
+            node, node_entries, all_fragments)
     topics = network_topics(plan, fragments, endpoints, registry)
 
     def definition(spec: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -230,7 +258,8 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
             if secondary in running and secondary.split("/")[0] == node.split("/")[0]:
                 replica = secondary
         boxes = list(fragment.boxes)
-        uses = topic_uses(topics, fragment)
+        uses = {**topic_uses(topics, fragment), "dpc_delay_ms": delays[name],
+                "reader_replica": readers[name]}
         if name in existing:
             if name in placement and placement[name] != existing[name].spec["node"]:
                 catalog.update(Kind.FRAGMENTS, global_name, _placed_on(node))
@@ -243,6 +272,8 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
         standby = f" (replica on {replica})" if replica else ""
         if fragment.ha == "active" and replica is None:
             standby = " (ha: active, but its node has no live secondary on its cluster)"
+        if readers[name]:
+            standby += f" (reader-side replica on {readers[name]})"
         under = f" under contract {hosted[name]}" if name in hosted else ""
         report(f"  {global_name} [{', '.join(boxes)}] -> {node}{standby}{under}")
         where[name] = node
@@ -358,11 +389,18 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
         short = entry.name.rsplit("/", 1)[1]
         _hosting_contracts(catalog, entry.spec["network"], {short: entry.spec["boxes"]},
                            {short: target})
+    # A placement that cannot keep the availability bound is refused before anything moves.
+    reader = reader_replica(entry.name, entry.spec, target, catalog.list(Kind.NODES),
+                            catalog.list(Kind.FRAGMENTS))
     started = time.monotonic()
     deadline = started + timeout_s
     if warm and warm_move_possible(entry.spec, target):
         _warm_up(catalog, entry.name, target, deadline, report)
-    catalog.update(Kind.FRAGMENTS, entry.name, _placed_on(target, trace_parent, contract))
+    catalog.update(Kind.FRAGMENTS, entry.name,
+                   _placed_on(target, trace_parent, contract, reader))
+    if reader:
+        report(f"  {entry.name}: its output is read on {reader.split('/')[0]}; a replica "
+               f"runs on {reader} to keep the availability bound when the link is cut")
     report(f"  {entry.name}: handing over from {source} to {target}")
     last_phase = ""
     while time.monotonic() < deadline:

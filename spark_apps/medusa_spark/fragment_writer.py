@@ -101,7 +101,7 @@ class RecordSink(Protocol):
 
     def write(self, records: Sequence[OutRecord]) -> int: ...
 
-    def promote(self) -> int: ...
+    def promote(self, keep_tentative: bool = True) -> int: ...
 
     def close(self) -> None: ...
 
@@ -187,7 +187,15 @@ class FragmentWriter:
             return self.last_written
 
     def promote(self) -> int:
-        return sum(output.promote() for output in self.outputs)
+        # Tentative results kept from a failure period already reconciled are stale.
+        current = self._tentative_epoch is not None or self.dpc.reconciling
+        return sum(output.promote(current) for output in self.outputs)
+
+    @property
+    def kept_at(self) -> float | None:
+        """On a standby: when it last had results or boundaries to give (wall clock)."""
+        times = [getattr(output, "kept_at", None) for output in self.outputs]
+        return max((t for t in times if t is not None), default=None)
 
     def close(self) -> None:
         """Nothing more is written, not even an idle query's boundaries or its DPC record

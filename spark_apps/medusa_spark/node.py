@@ -49,6 +49,7 @@ from medusa.catalog.model import Entry, Kind
 from medusa.errors import MedusaError
 from medusa.load import DEFAULT_WINDOW_S, BatchSample, fragment_load, utilisation
 from medusa.producing import TupleProducer
+from medusa.reader_side import should_serve
 from medusa.schemas import (
     HEARTBEAT_TOPIC,
     HEARTBEAT_TOPIC_CONFIG,
@@ -84,11 +85,14 @@ from medusa_spark.fragment_run import (
 from medusa_spark.network.fragments import Fragment, fragment_delays, fragments_of
 from medusa_spark.network.model import NetworkError, parse_network
 from medusa_spark.network.validate import Plan, validate
+from medusa_spark.output_watch import OutputWatch
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired, rollback
 from medusa_spark.sunion_process import SUnionProcess
 from medusa_spark.warmup import warm_up
 from medusa_spark.wiring import NetworkTopics, fragment_wiring, network_topics
 
+READER_SUFFIX = ".reader"
+"""A reader-side replica's checkpoint: beside the one the fragment would have here."""
 URGENT_POLL_S = 0.1
 """How often a node reads the catalog while it takes part in a warm move."""
 CAUGHT_UP_RECORDS = 1000
@@ -131,6 +135,12 @@ class HostedFragment:
     """The DPC state last written to the catalog."""
     bottleneck_since: float | None = None
     """Since when (wall clock) it has not kept up with its input, without a break."""
+    output_watch: OutputWatch | None = None
+    """Set on a reader-side replica (``medusa.reader_side``): its output's silence."""
+
+    @property
+    def reader(self) -> bool:
+        return self.output_watch is not None
 
 
 def fragment_of(entry: Entry) -> str:
@@ -247,13 +257,17 @@ class Node:
         placed = {e.name: e for e in entries if e.spec["node"] == self.global_name}
         replicas = {e.name: e for e in entries if e.name not in placed and (
             (e.spec.get("replica") == self.global_name and e.spec.get("ha") == "active") or
-            e.spec.get("warm_target") == self.global_name)}
+            e.spec.get("warm_target") == self.global_name or
+            e.spec.get("reader_replica") == self.global_name)}
         by_name = {e.name: e for e in entries}
-        # During a warm move both nodes follow the catalog closely: the pause is theirs.
+        # During a warm move both nodes follow the catalog closely: the pause is theirs; so
+        # does a reader-side replica whose output has gone quiet.
         self._urgent = any(by_name[n].spec.get("warm_ready") for n in self.hosted
-                           if n in by_name)
+                           if n in by_name) or any(
+            h.output_watch.silent_s() > 1.0 for h in self.hosted.values()
+            if h.output_watch is not None)
         for name in [n for n in self.hosted if n not in placed and n not in replicas]:
-            if self.hosted[name].run.standby:
+            if self.hosted[name].run.standby or self.hosted[name].reader:
                 self._abandon(name, "its replica is no longer placed here")
             else:
                 moved = by_name.get(name)
@@ -277,6 +291,8 @@ class Node:
                     self._retire(name, entry)
                 elif name in placed:
                     self._follow(name, entry, network)
+                elif entry.spec.get("reader_replica") == self.global_name:
+                    self._follow_reader(name, entry, network)
                 else:
                     self._follow_replica(name, entry, network)
             except (MedusaError, CatalogError, RuntimeError, ValueError, Py4JError,
@@ -303,6 +319,9 @@ class Node:
 
     def _follow(self, name: str, entry: Entry, network: NetworkPlan) -> None:
         hosted = self.hosted.get(name)
+        if hosted is not None and hosted.reader:
+            self._abandon(name, "placed here; its reader-side replica gives way to it")
+            hosted = None
         warm = entry.spec.get("warm_target") == self.global_name
         if hosted is not None and hosted.run.standby:
             if entry.spec.get("phase") != "moving":
@@ -445,9 +464,18 @@ class Node:
             return
         if hosted.sunion is not None:
             hosted.sunion.keep_alive()
-        self._publish_dpc_state(hosted)
+        if not hosted.reader:
+            self._publish_dpc_state(hosted)
         if hosted.run.fenced():
-            self._abandon(hosted.name, "another node writes its outputs")
+            if hosted.reader:
+                self._restart_query(hosted, network, "the primary writes its output again")
+                self._set_serving(hosted.name, None)
+            elif entry.spec.get("reader_replica"):
+                # Its reader-side replica served during a cut: it takes the output back.
+                self._restart_query(hosted, network, "taking its output back from the "
+                                    f"reader-side replica on {entry.spec['reader_replica']}")
+            else:
+                self._abandon(hosted.name, "another node writes its outputs")
             return
         request = hosted.run.reconcile_requested()
         if request is not None:
@@ -476,13 +504,22 @@ class Node:
         if now < hosted.restart_at:
             return
         hosted.restart_at = None
+        if hosted.reader:
+            self._set_serving(hosted.name, None)
+        self._restart_query(hosted, network, "after its failure")
+
+    def _restart_query(self, hosted: HostedFragment, network: NetworkPlan, why: str) -> None:
+        """Starts the fragment's query again from its checkpoint (a reader-side replica's
+        as a standby: it serves again only when the output goes quiet again)."""
         hosted.run.writer.close()
         wiring = hosted.run.wiring
-        hosted.run = start_fragment(self.spark, network.plan, wiring, hosted.run.checkpoint)
+        hosted.run = start_fragment(self.spark, network.plan, wiring, hosted.run.checkpoint,
+                                    standby=hosted.reader)
         if hosted.takeover is not None and not hosted.takeover.ended.is_set():
             # The takeover's first output comes from this query now.
             self._trace_first_output(hosted.run, hosted.takeover)
-        log.info("%s: restarted %s from its checkpoint", self.global_name, hosted.name)
+        log.info("%s: restarted %s from its checkpoint, %s", self.global_name, hosted.name,
+                 why)
 
     def _publish_dpc_state(self, hosted: HostedFragment) -> None:
         """The fragment's DPC state into the catalog, when it changed."""
@@ -521,7 +558,12 @@ class Node:
             record.tentative_since_batch = None
             record.rolled_back_batches = (last - to_batch) if last is not None else 0
             record.save(run.checkpoint)
-            hosted.run = start_fragment(self.spark, network.plan, run.wiring, run.checkpoint)
+            # A reader-side replica reconciles as a standby: the link is back, so its
+            # primary takes the output back (it serves again should the output stay quiet).
+            hosted.run = start_fragment(self.spark, network.plan, run.wiring, run.checkpoint,
+                                        standby=hosted.reader)
+        if hosted.reader:
+            self._set_serving(hosted.name, None)
         hosted.reconciliations += 1
         log.info("%s: %s reconciles UP_FAILURE period %d: checkpoint back to batch %d "
                  "(%d files dropped), redoing", self.global_name, hosted.name, request.epoch,
@@ -596,6 +638,62 @@ class Node:
             return {**spec, "replica_ready": True}
         self.catalog.update(Kind.FRAGMENTS, name, ready)
 
+    def _follow_reader(self, name: str, entry: Entry, network: NetworkPlan) -> None:
+        """Runs the fragment's reader-side replica (``medusa.reader_side``): its own SUnion
+        on this node's cluster and a standby query, which takes the output over when the
+        output has been silent for D while it had results to give."""
+        hosted = self.hosted.get(name)
+        if hosted is not None and not hosted.reader:
+            self._hand_over(name)  # it ran here as the fragment, which has moved on
+            return
+        if hosted is not None and hosted.network_version != network.version:
+            self._abandon(name, "redeployed")
+            hosted = None
+        if hosted is None:
+            wiring = self._wiring(network, name, entry)
+            mine = checkpoint_location(self.checkpoint_root, wiring) + READER_SUFFIX
+            sunion = self._start_sunion(name, wiring)
+            run = start_fragment(self.spark, network.plan, wiring, mine, standby=True)
+            started = OutputWatch([o.stream.topic for o in wiring.outputs.values()
+                                   if o.stream.bootstrap == self.bootstrap],
+                                  self.bootstrap, f"{wiring.topic_prefix}{name}").start()
+            with self._lock:
+                self.hosted[name] = HostedFragment(name, network.version, run, time.time(),
+                                                   sunion, output_watch=started)
+            log.info("%s: running the reader-side replica of %s (its primary runs on %s)",
+                     self.global_name, name, entry.spec["node"])
+            return
+        self._watch(hosted, entry, network)
+        watch = hosted.output_watch
+        if hosted.failed or watch is None or not hosted.run.standby or \
+                self.hosted.get(name) is not hosted or entry.spec.get("phase") != "running":
+            return
+        kept_at = hosted.run.writer.kept_at
+        delay_s = (hosted.run.wiring.max_delay_ms or 0) / 1000
+        if should_serve(watch.silent_s(), delay_s,
+                        kept_at is not None and kept_at > watch.last_record_wall):
+            self._serve(name, hosted, watch.silent_s())
+
+    def _serve(self, name: str, hosted: HostedFragment, silent_s: float) -> None:
+        """The reader-side replica takes the output over: fences the primary, writes what
+        the output lacks (tentative results too, when an input is cut off here as well)."""
+        with self.tracer.start_as_current_span(f"reader-side replica serves {name}", attributes={
+                "medusa.fragment": name, "medusa.node": self.global_name,
+                "medusa.output.silent_s": round(silent_s, 3)}):
+            written = hosted.run.promote()
+        self._set_serving(name, self.global_name)
+        log.warning("%s: the output of %s was silent for %.1fs: its reader-side replica "
+                    "serves it now (%d results caught up, DPC %s)", self.global_name, name,
+                    silent_s, written, hosted.run.writer.dpc_state)
+
+    def _set_serving(self, name: str, serving: str | None) -> None:
+        def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("reader_replica") != self.global_name or \
+                    spec.get("serving") == serving:
+                return None
+            return {**spec, "serving": serving}
+        self.catalog.update(Kind.FRAGMENTS, name, change)
+
     def _set_warm_ready(self, name: str) -> None:
         def ready(spec: dict[str, Any] | None) -> dict[str, Any] | None:
             if spec is None or spec.get("warm_target") != self.global_name:
@@ -663,6 +761,8 @@ class Node:
     def _abandon(self, name: str, why: str) -> None:
         with self._lock:
             hosted = self.hosted.pop(name)
+        if hosted.output_watch is not None:
+            hosted.output_watch.stop()
         hosted.run.abandon()
         if hosted.sunion is not None:
             hosted.sunion.stop()

@@ -106,6 +106,8 @@ class SOutput:
         self._producer: Producer | None = None
         self._buffer: deque[tuple[float, list[OutRecord]]] = deque()
         self._lock = threading.Lock()
+        self.kept_at: float | None = None
+        """On a standby: when it last kept records (wall clock)."""
         self.trace_context: Context | None = None
         """Set for a takeover: opening the output is then a span of the failure's trace."""
 
@@ -119,6 +121,8 @@ class SOutput:
         with self._lock:
             if self.standby:
                 now = time.time()
+                if records:
+                    self.kept_at = now
                 self._buffer.append((now, list(records)))
                 while self._buffer and self._buffer[0][0] < now - self.horizon_s:
                     self._buffer.popleft()
@@ -127,16 +131,29 @@ class SOutput:
                 self._open()
             return self._transaction(records)
 
-    def promote(self) -> int:
-        """The standby becomes the writer: fences the primary, then writes what it missed."""
+    def promote(self, keep_tentative: bool = True) -> int:
+        """The standby becomes the writer: fences the primary, then writes what it missed.
+
+        A tentative result whose stable version is written already is stale, and so is
+        every tentative record when ``keep_tentative`` is off (its writer is past the
+        failure period they belong to): written now, no UNDO would follow them.
+        """
         with self._lock:
             if not self.standby:
                 return 0
             self.standby = False
             self._open()
-            kept = [record for _, batch in self._buffer for record in batch]
+            kept = [record for _, batch in self._buffer for record in batch
+                    if not record.tentative or (
+                        keep_tentative and (record.topic, record.tuple_id) not in self._seen)]
             self._buffer.clear()
             return self._transaction(kept) if kept else 0
+
+    def stand_by(self) -> None:
+        """Writes nothing more until promoted again (another replica has the output)."""
+        with self._lock:
+            self.standby = True
+            self._producer = None
 
     def close(self) -> None:
         with self._lock:

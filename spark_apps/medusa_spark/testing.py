@@ -89,7 +89,7 @@ class CollectingSink:
         self.records.extend(records)
         return len(records)
 
-    def promote(self) -> int:
+    def promote(self, keep_tentative: bool = True) -> int:
         return 0
 
     def close(self) -> None:

@@ -19,6 +19,8 @@ from typing import Any
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Entry, Kind
+from medusa.placement import PlacementError
+from medusa.reader_side import reader_replica
 
 
 @dataclass(frozen=True)
@@ -71,11 +73,14 @@ def take_over(catalog: CatalogClient, failed: Entry, trace_parent: str | None,
         if fragment.spec["node"] != failed.name:
             if fragment.spec.get("replica") == failed.name:  # lost its standby; a new one follows
                 catalog.update(Kind.FRAGMENTS, fragment.name, _replica_lost(failed.name, live))
+            if fragment.spec.get("reader_replica") == failed.name:
+                catalog.update(Kind.FRAGMENTS, fragment.name, _reader_lost(fragment.name, live))
             continue
         target, mode = choose_target(failed, fragment, live, fragments_per_node)
         if target is not None:
             catalog.update(Kind.FRAGMENTS, fragment.name,
-                           _moved_to(failed.name, target, mode, trace_parent, live))
+                           _moved_to(fragment.name, failed.name, target, mode, trace_parent,
+                                     live))
             fragments_per_node[target] = fragments_per_node.get(target, 0) + 1
         takeover = Takeover(fragment.name, failed.name, target, mode)
         done.append(takeover)
@@ -84,7 +89,7 @@ def take_over(catalog: CatalogClient, failed: Entry, trace_parent: str | None,
     return done
 
 
-def _moved_to(failed: str, target: str, mode: str, trace_parent: str | None,
+def _moved_to(name: str, failed: str, target: str, mode: str, trace_parent: str | None,
               live: dict[str, Entry]) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
     def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
         if spec is None or spec["node"] != failed:
@@ -95,7 +100,28 @@ def _moved_to(failed: str, target: str, mode: str, trace_parent: str | None,
                 target, failed) else replica
         return {**spec, "node": target, "phase": "released", "released_by": failed,
                 "replica": replica, "replica_ready": False, "takeover_trace": trace_parent,
-                "error": None, "restarts": 0}
+                "error": None, "restarts": 0,
+                "reader_replica": _reader_on(name, spec, target, live), "serving": None}
+    return change
+
+
+def _reader_on(name: str, spec: dict[str, Any], node: str, live: dict[str, Entry]
+               ) -> str | None:
+    """The reader-side replica once the fragment runs on ``node``; None when no node of
+    the reader's side is up (it gets one when the fragment is redeployed or moved)."""
+    try:
+        return reader_replica(name, spec, node, live.values())
+    except PlacementError:
+        return None
+
+
+def _reader_lost(name: str, live: dict[str, Entry]
+                 ) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
+    def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        if spec is None or spec.get("reader_replica") in live:
+            return None
+        lost = {**spec, "reader_replica": None, "serving": None}
+        return {**lost, "reader_replica": _reader_on(name, lost, spec["node"], live)}
     return change
 
 

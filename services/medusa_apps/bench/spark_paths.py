@@ -79,8 +79,8 @@ class MeteredSink:
         """The batches written and the seconds their Kafka transactions took."""
         return {"batches_written": self.writes, "kafka_transactions_s": round(self.write_s, 3)}
 
-    def promote(self) -> int:
-        return self.inner.promote()
+    def promote(self, keep_tentative: bool = True) -> int:
+        return self.inner.promote(keep_tentative)
 
     def close(self) -> None:
         self.inner.close()

@@ -131,7 +131,9 @@ function renderFragments(s) {
         `${f.instance.count})</span>` : ""}` +
       `${f.error ? `<div class="error">${esc(f.error)}</div>` : ""}</td>` +
       `<td>${esc(f.node)}${f.contract ? `<div class="note">under ${esc(f.contract)}</div>` :
-        ""}</td><td>${badge(f.phase)}</td><td>${badge(f.dpc_state)}</td>` +
+        ""}${f.reader_replica ? `<div class="note" data-serving="${esc(f.serving ?? "")}">` +
+        (f.serving ? `<b>served by the replica on ${esc(f.serving)}</b>` :
+          `reader-side replica on ${esc(f.reader_replica)}`) + `</div>` : ""}</td><td>${badge(f.phase)}</td><td>${badge(f.dpc_state)}</td>` +
       `<td class="num">${f.tentative_results}</td><td class="num">${f.corrections}</td>` +
       `<td class="num">${num(f.input_rate)}</td><td class="num">${num(f.processing_rate)}</td>` +
       `<td class="num">${f.lag ?? "–"}</td><td class="num">${f.restarts}</td>` +
