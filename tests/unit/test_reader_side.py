@@ -1,0 +1,108 @@
+"""Reader-side replicas: where they are placed, when they serve, and what a promoted standby
+writes (stale tentative results left out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from medusa.catalog.model import Entry, Kind
+from medusa.envelope import TupleType
+from medusa.placement import PlacementError
+from medusa.reader_side import output_sides, reader_replica, should_serve
+from medusa_spark.soutput import OutRecord, SOutput
+
+pytestmark = pytest.mark.unit
+
+PAIR = {"boxes": ["merged", "per_sensor"], "dpc_delay_ms": 3000,
+        "writes": [{"participant": "beta", "topic": "pair.out"}]}
+
+
+def _node(name: str, status: str = "up") -> Entry:
+    return Entry(kind=Kind.NODES, name=name, version=1, updated_at=0, spec={"status": status})
+
+
+def _fragment(name: str, **spec: Any) -> Entry:
+    return Entry(kind=Kind.FRAGMENTS, name=name, version=1, updated_at=0, spec=spec)
+
+
+def test_only_a_bounded_fragment_away_from_its_output_needs_a_reader_side_replica() -> None:
+    assert output_sides(PAIR, "alpha/n1") == ["beta"]
+    assert output_sides(PAIR, "beta/n1") == []
+    assert output_sides({**PAIR, "dpc_delay_ms": None}, "alpha/n1") == []
+    nodes = [_node("alpha/n1"), _node("beta/b1")]
+    assert reader_replica("alpha/pair/f", PAIR, "beta/b1", nodes) is None
+
+
+def test_the_replica_goes_to_the_least_busy_running_node_of_the_output_side_and_stays() -> None:
+    nodes = [_node("alpha/n1"), _node("beta/b1"), _node("beta/b2"), _node("beta/b3", "failed")]
+    busy = [_fragment("alpha/x/f", node="beta/b1")]
+    assert reader_replica("alpha/pair/f", PAIR, "alpha/n1", nodes, busy) == "beta/b2"
+    # An existing replica on a running node is kept, however busy.
+    kept = {**PAIR, "reader_replica": "beta/b1"}
+    assert reader_replica("alpha/pair/f", kept, "alpha/n1", nodes, busy) == "beta/b1"
+    gone = {**PAIR, "reader_replica": "beta/b3"}
+    assert reader_replica("alpha/pair/f", gone, "alpha/n1", nodes, busy) == "beta/b2"
+
+
+def test_a_placement_that_cannot_keep_the_bound_is_refused_naming_box_and_side() -> None:
+    with pytest.raises(PlacementError) as raised:
+        reader_replica("alpha/pair/f", PAIR, "alpha/n1", [_node("alpha/n1"),
+                                                         _node("beta/b1", "failed")])
+    message = str(raised.value)
+    assert "box 'merged'" in message and "beta" in message and "availability bound" in message
+
+
+def test_the_replica_serves_only_after_d_of_silence_with_results_of_its_own() -> None:
+    assert not should_serve(2.9, 3.0, replica_ahead=True)
+    assert should_serve(3.0, 3.0, replica_ahead=True)
+    assert not should_serve(30.0, 3.0, replica_ahead=False)  # nothing to say: inputs idle
+
+
+class _Producer:
+    def __init__(self) -> None:
+        self.produced: list[str] = []
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, headers: Any = None,
+                partition: int | None = None) -> None:
+        self.produced.append(dict(headers)["medusa.id"] if headers else "")
+
+    def poll(self, timeout: float) -> None:
+        pass
+
+    def commit_transaction(self, timeout: float) -> None:
+        pass
+
+
+def _record(tuple_id: str, tentative: bool = False) -> OutRecord:
+    kind = TupleType.TENTATIVE.value if tentative else TupleType.STABLE.value
+    return OutRecord("out", tuple_id, b"v", [("medusa.type", kind), ("medusa.id", tuple_id)],
+                     tentative=tentative)
+
+
+def _promoted(written_before: list[str], kept: list[OutRecord], keep_tentative: bool
+              ) -> list[str]:
+    output = SOutput("alpha/pair/f", ["out"], "unused:9092", standby=True)
+    producer = _Producer()
+
+    def open_producer() -> None:  # the tail read back from the topic, without Kafka
+        output._producer = producer  # type: ignore[assignment]
+        for tuple_id in written_before:
+            output._remember("out", tuple_id)
+    output._open_producer = open_producer  # type: ignore[method-assign]
+    output.write(kept)
+    output.promote(keep_tentative)
+    return producer.produced
+
+
+def test_a_promoted_standby_writes_what_the_output_lacks_and_no_stale_tentative_result() -> None:
+    kept = [_record("w1/s1"), _record("w2/s1"), _record("w3/s1", tentative=True),
+            _record("w2/s2", tentative=True)]
+    # w2/s2 has its stable version out already: its tentative one is stale.
+    assert _promoted(["w1/s1", "w2/s2"], kept, keep_tentative=True) == ["w2/s1", "w3/s1"]
+    # Past its failure period, no tentative record it kept is written at all.
+    assert _promoted(["w1/s1"], kept, keep_tentative=False) == ["w2/s1"]
