@@ -8,13 +8,14 @@ services (the detector, the operator), may change anything; a participant P may 
 - fragments: its own (``P/...``). Another's fragment only while P hosts it, and then only
   what a node reports about it (phase, checkpoint, errors, readiness, DPC state...):
   - P hosts it when the current spec names a node of P as ``node``, ``replica``,
-    ``warm_target`` or ``released_by``; or when P's node releases it (``released_by``,
-    phase ``moving`` to ``released``), since a moving fragment's spec names its new node
-    only, not the node it leaves. Such a release keeps the checkpoint: the new node copies
-    the one the spec names already, so a participant that merely claims to be the old node
-    cannot slip in state of its own;
+    ``warm_target``, ``released_by`` or ``reader_replica``; or when P's node releases it
+    (``released_by``, phase ``moving`` to ``released``), since a moving fragment's spec
+    names its new node only, not the node it leaves. Such a release keeps the checkpoint:
+    the new node copies the one the spec names already, so a participant that merely
+    claims to be the old node cannot slip in state of its own;
   - P changes only the fields a node reports (``HOST_REPORTED_FIELDS``): ``warm_target``
-    only to clear it, ``released_by`` only to a node of P. Everything else is the owner's
+    only to clear it, ``released_by`` only to a node of P, ``serving`` only to its
+    reader-side replica or none. Everything else is the owner's
     decision: where it runs (``node``, ``replica``), what it is (``network``, ``boxes``...)
     and what it may reach (``reads``, ``writes``, ``contract``, from which the partners'
     Kafka ACLs are made). So a host cannot hand another's fragment to a third party, take it
@@ -49,12 +50,12 @@ Spec = dict[str, Any]
 NAMED_BY_OWNER = frozenset({Kind.PARTICIPANTS, Kind.NODES, Kind.STREAMS, Kind.NETWORKS})
 """Kinds whose name alone says whose they are."""
 
-HOSTING_FIELDS = ("node", "replica", "warm_target", "released_by")
+HOSTING_FIELDS = ("node", "replica", "warm_target", "released_by", "reader_replica")
 """The fields of a fragment that name a node taking part in running it."""
 HOST_REPORTED_FIELDS = frozenset({
     "phase", "checkpoint", "released_by", "takeover_trace", "error", "restarts",
     "warm_target", "warm_ready", "replica_ready", "retired_watermark_ms", "sunion_topic",
-    "dpc_state"})
+    "dpc_state", "serving"})
 """What the nodes running another's fragment write of it (``medusa_spark.node``); the
 other fields are its owner's."""
 
@@ -102,6 +103,9 @@ def _fragment(principal: str, owner: str, current: Spec | None, new: Spec | None
     warm_target = _value(Kind.FRAGMENTS, new, "warm_target")
     if warm_target not in (None, _value(Kind.FRAGMENTS, current, "warm_target")):
         return f"{theirs}, and only {owner} starts a warm move (warm_target)"
+    serving = _value(Kind.FRAGMENTS, new, "serving")
+    if serving not in (None, _value(Kind.FRAGMENTS, current, "reader_replica")):
+        return f"{theirs}, and serving {serving} is not its reader-side replica"
     released_by = _value(Kind.FRAGMENTS, new, "released_by")
     if released_by not in (None, _value(Kind.FRAGMENTS, current, "released_by")) and \
             not _of(principal, released_by):

@@ -193,6 +193,13 @@ class FragmentSpec(Spec):
     deploy): the next node of a move across clusters reads where it stood there."""
     contract: str | None = Field(None, pattern=rf"^{PART}/{PART}$")
     """BPM: the contract it runs under on a partner's node; its access there ends with it."""
+    dpc_delay_ms: int | None = Field(None, ge=0)
+    """DPC's delay D from its network's availability bound (None: no bound; the deploy)."""
+    reader_replica: NodeName | None = None
+    """With a bound, while it runs away from its outputs' cluster: the node of the output's
+    participant that runs its reader-side replica (``medusa.reader_side``)."""
+    serving: NodeName | None = None
+    """Set by the reader-side replica's node while that replica writes the output."""
 
 
 ContractStatus = Literal["proposed", "active", "revoked"]
