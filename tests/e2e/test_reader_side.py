@@ -1,0 +1,106 @@
+"""A reader-side replica on the real stack: the pair network's fragment runs on a node of
+alpha while its output lives on beta's cluster (availability bound 4 s, so D = 3 s). The
+deploy places a replica on beta's node; when the link is cut for longer than D, nothing the
+primary computes can reach beta, so the replica takes the output over with tentative
+results, the catalog says it serves, and after the heal the output is corrected and the
+primary writes it again. The stable view equals the fault-free run, nothing duplicated,
+nothing tentative left. (How soon the tentative results come is measured by the DPC
+matrix bench, `dpc.matrix`, not asserted here.)"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
+from medusa.stable_view import stable_view
+from medusa_apps.bench.dpc_partition import Fault, ScenarioRun, deployed_pair, run_scenario
+from tests.federation_processes import SharedNodes
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
+
+SECONDS = 20
+"""At least; the input goes on until the fragment has reconciled from the cut."""
+BOUND = "4 seconds"
+CUT = (8.0, 12.0)
+"""(after, for) seconds: longer than D."""
+
+
+class ServingLog:
+    """Who the catalog says serves the fragment's output, sampled while the scenario runs."""
+
+    def __init__(self, catalog_url: str, network: str) -> None:
+        self.catalog_url = catalog_url
+        self.network = network
+        self.seen: list[str | None] = []
+        self.reader_replica: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> ServingLog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _sample(self) -> None:
+        with CatalogClient(self.catalog_url) as catalog:
+            while not self._stop.wait(0.3):
+                for entry in catalog.list(Kind.FRAGMENTS, network=self.network):
+                    self.reader_replica = entry.spec.get("reader_replica")
+                    serving = entry.spec.get("serving")
+                    if not self.seen or self.seen[-1] != serving:
+                        self.seen.append(serving)
+
+
+@pytest.fixture(scope="module")
+def nodes(shared_nodes: SharedNodes) -> dict[str, str]:
+    ready = shared_nodes.ready()
+    return {"primary": ready[SharedNodes.A1].global_name,
+            "reader": ready[SharedNodes.B1].global_name}
+
+
+@pytest.fixture(scope="module")
+def cut_run(federation, nodes, links, spark,
+            registry_module) -> Iterator[tuple[ScenarioRun, ServingLog]]:
+    cut = Fault("partition alpha-beta", *CUT, lambda: links.partition("alpha", "beta"),
+                lambda: links.heal("alpha", "beta"))
+    with CatalogClient(federation.catalog_url) as catalog, deployed_pair(
+            federation, registry_module, spark, catalog, nodes["primary"], BOUND) as (
+            network, topic):
+        with ServingLog(federation.catalog_url, network) as serving:
+            run = run_scenario(federation, registry_module, federation.catalog_url, network,
+                               topic, SECONDS, [cut])
+            # Once reconciled, the primary takes its output back.
+            wait_until("the primary to write its output again",
+                       lambda: bool(serving.seen) and serving.seen[-1] is None, 60)
+        yield run, serving
+
+
+def test_the_deploy_places_a_replica_where_the_output_is_read(cut_run, nodes) -> None:
+    _, serving = cut_run
+    assert serving.reader_replica == nodes["reader"]
+
+
+def test_the_replica_serves_tentative_results_during_the_cut(cut_run, nodes) -> None:
+    run, serving = cut_run
+    assert nodes["reader"] in serving.seen, serving.seen
+    fault = run.faults[0]
+    during = [ms for ms in run.tentative_output_ms() if fault.began_ms <= ms <= fault.ended_ms]
+    assert during, "no tentative output reached beta's readers while the link was cut"
+
+
+def test_after_the_heal_the_output_is_corrected_and_equals_the_fault_free_run(cut_run) -> None:
+    run, _ = cut_run
+    lost, duplicated = run.lost_and_duplicated()
+    assert not lost and not duplicated, f"lost {lost[:5]}, duplicated {duplicated[:5]}"
+    wrong = run.wrong_values()
+    assert not wrong, f"{len(wrong)} result(s) differ, e.g. {list(wrong.items())[:2]}"
+    view = stable_view(c.record for c in run.records)
+    assert view.tentative == [] and not view.reconciling
