@@ -8,9 +8,11 @@ with its own SUnion on its own cluster, and writes nothing while the primary's o
 keeps coming. When the output has been silent for the fragment's delay D while the
 replica had results to give, the replica takes the output over (the SOutput's
 transactional id fences the primary), with tentative results if it too has lost an
-input, and with its own reconciliation after the heal. The primary takes the output
-back as soon as it can write again (it fences the replica in turn); results already
-written are dropped by tuple id, so readers see each result once, stable first.
+input, and with its own reconciliation after the heal. The primary, fenced, runs on as a
+standby beside it (make before break): once it has caught up and is stable again it takes
+the output back, fencing the replica in turn. Results already written are dropped by
+tuple id, and tentative ones kept from a reconciled period are not written, so readers see
+each result once, stable first.
 
 The catalog keeps the replica's node in the fragment's ``reader_replica`` and, while
 it writes the output, in ``serving``.

@@ -137,6 +137,9 @@ class HostedFragment:
     """Since when (wall clock) it has not kept up with its input, without a break."""
     output_watch: OutputWatch | None = None
     """Set on a reader-side replica (``medusa.reader_side``): its output's silence."""
+    yielded: bool = False
+    """Its reader-side replica took the output over: it runs as a standby until it has
+    caught up and is stable, then takes the output back."""
 
     @property
     def reader(self) -> bool:
@@ -267,7 +270,8 @@ class Node:
             h.output_watch.silent_s() > 1.0 for h in self.hosted.values()
             if h.output_watch is not None)
         for name in [n for n in self.hosted if n not in placed and n not in replicas]:
-            if self.hosted[name].run.standby or self.hosted[name].reader:
+            gone = self.hosted[name]
+            if (gone.run.standby and not gone.yielded) or gone.reader:
                 self._abandon(name, "its replica is no longer placed here")
             else:
                 moved = by_name.get(name)
@@ -323,7 +327,7 @@ class Node:
             self._abandon(name, "placed here; its reader-side replica gives way to it")
             hosted = None
         warm = entry.spec.get("warm_target") == self.global_name
-        if hosted is not None and hosted.run.standby:
+        if hosted is not None and hosted.run.standby and not hosted.yielded:
             if entry.spec.get("phase") != "moving":
                 self._promote(name, entry, hosted, warm)
                 return
@@ -468,12 +472,16 @@ class Node:
             self._publish_dpc_state(hosted)
         if hosted.run.fenced():
             if hosted.reader:
-                self._restart_query(hosted, network, "the primary writes its output again")
+                self._restart_query(hosted, network, "the primary writes its output again",
+                                    standby=True)
                 self._set_serving(hosted.name, None)
             elif entry.spec.get("reader_replica"):
-                # Its reader-side replica served during a cut: it takes the output back.
-                self._restart_query(hosted, network, "taking its output back from the "
-                                    f"reader-side replica on {entry.spec['reader_replica']}")
+                # Its reader-side replica serves: it catches up beside it, writing nothing,
+                # and takes the output back once stable (make before break).
+                hosted.yielded = True
+                self._restart_query(hosted, network, "as a standby while its reader-side "
+                                    f"replica on {entry.spec['reader_replica']} serves",
+                                    standby=True)
             else:
                 self._abandon(hosted.name, "another node writes its outputs")
             return
@@ -483,6 +491,8 @@ class Node:
             return
         failure = hosted.run.failure()
         if failure is None:
+            if hosted.yielded and caught_up(hosted.run) and dpc_state(hosted) == "STABLE":
+                self._take_back(hosted)
             return
         now = time.monotonic()
         if hosted.restart_at is None:
@@ -506,15 +516,29 @@ class Node:
         hosted.restart_at = None
         if hosted.reader:
             self._set_serving(hosted.name, None)
-        self._restart_query(hosted, network, "after its failure")
+        # A reader-side replica restarts as a standby: it serves again if the output is
+        # still quiet.
+        self._restart_query(hosted, network, "after its failure",
+                            standby=hosted.reader or hosted.yielded)
 
-    def _restart_query(self, hosted: HostedFragment, network: NetworkPlan, why: str) -> None:
-        """Starts the fragment's query again from its checkpoint (a reader-side replica's
-        as a standby: it serves again only when the output goes quiet again)."""
+    def _take_back(self, hosted: HostedFragment) -> None:
+        """The primary, caught up and stable beside its serving reader-side replica, writes
+        the output again: the promotion fences the replica, and what the replica wrote
+        already is dropped by tuple id."""
+        with self.tracer.start_as_current_span(f"takes output back {hosted.name}", attributes={
+                "medusa.fragment": hosted.name, "medusa.node": self.global_name}):
+            written = hosted.run.promote()
+        hosted.yielded = False
+        log.info("%s: %s is caught up and stable: it writes its output again (%d results "
+                 "the reader-side replica had not)", self.global_name, hosted.name, written)
+
+    def _restart_query(self, hosted: HostedFragment, network: NetworkPlan, why: str,
+                       standby: bool = False) -> None:
+        """Starts the fragment's query again from its checkpoint."""
         hosted.run.writer.close()
         wiring = hosted.run.wiring
         hosted.run = start_fragment(self.spark, network.plan, wiring, hosted.run.checkpoint,
-                                    standby=hosted.reader)
+                                    standby=standby)
         if hosted.takeover is not None and not hosted.takeover.ended.is_set():
             # The takeover's first output comes from this query now.
             self._trace_first_output(hosted.run, hosted.takeover)
@@ -558,12 +582,9 @@ class Node:
             record.tentative_since_batch = None
             record.rolled_back_batches = (last - to_batch) if last is not None else 0
             record.save(run.checkpoint)
-            # A reader-side replica reconciles as a standby: the link is back, so its
-            # primary takes the output back (it serves again should the output stay quiet).
+            # A serving reader-side replica writes the corrections; a standby stays one.
             hosted.run = start_fragment(self.spark, network.plan, run.wiring, run.checkpoint,
-                                        standby=hosted.reader)
-        if hosted.reader:
-            self._set_serving(hosted.name, None)
+                                        standby=run.standby)
         hosted.reconciliations += 1
         log.info("%s: %s reconciles UP_FAILURE period %d: checkpoint back to batch %d "
                  "(%d files dropped), redoing", self.global_name, hosted.name, request.epoch,
