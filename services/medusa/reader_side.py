@@ -2,20 +2,20 @@
 
 A fragment with an availability bound that runs on one participant's node while its
 output lives on another participant's cluster cannot reach its readers while the link
-between them is cut, whatever DPC does. As in Borealis, a replica runs on the other
-side too: a node of the output's participant runs the fragment beside its primary,
-with its own SUnion on its own cluster, and writes nothing while the primary's output
-keeps coming. When the output has been silent for the fragment's delay D while the
-replica had results to give, the replica takes the output over (the SOutput's
-transactional id fences the primary), with tentative results if it too has lost an
-input, and with its own reconciliation after the heal. The primary, fenced, runs on as a
-standby beside it (make before break): once it has caught up and is stable again it takes
-the output back, fencing the replica in turn. Results already written are dropped by
-tuple id, and tentative ones kept from a reconciled period are not written, so readers see
-each result once, stable first.
+between them is cut, whatever DPC does. As in Borealis, a replica runs on the other side
+too: a node of the output's participant runs the fragment beside its primary, with its
+own SUnion on its own cluster, and writes nothing while the primary's output keeps
+coming. When the output has been silent for the fragment's delay D while the replica has
+had results it lacks for a while (``AHEAD_S``), the replica takes the output over (the
+SOutput's transactional id fences the primary), with tentative results if it too has
+lost an input, and with its own reconciliation after the heal. The primary, fenced, runs
+on as a standby beside it (make before break): once it has caught up and is stable again
+it takes the output back, fencing the replica in turn. Results already written are
+dropped by tuple id, and tentative ones kept from a reconciled period are not written,
+so readers see each result once, stable first.
 
-The catalog keeps the replica's node in the fragment's ``reader_replica`` and, while
-it writes the output, in ``serving``.
+The catalog keeps the replica's node in the fragment's ``reader_replica`` and, while it
+writes the output, in ``serving``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,13 @@ def reader_replica(name: str, spec: Mapping[str, Any], node: str, nodes: Iterabl
     return min(up, key=lambda n: (load[n], n))
 
 
-def should_serve(silent_s: float, delay_s: float, replica_ahead: bool) -> bool:
+AHEAD_S = 2.0
+"""How long the replica must have had results the output lacks: the primary computes them
+at about the same time, but a trigger later at worst, and then commits them."""
+
+
+def should_serve(silent_s: float, delay_s: float, ahead_s: float | None) -> bool:
     """Whether a reader-side replica takes the output over: nothing has reached the output
-    for D while the replica had results of its own to give."""
-    return replica_ahead and silent_s >= delay_s
+    for D, and the replica has had results the output lacks for ``AHEAD_S`` (None: it has
+    none)."""
+    return ahead_s is not None and ahead_s >= AHEAD_S and silent_s >= delay_s

@@ -191,11 +191,12 @@ class FragmentWriter:
         current = self._tentative_epoch is not None or self.dpc.reconciling
         return sum(output.promote(current) for output in self.outputs)
 
-    @property
-    def kept_at(self) -> float | None:
-        """On a standby: when it last had results or boundaries to give (wall clock)."""
-        times = [getattr(output, "kept_at", None) for output in self.outputs]
-        return max((t for t in times if t is not None), default=None)
+    def kept_after(self, since: float) -> float | None:
+        """On a standby: when it first had results or boundaries to give after ``since``
+        (wall clock)."""
+        times = [output.kept_after(since) for output in self.outputs
+                 if hasattr(output, "kept_after")]
+        return min((t for t in times if t is not None), default=None)
 
     def close(self) -> None:
         """Nothing more is written, not even an idle query's boundaries or its DPC record

@@ -106,8 +106,6 @@ class SOutput:
         self._producer: Producer | None = None
         self._buffer: deque[tuple[float, list[OutRecord]]] = deque()
         self._lock = threading.Lock()
-        self.kept_at: float | None = None
-        """On a standby: when it last kept records (wall clock)."""
         self.trace_context: Context | None = None
         """Set for a takeover: opening the output is then a span of the failure's trace."""
 
@@ -121,8 +119,6 @@ class SOutput:
         with self._lock:
             if self.standby:
                 now = time.time()
-                if records:
-                    self.kept_at = now
                 self._buffer.append((now, list(records)))
                 while self._buffer and self._buffer[0][0] < now - self.horizon_s:
                     self._buffer.popleft()
@@ -148,6 +144,11 @@ class SOutput:
                         keep_tentative and (record.topic, record.tuple_id) not in self._seen)]
             self._buffer.clear()
             return self._transaction(kept) if kept else 0
+
+    def kept_after(self, since: float) -> float | None:
+        """On a standby: when it first kept records after ``since`` (wall clock)."""
+        with self._lock:
+            return next((at for at, batch in self._buffer if at > since and batch), None)
 
     def stand_by(self) -> None:
         """Writes nothing more until promoted again (another replica has the output)."""
