@@ -91,6 +91,16 @@ def test_a_passive_fragment_goes_to_the_secondary_else_the_least_loaded_node_of_
     assert choose_target(failed, box, {"beta/b2": _node("beta/b2")}, {}) == (None, "passive")
 
 
+def test_a_secondary_at_a_partner_takes_over_only_under_a_contract() -> None:
+    failed = _node("alpha/a1", secondary="beta/b1")
+    box = _fragment("alpha/n/x", "alpha/a1")
+    live = {n: _node(n) for n in ("beta/b1", "alpha/a2")}
+    assert choose_target(failed, box, live, {}, may_host=lambda n: n.startswith("alpha/")) \
+        == ("alpha/a2", "passive")
+    assert choose_target(failed, box, {"beta/b1": live["beta/b1"]}, {},
+                         may_host=lambda n: n.startswith("alpha/")) == (None, "passive")
+
+
 def test_an_active_fragment_goes_to_its_replica_which_gets_a_replica_of_its_own():
     failed = _node("alpha/a1", secondary="alpha/a2")
     box = _fragment("alpha/n/x", "alpha/a1", ha="active", replica="alpha/a2")

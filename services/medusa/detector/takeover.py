@@ -19,6 +19,7 @@ from typing import Any
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Entry, Kind
+from medusa.contracts import covering
 from medusa.placement import PlacementError
 from medusa.reader_side import reader_replica
 
@@ -39,12 +40,16 @@ def live_nodes(catalog: CatalogClient) -> dict[str, Entry]:
 
 
 def choose_target(failed: Entry, fragment: Entry, live: dict[str, Entry],
-                  fragments_per_node: dict[str, int]) -> tuple[str | None, str]:
+                  fragments_per_node: dict[str, int],
+                  may_host: Callable[[str], bool] = lambda _: True
+                  ) -> tuple[str | None, str]:
+    """``may_host``: whether a node may run the fragment (a partner's, only under a
+    contract in force that covers it)."""
     replica = fragment.spec.get("replica")
-    if fragment.spec.get("ha") == "active" and replica in live:
+    if fragment.spec.get("ha") == "active" and replica in live and may_host(replica):
         return replica, "active"
     secondary = failed.spec.get("secondary")
-    if secondary in live:
+    if secondary in live and may_host(secondary):
         return secondary, "passive"
     same_participant = [name for name in live if name.split("/")[0] == failed.participant]
     if not same_participant:
@@ -76,7 +81,8 @@ def take_over(catalog: CatalogClient, failed: Entry, trace_parent: str | None,
             if fragment.spec.get("reader_replica") == failed.name:
                 catalog.update(Kind.FRAGMENTS, fragment.name, _reader_lost(fragment.name, live))
             continue
-        target, mode = choose_target(failed, fragment, live, fragments_per_node)
+        target, mode = choose_target(failed, fragment, live, fragments_per_node,
+                                     _may_host(catalog, fragment.name))
         if target is not None:
             catalog.update(Kind.FRAGMENTS, fragment.name,
                            _moved_to(fragment.name, failed.name, target, mode, trace_parent,
@@ -103,6 +109,17 @@ def _moved_to(name: str, failed: str, target: str, mode: str, trace_parent: str 
                 "error": None, "restarts": 0,
                 "reader_replica": _reader_on(name, spec, target, live), "serving": None}
     return change
+
+
+def _may_host(catalog: CatalogClient, fragment: str) -> Callable[[str], bool]:
+    """A node of the fragment's origin may run it; a partner's only under a contract in
+    force that covers it (as for a deploy or a move)."""
+    origin = fragment.split("/", 1)[0]
+
+    def may(node: str) -> bool:
+        host = node.split("/", 1)[0]
+        return host == origin or covering(catalog, origin, host, fragment) is not None
+    return may
 
 
 def _reader_on(name: str, spec: dict[str, Any], node: str, live: dict[str, Entry]
