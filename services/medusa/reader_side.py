@@ -5,9 +5,9 @@ output lives on another participant's cluster cannot reach its readers while the
 between them is cut, whatever DPC does. As in Borealis, a replica runs on the other side
 too: a node of the output's participant runs the fragment beside its primary, with its
 own SUnion on its own cluster, and writes nothing while the primary's output keeps
-coming. When the output has been silent for the fragment's delay D while the replica has
-had results it lacks for a while (``AHEAD_S``), the replica takes the output over (the
-SOutput's transactional id fences the primary), with tentative results if it too has
+coming. When the output has been silent for the fragment's delay D while the replica's
+boundaries have gone ``AHEAD_MS`` past the output's, the replica takes the output over
+(the SOutput's transactional id fences the primary), with tentative results if it too has
 lost an input, and with its own reconciliation after the heal. The primary, fenced, runs
 on as a standby beside it (make before break): once it has caught up and is stable again
 it takes the output back, fencing the replica in turn. Results already written are
@@ -69,13 +69,17 @@ def reader_replica(name: str, spec: Mapping[str, Any], node: str, nodes: Iterabl
     return min(up, key=lambda n: (load[n], n))
 
 
-AHEAD_S = 2.0
-"""How long the replica must have had results the output lacks: the primary computes them
-at about the same time, but a trigger later at worst, and then commits them."""
+AHEAD_MS = 2000
+"""How far the replica's boundaries must have gone past the output's: the primary promises
+the same ones at about the same time, a trigger later at worst; cut off, it falls D
+behind as soon as the replica releases tentatively."""
 
 
-def should_serve(silent_s: float, delay_s: float, ahead_s: float | None) -> bool:
+def should_serve(silent_s: float, delay_s: float, replica_promise_ms: int | None,
+                 output_promise_ms: int | None) -> bool:
     """Whether a reader-side replica takes the output over: nothing has reached the output
-    for D, and the replica has had results the output lacks for ``AHEAD_S`` (None: it has
-    none)."""
-    return ahead_s is not None and ahead_s >= AHEAD_S and silent_s >= delay_s
+    for D, and the replica's boundaries are ``AHEAD_MS`` past the output's. Not before the
+    output has promised something since the replica began (its primary was writing)."""
+    if replica_promise_ms is None or output_promise_ms is None:
+        return False
+    return silent_s >= delay_s and replica_promise_ms - output_promise_ms >= AHEAD_MS

@@ -191,12 +191,10 @@ class FragmentWriter:
         current = self._tentative_epoch is not None or self.dpc.reconciling
         return sum(output.promote(current) for output in self.outputs)
 
-    def kept_after(self, since: float) -> float | None:
-        """On a standby: when it first had results or boundaries to give after ``since``
-        (wall clock)."""
-        times = [output.kept_after(since) for output in self.outputs
-                 if hasattr(output, "kept_after")]
-        return min((t for t in times if t is not None), default=None)
+    @property
+    def newest_promise_ms(self) -> int | None:
+        """The largest stime its outputs' boundaries have promised (a standby's too)."""
+        return max(self._emitted.values(), default=None)
 
     def close(self) -> None:
         """Nothing more is written, not even an idle query's boundaries or its DPC record

@@ -689,10 +689,9 @@ class Node:
         if hosted.failed or watch is None or not hosted.run.standby or \
                 self.hosted.get(name) is not hosted or entry.spec.get("phase") != "running":
             return
-        pending = hosted.run.writer.kept_after(watch.last_record_wall)
         delay_s = (hosted.run.wiring.max_delay_ms or 0) / 1000
-        if should_serve(watch.silent_s(), delay_s,
-                        None if pending is None else time.time() - pending):
+        if should_serve(watch.silent_s(), delay_s, hosted.run.writer.newest_promise_ms,
+                        watch.newest_boundary_ms):
             self._serve(name, hosted, watch.silent_s())
 
     def _serve(self, name: str, hosted: HostedFragment, silent_s: float) -> None:

@@ -145,11 +145,6 @@ class SOutput:
             self._buffer.clear()
             return self._transaction(kept) if kept else 0
 
-    def kept_after(self, since: float) -> float | None:
-        """On a standby: when it first kept records after ``since`` (wall clock)."""
-        with self._lock:
-            return next((at for at, batch in self._buffer if at > since and batch), None)
-
     def stand_by(self) -> None:
         """Writes nothing more until promoted again (another replica has the output)."""
         with self._lock:

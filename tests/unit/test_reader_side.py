@@ -10,7 +10,7 @@ import pytest
 from medusa.catalog.model import Entry, Kind
 from medusa.envelope import TupleType
 from medusa.placement import PlacementError
-from medusa.reader_side import AHEAD_S, output_sides, reader_replica, should_serve
+from medusa.reader_side import AHEAD_MS, output_sides, reader_replica, should_serve
 from medusa_spark.soutput import OutRecord, SOutput
 
 pytestmark = pytest.mark.unit
@@ -54,12 +54,15 @@ def test_a_placement_that_cannot_keep_the_bound_is_refused_naming_box_and_side()
     assert "box 'merged'" in message and "beta" in message and "availability bound" in message
 
 
-def test_the_replica_serves_only_after_d_of_silence_with_results_the_output_lacks() -> None:
-    assert not should_serve(2.9, 3.0, ahead_s=10.0)
-    assert should_serve(3.0, 3.0, ahead_s=AHEAD_S)
-    assert not should_serve(30.0, 3.0, ahead_s=None)  # nothing to say: inputs idle
-    # The primary writes the same results a moment later: a window's quiet output is no cut.
-    assert not should_serve(9.0, 3.0, ahead_s=AHEAD_S - 0.5)
+def test_the_replica_serves_only_after_d_of_silence_with_its_boundaries_well_ahead() -> None:
+    at = 1_000_000
+    assert should_serve(3.0, 3.0, at + AHEAD_MS, at)
+    assert not should_serve(2.9, 3.0, at + 10_000, at)
+    # The primary promises the same a trigger later: a window's quiet output is no cut.
+    assert not should_serve(9.0, 3.0, at + AHEAD_MS - 1000, at)
+    # Nothing promised by the primary since the replica began (both starting): no serve.
+    assert not should_serve(30.0, 3.0, at, None)
+    assert not should_serve(30.0, 3.0, None, at)  # nothing to say: inputs idle
 
 
 class _Producer:
