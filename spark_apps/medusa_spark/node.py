@@ -93,6 +93,10 @@ from medusa_spark.wiring import NetworkTopics, fragment_wiring, network_topics
 
 READER_SUFFIX = ".reader"
 """A reader-side replica's checkpoint: beside the one the fragment would have here."""
+REFENCED_HOLD_S = 10.0
+"""After its primary took the output back, a reader-side replica's restarted query replays
+behind it (its tentative boundaries may run ahead of the output's): it serves again only
+after this."""
 URGENT_POLL_S = 0.1
 """How often a node reads the catalog while it takes part in a warm move."""
 CAUGHT_UP_RECORDS = 1000
@@ -137,6 +141,9 @@ class HostedFragment:
     """Since when (wall clock) it has not kept up with its input, without a break."""
     output_watch: OutputWatch | None = None
     """Set on a reader-side replica (``medusa.reader_side``): its output's silence."""
+    serve_after: float = 0.0
+    """A reader-side replica serves no sooner (monotonic clock): its primary took the
+    output back, and the replica's own query restarts and replays behind it."""
     yielded: bool = False
     """Its reader-side replica took the output over: it runs as a standby until it has
     caught up and is stable, then takes the output back."""
@@ -475,6 +482,7 @@ class Node:
                 self._restart_query(hosted, network, "the primary writes its output again",
                                     standby=True)
                 self._set_serving(hosted.name, None)
+                hosted.serve_after = time.monotonic() + REFENCED_HOLD_S
             elif entry.spec.get("reader_replica"):
                 # Its reader-side replica serves: it catches up beside it, writing nothing,
                 # and takes the output back once stable (make before break).
@@ -687,7 +695,8 @@ class Node:
         self._watch(hosted, entry, network)
         watch = hosted.output_watch
         if hosted.failed or watch is None or not hosted.run.standby or \
-                self.hosted.get(name) is not hosted or entry.spec.get("phase") != "running":
+                self.hosted.get(name) is not hosted or entry.spec.get("phase") != "running" \
+                or time.monotonic() < hosted.serve_after:
             return
         delay_s = (hosted.run.wiring.max_delay_ms or 0) / 1000
         if should_serve(watch.silent_s(), delay_s, hosted.run.writer.newest_promise_ms,
