@@ -3,7 +3,8 @@
 beta's cluster, X = 4 s so D = 3 s) with its fragment on a node of alpha, on a node of
 beta, or deployed on alpha and moved to beta under a contract (as BPM moves load), each
 through a partition both ways, one way in each direction, and a slow link, each shorter
-and longer than D.
+and longer than D; and one more cell, a long partition during which beta's node is
+killed (kill -9) and its secondary takes the fragment over while still cut off.
 
 Per cell: the longest extra delay of a result over the fault-free run (the output gap the
 bound is about), when the first tentative output came after the fault began, how many
@@ -15,6 +16,9 @@ slack for the machine) later than without the fault.
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,8 +42,14 @@ SLACK_S = 1.0
 """The machine's share of a result's delay (two cores shared by the whole federation)."""
 FAULT_AT_S = 15.0
 INPUT_S = 25
-NODES = {"alpha": "alpha/bench-matrix-a", "beta": "beta/bench-matrix-b"}
+NODES = {"alpha": "alpha/bench-matrix-a", "beta": "beta/bench-matrix-b",
+         "secondary": "beta/bench-matrix-b2"}
+SECONDARIES = {NODES["beta"]: NODES["secondary"]}
 PLACEMENTS = ("beta", "alpha", "moved")
+TAKEN_OVER = "taken over"
+"""On beta's node, which is killed (kill -9) 3 s into a long partition: its secondary on
+beta takes it over while alpha is still cut off."""
+KILL_AFTER_S = 3.0
 FAULTS = ("partition", "one-way beta loses alpha", "one-way alpha loses beta", "slow link")
 LENGTHS = {"short": 1.5, "long": 20.0}
 """How long a cut lasts, shorter and longer than D."""
@@ -90,10 +100,11 @@ class CellOutcome:
 
 
 def cells() -> list[Cell]:
-    return [Cell(p, f, length) for p in PLACEMENTS for f in FAULTS for length in LENGTHS]
+    return [Cell(p, f, length) for p in PLACEMENTS for f in FAULTS for length in LENGTHS] + [
+        Cell(TAKEN_OVER, "partition", "long")]
 
 
-def _fault(links: Links, cell: Cell) -> Fault:
+def _fault(links: Links, cell: Cell, kill: Callable[[], None] | None = None) -> Fault:
     if cell.fault == "slow link":
         latency = SLOW_MS[cell.length]
         return Fault(f"slow link +{latency} ms each way", FAULT_AT_S, LENGTHS["long"],
@@ -102,14 +113,19 @@ def _fault(links: Links, cell: Cell) -> Fault:
     first, second = ("beta", "alpha") if cell.fault == "one-way alpha loses beta" else \
         ("alpha", "beta")
     one_way = cell.fault.startswith("one-way")
-    return Fault(cell.fault, FAULT_AT_S, LENGTHS[cell.length],
-                 lambda: links.partition(first, second, one_way=one_way),
+
+    def begin() -> None:
+        links.partition(first, second, one_way=one_way)
+        if kill is not None:  # the node dies while cut off; its secondary takes over
+            threading.Timer(KILL_AFTER_S, kill).start()
+    return Fault(cell.fault, FAULT_AT_S, LENGTHS[cell.length], begin,
                  lambda: links.heal("alpha", "beta"))
 
 
 def _run_cell(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
               catalog: CatalogClient, links: Links, cell: Cell,
-              say: Callable[[str], None]) -> ScenarioRun:
+              say: Callable[[str], None], kill: Callable[[], None] | None = None
+              ) -> ScenarioRun:
     from medusa.contracts import hosting
     from medusa_spark.deploy import move
 
@@ -123,7 +139,7 @@ def _run_cell(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
             move(catalog, name, NODES["beta"], contract=contract.name, report=lambda _: None)
         try:
             return run_scenario(endpoints, registry, endpoints.catalog_url, network, topic,
-                                INPUT_S, [_fault(links, cell)], say)
+                                INPUT_S, [_fault(links, cell, kill)], say)
         finally:
             links.heal()
 
@@ -132,15 +148,21 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any, la
             say: Callable[[str], None], only: list[Cell] | None = None) -> list[CellOutcome]:
     """Every cell (or ``only`` those), one after the other, on two nodes started for it."""
     outcomes = []
+    chosen = only or cells()
+    # Cells whose node dies go last: the node is not started again.
+    chosen = sorted(chosen, key=lambda c: c.placement == TAKEN_OVER)
     with CatalogClient(endpoints.catalog_url) as catalog, \
-            bench_nodes(layout, catalog, list(NODES.values())), \
-            Links(endpoints.toxiproxy_url) as links:
-        chosen = only or cells()
+            bench_nodes(layout, catalog, list(NODES.values()), secondaries=SECONDARIES) as \
+            processes, Links(endpoints.toxiproxy_url) as links:
+        def kill_beta() -> None:
+            say(f"  kill -9 {NODES['beta']} while cut off")
+            os.killpg(processes[NODES["beta"]].pid, signal.SIGKILL)
         for number, cell in enumerate(chosen, start=1):
             say(f"DPC matrix {number}/{len(chosen)}: {cell.label}")
             try:
-                outcome = CellOutcome(cell, _run_cell(endpoints, registry, spark, catalog,
-                                                      links, cell, say))
+                outcome = CellOutcome(cell, _run_cell(
+                    endpoints, registry, spark, catalog, links, cell, say,
+                    kill_beta if cell.placement == TAKEN_OVER else None))
             except Exception as error:  # one cell's failure is a figure, not the end
                 outcome = CellOutcome(cell, None, f"{type(error).__name__}: {error}")
             figures = outcome.summary()
