@@ -168,6 +168,21 @@ class ScenarioRun:
         return {i: (got[i], v) for i, v in self.expected.items()
                 if i in got and {k: got[i][k] for k in v} != v}
 
+    def unlike_fault_free(self) -> str | None:
+        """How the output's stable view differs from the fault-free run (lost, duplicated or
+        wrong results, tentative ones left), or None when it equals it."""
+        lost, duplicated = self.lost_and_duplicated()
+        if lost or duplicated:
+            return f"lost {lost[:5]}, duplicated {duplicated[:5]}"
+        wrong = self.wrong_values()
+        if wrong:
+            return f"{len(wrong)} result(s) differ, e.g. {list(wrong.items())[:2]}"
+        view = stable_view(c.record for c in self.records)
+        if view.tentative or view.reconciling:
+            return (f"{len(view.tentative)} tentative result(s) left"
+                    + (", still reconciling" if view.reconciling else ""))
+        return None
+
 
 class OutputRecorder:
     """Reads a topic from its beginning into an ``OutputLog`` as it is written."""
