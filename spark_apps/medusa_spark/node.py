@@ -694,9 +694,12 @@ class Node:
             return
         self._watch(hosted, entry, network)
         watch = hosted.output_watch
+        # A primary in STABILIZATION has every input back, so it reaches this side again:
+        # its output is the reconciliation's, coming.
         if hosted.failed or watch is None or not hosted.run.standby or \
                 self.hosted.get(name) is not hosted or entry.spec.get("phase") != "running" \
-                or time.monotonic() < hosted.serve_after:
+                or entry.spec.get("dpc_state") == "STABILIZATION" or \
+                time.monotonic() < hosted.serve_after:
             return
         delay_s = (hosted.run.wiring.max_delay_ms or 0) / 1000
         if should_serve(watch.silent_s(), delay_s, hosted.run.writer.newest_promise_ms,
