@@ -123,9 +123,11 @@ def _fragment(catalog: CatalogClient, network: str) -> dict | None:
 
 
 def _stable_results(config: dict, registry, topic: str) -> int:
-    """How many results the stable view of ``topic`` holds now."""
+    """How many results the stable view of ``topic`` holds now (what a 15 s read gets: a
+    running fragment's boundaries keep coming, so its output is never idle for long)."""
     with TupleConsumer(config, registry, [topic], f"readme-{uuid.uuid4().hex[:6]}") as consumer:
-        return len(stable_view(c.record for c in consumer.drain(idle_s=2.0)).stable)
+        return len(stable_view(c.record for c in consumer.drain(idle_s=2.0,
+                                                                  timeout_s=15.0)).stable)
 
 
 def _caught_up(config: dict, registry, topic: str, quiet_s: float, timeout_s: float) -> None:
