@@ -122,12 +122,13 @@ def _fragment(catalog: CatalogClient, network: str) -> dict | None:
     return entries[0].spec if entries else None
 
 
-def _stable_results(config: dict, registry, topic: str) -> int:
-    """How many results the stable view of ``topic`` holds now (what a 15 s read gets: a
-    running fragment's boundaries keep coming, so its output is never idle for long)."""
+def _stable_results(config: dict, registry, topic: str, read_s: float = 300.0) -> int:
+    """How many results the stable view of ``topic`` holds now: all of it once the output is
+    idle, or what ``read_s`` of reading gets while a running fragment's boundaries keep
+    coming."""
     with TupleConsumer(config, registry, [topic], f"readme-{uuid.uuid4().hex[:6]}") as consumer:
         return len(stable_view(c.record for c in consumer.drain(idle_s=2.0,
-                                                                  timeout_s=15.0)).stable)
+                                                                  timeout_s=read_s)).stable)
 
 
 def _caught_up(config: dict, registry, topic: str, quiet_s: float, timeout_s: float) -> None:
@@ -183,7 +184,7 @@ def walk(federation, shared_nodes, registry_module, tmp_path_factory) -> Iterato
                     (_fragment(catalog, n) or {}).get("phase") == "running"), 240)
             elif name[:3] == ["medusa", "produce", "sensors"] and "beta" in command:
                 wait_until("the first window came out", lambda: _stable_results(
-                    beta, registry_module, OUTPUT) > 0, 240)
+                    beta, registry_module, OUTPUT, read_s=15.0) > 0, 240)
         walked.node_of_fragment = (_fragment(catalog, NETWORK) or {}).get("node")
         walked.consumed = cwd / "out.jsonl"
         walked.bpm_logs = "".join((cwd / f"bpm-{p}.log").read_text() for p in ("alpha", "beta"))
