@@ -162,26 +162,25 @@ def _grouping(plan: Plan, existing: dict[str, Entry], given: dict[str, str]
     return fragments, nodes
 
 
+def _box_participant(plan: Plan, box: str) -> str:
+    """The participant whose cluster holds the box's output."""
+    network = plan.network
+    declared = plan.output_stream[box]
+    if declared is not None:
+        return network.streams[declared].participant
+    return network.boxes[box].participant or network.participant
+
+
 def _output_participants(plan: Plan, fragment: Fragment) -> set[str]:
     """The participants whose clusters hold the fragment's outputs."""
-    network = plan.network
-    found = set()
-    for box in fragment.outputs:
-        declared = plan.output_stream[box]
-        found.add(network.streams[declared].participant if declared is not None
-                  else network.boxes[box].participant or network.participant)
-    return found
+    return {_box_participant(plan, box) for box in fragment.outputs}
 
 
 def _participant(plan: Plan, fragment: Fragment) -> str:
     """Where a fragment belongs: the participant of its outputs."""
-    network = plan.network
     for box in fragment.outputs or fragment.boxes:
-        declared = plan.output_stream[box]
-        if declared is not None:
-            return network.streams[declared].participant
-        return network.boxes[box].participant or network.participant
-    return network.participant
+        return _box_participant(plan, box)
+    return plan.network.participant
 
 
 def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistryClient,

@@ -669,8 +669,8 @@ class Node:
 
     def _follow_reader(self, name: str, entry: Entry, network: NetworkPlan) -> None:
         """Runs the fragment's reader-side replica (``medusa.reader_side``): its own SUnion
-        on this node's cluster and a standby query, which takes the output over when the
-        output has been silent for D while it had results to give."""
+        on this node's cluster and a standby query, which takes the output over when
+        ``should_serve`` says the primary's output no longer reaches this side."""
         hosted = self.hosted.get(name)
         if hosted is not None and not hosted.reader:
             self._hand_over(name)  # it ran here as the fragment, which has moved on

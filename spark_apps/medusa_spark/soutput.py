@@ -145,12 +145,6 @@ class SOutput:
             self._buffer.clear()
             return self._transaction(kept) if kept else 0
 
-    def stand_by(self) -> None:
-        """Writes nothing more until promoted again (another replica has the output)."""
-        with self._lock:
-            self.standby = True
-            self._producer = None
-
     def close(self) -> None:
         with self._lock:
             if self._producer is not None:
