@@ -106,6 +106,8 @@ STATE_EVERY_S = 1.0
 METADATA_EVERY_S = 5.0
 """How often the input topics are listed for partitions added since."""
 TRANSACTION_TIMEOUT_S = 60.0
+RESTORED_METADATA_WAIT_S = 1.0
+"""How long an input cluster may take to list a topic's partitions when they are known."""
 REANNOUNCEMENTS = 3
 """Times the last boundary is written again once input stops: a fragment's writer passes
 a boundary on one or two batches after it read it (see fragment_writer)."""
@@ -284,12 +286,10 @@ class SUnion:
         config = self.config
         output_admin = self._client_config(config.output_bootstrap)
         ensure_topics(output_admin, [config.output_topic], partitions=config.output_partitions)
-        for spec in config.inputs:
-            try:  # a deployed network's exist already; a short wait, not to stall a restart
-                ensure_topics(self._client_config(spec.bootstrap),
-                              [dead_letter_topic(spec.topic)], partitions=1, timeout_s=3)
-            except RuntimeError as failure:  # cut off: the first dead letter creates it
-                log.warning("%s: input %s: %s", config.fragment, spec.name, failure)
+        # A deployed network's dead-letter topics exist already; creating them must not
+        # hold up a takeover while an input's cluster is cut off.
+        threading.Thread(target=self._ensure_dead_letter_topics, daemon=True,
+                         name="sunion-dead-letter-topics").start()
         producer = Producer(self._client_config(
             config.output_bootstrap,
             **{"transactional.id": transactional_id(config.output_topic),
@@ -330,6 +330,14 @@ class SUnion:
                  config.fragment,
                  f"resuming after stime {released}" if self._restored else "no earlier state",
                  len(self._buckets.partitions), config.output_topic, self._output_partition_count)
+
+    def _ensure_dead_letter_topics(self) -> None:
+        for spec in self.config.inputs:
+            try:
+                ensure_topics(self._client_config(spec.bootstrap),
+                              [dead_letter_topic(spec.topic)], partitions=1, timeout_s=10)
+            except RuntimeError as failure:  # cut off: the first dead letter creates it
+                log.warning("%s: input %s: %s", self.config.fragment, spec.name, failure)
 
     def close(self) -> None:
         """Stops reading; held tuples are not written (a restart re-reads them)."""
@@ -628,8 +636,10 @@ class SUnion:
         for topic, spec in cluster.inputs.items():
             restored = restored_partitions(self._restored, spec.name)
             try:
+                # Restored, the partitions are known: a cut-off cluster costs one second
+                # (partitions added since are followed as they appear), not a takeover's D.
                 metadata = cluster.consumer.list_topics(
-                    topic, timeout=3 if restored else 30).topics.get(topic)
+                    topic, timeout=RESTORED_METADATA_WAIT_S if restored else 30).topics.get(topic)
             except KafkaException as failure:
                 if not restored:
                     raise SUnionError(f"{self.config.fragment}: input {spec.name}: no "

@@ -13,26 +13,34 @@ from medusa.stack.layout import StackLayout
 from medusa.stack.processes import RunningProcess
 
 
+def start_node(layout: StackLayout, node: str, master: str = "local[1]",
+               secondary: str | None = None) -> RunningProcess:
+    """Starts one node (participant/name, with its secondary if one is named) under the
+    stack's launcher; the caller waits for it to be up in the catalog."""
+    from medusa.stack import launcher
+
+    participant, name = node.split("/")
+    return launcher.start_service(
+        layout, f"node-{participant}-{name}",
+        [sys.executable, "-m", "medusa_apps", "node", "--name", name, "--participant",
+         participant, "--master", master, *(["--secondary", secondary] if secondary else [])],
+        report=lambda _: None)
+
+
 @contextmanager
 def bench_nodes(layout: StackLayout, catalog: CatalogClient, nodes: Sequence[str],
                 master: str = "local[1]", secondaries: Mapping[str, str] | None = None
                 ) -> Iterator[dict[str, RunningProcess]]:
     """Starts each node (participant/name, with its secondary if ``secondaries`` names
     one), waits until every one is up in the catalog, yields their processes, and stops
-    them (their process groups, JVMs included) when done."""
-    from medusa.stack import launcher
+    them (their process groups, JVMs included) when done. A node the caller starts again
+    goes back into the dict it was given, so it is stopped too."""
     from medusa_spark.deploy import wait_for_node
 
     started: dict[str, RunningProcess] = {}
     try:
         for node in nodes:
-            participant, name = node.split("/")
-            secondary = (secondaries or {}).get(node)
-            started[node] = launcher.start_service(
-                layout, f"node-{participant}-{name}",
-                [sys.executable, "-m", "medusa_apps", "node", "--name", name, "--participant",
-                 participant, "--master", master,
-                 *(["--secondary", secondary] if secondary else [])], report=lambda _: None)
+            started[node] = start_node(layout, node, master, (secondaries or {}).get(node))
         for node in nodes:
             wait_for_node(catalog, node, timeout_s=240)
         yield started
