@@ -157,16 +157,16 @@ def test_a_client_without_credentials_or_with_a_wrong_password_is_turned_away(
 
 
 def test_the_health_check_of_the_compose_file_answers(compose_broker) -> None:
-    """The check docker-compose.yml runs, with this broker's address and secrets folder."""
+    """The check docker-compose.yml runs (the image's kafka-ready), with this broker's
+    address and secrets folder."""
     check = yaml.safe_load(re.sub(r"\$\{[A-Z_]+\}", "0", (REPO_ROOT / "docker-compose.yml")
-                                  .read_text()))["x-kafka"]["healthcheck"]["test"][1]
-    match = re.search(r"--command-config (\S+)", check)
-    assert match and match.group(1).startswith("/etc/kafka/secrets/")
-    client_properties = compose_broker["secrets"] / "kafka-alpha" / Path(match.group(1)).name
+                                  .read_text()))["x-kafka"]["healthcheck"]["test"]
+    assert check == ["CMD", "kafka-ready"]
+    script = REPO_ROOT / "infra" / "docker" / "bin" / "kafka-ready"
+    client_properties = compose_broker["secrets"] / "kafka-alpha" / "admin-client.properties"
     ran = subprocess.run(
-        [compose_broker["java"], "-cp", f"{compose_broker['libs']}/*",
-         "org.apache.kafka.tools.BrokerApiVersionsCommand", "--bootstrap-server",
-         f"127.0.0.1:{compose_broker['ports']['BROKER']}",
-         "--command-config", str(client_properties)],
+        [sys.executable, str(script)],
+        env={**os.environ, "MEDUSA_KAFKA_READY_LOGIN": str(client_properties),
+             "MEDUSA_KAFKA_READY_BOOTSTRAP": f"127.0.0.1:{compose_broker['ports']['BROKER']}"},
         capture_output=True, text=True, timeout=120, check=False)
     assert ran.returncode == 0, ran.stderr[-2000:]

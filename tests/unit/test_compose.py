@@ -56,8 +56,10 @@ def compose() -> dict[str, Any]:
 
 
 def _medusa_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The services that run a `medusa` command (others run Kafka, Jaeger or toxiproxy from
+    the same image, under an entry point of their own)."""
     return {name: service for name, service in compose["services"].items()
-            if service.get("image") == "medusa:local"}
+            if service.get("image") == "medusa:local" and "entrypoint" not in service}
 
 
 def test_the_compose_file_is_valid_by_the_compose_specification(compose) -> None:
@@ -71,8 +73,23 @@ def test_every_variable_it_uses_is_set_in_dotenv() -> None:
     values = _dotenv()
     used = {match.group(1) for match in VARIABLE.finditer(COMPOSE.read_text())}
     assert used <= set(values), f"not in .env: {sorted(used - set(values))}"
-    for tag in ("KAFKA_TAG", "APICURIO_TAG", "JAEGER_TAG", "TOXIPROXY_TAG"):
-        assert values[tag] and values[tag] != "latest", f"{tag}: pin a version"
+    for base in ("BASE_IMAGE", "REGISTRY_BASE_IMAGE"):
+        assert values[base] and not values[base].endswith(":latest"), f"{base}: pin a version"
+
+
+def test_every_image_is_built_here_and_never_pulled(compose) -> None:
+    """No image registry is needed: every part runs one of the project's two images."""
+    built = {service["image"]: service["build"]["dockerfile"]
+             for service in compose["services"].values() if "build" in service}
+    assert built == {"medusa:local": "infra/Dockerfile",
+                     "medusa-registry:local": "infra/registry.Dockerfile"}
+    for name, service in compose["services"].items():
+        assert service["image"] in built, f"{name}: {service['image']} is not built here"
+        assert service.get("pull_policy") == "never", f"{name}: would try to pull"
+    for dockerfile in built.values():
+        text = (REPO_ROOT / dockerfile).read_text()
+        bases = re.findall(r"^FROM \$\{([A-Z_]+)\}", text, re.MULTILINE)
+        assert bases and set(bases) <= {"BASE_IMAGE", "REGISTRY_BASE_IMAGE"}, dockerfile
 
 
 def test_startup_is_ordered_by_health_checks(compose) -> None:
@@ -194,12 +211,13 @@ def _go_flag(command: list[str], name: str, default: str | None = None) -> str:
     return default
 
 
-def test_toxiproxy_runs_the_version_the_local_federation_builds(compose) -> None:
-    pinned = re.search(r"^TOXIPROXY_VERSION=v(\S+)$",
-                       (REPO_ROOT / "infra" / "install_go_tools.sh").read_text(), re.MULTILINE)
-    assert pinned, "infra/install_go_tools.sh pins no TOXIPROXY_VERSION"
-    assert compose["services"]["toxiproxy"]["image"] == \
-        f"ghcr.io/shopify/toxiproxy:{pinned.group(1)}"
+def test_toxiproxy_and_jaeger_are_the_builds_of_the_local_federation(compose) -> None:
+    """The image builds them with infra/install_go_tools.sh, as `make setup` does."""
+    assert "infra/install_go_tools.sh" in DOCKERFILE.read_text()
+    services = compose["services"]
+    assert services["toxiproxy"]["entrypoint"] == ["toxiproxy-server"]
+    assert services["jaeger"]["entrypoint"] == ["jaeger"]
+    assert services["jaeger"]["environment"]["JAEGER_HOST"] == "0.0.0.0"
 
 
 def test_toxiproxy_serves_its_api_to_the_services_and_the_host_only(compose) -> None:
@@ -212,11 +230,10 @@ def test_toxiproxy_serves_its_api_to_the_services_and_the_host_only(compose) -> 
         assert url == f"http://toxiproxy:{api_port}", name
     assert [str(port) for port in proxy["ports"]] == \
         [f"127.0.0.1:{_dotenv()['TOXIPROXY_PORT']}:{api_port}"]
-    # The image is FROM scratch with /toxiproxy and /toxiproxy-cli (Shopify/toxiproxy's
-    # Dockerfile): no shell, so the check runs the CLI, which exits 1 when the API does
-    # not answer and asks http://localhost:8474 unless told otherwise.
+    # The check runs the CLI, which exits 1 when the API does not answer and asks
+    # http://localhost:8474 unless told otherwise.
     test = [str(argument) for argument in proxy["healthcheck"]["test"]]
-    assert test[:2] == ["CMD", "/toxiproxy-cli"] and test[-1] == "list"
+    assert test[:2] == ["CMD", "toxiproxy-cli"] and test[-1] == "list"
     if api_port != 8474:
         assert f"http://localhost:{api_port}" in test, "the health check asks the wrong port"
 
@@ -240,10 +257,9 @@ def test_every_link_runs_through_toxiproxy_to_a_listener_advertised_at_its_proxy
     services = compose["services"]
     proxy = services["toxiproxy"]
     config = _go_flag([str(argument) for argument in proxy["command"]], "config")
-    mounts = {volume.split(":")[1]: volume.split(":") for volume in proxy["volumes"]}
-    assert config in mounts, f"toxiproxy reads {config}, which no volume mounts"
-    source, _, *options = mounts[config]
-    assert options == ["ro"], f"{config}: mount it read-only"
+    # The image holds the repository's infra/ at /opt/medusa/src/infra.
+    assert config.startswith("/opt/medusa/src/infra/"), f"toxiproxy reads {config}"
+    source = config.removeprefix("/opt/medusa/src/")
     proxies = {p["name"]: p for p in json.loads((REPO_ROOT / source).read_text())}
     api_port = int(_go_flag([str(a) for a in proxy["command"]], "port", "8474"))
     listen_ports = [_host_port(p["listen"])[1] for p in proxies.values()]
@@ -323,7 +339,7 @@ def test_the_credentials_service_makes_every_participants_secrets_once_for_the_c
     owner = command[command.index("--owner") + 1]
     uid = re.search(r"useradd [^\n]*--uid (\d+)", DOCKERFILE.read_text())
     assert uid, "infra/Dockerfile: give the medusa user a fixed uid"
-    # apache/kafka's appuser is the first user its image adds: uid 1000.
+    # Every part, Kafka's brokers too, runs as the image's medusa user.
     assert owner.split(":")[0] == uid.group(1) == "1000", owner
     expected = {FEDERATION, REGISTRY, *_participants(compose),
                 *(kafka_folder(p) for p in _participants(compose))}
@@ -373,15 +389,12 @@ def test_every_kafka_listener_authenticates_and_a_partner_needs_an_acl(compose) 
             {f"User:{credentials.ADMIN}", f"User:{participant}"}, name
         # Started by our script, which formats the storage with the SCRAM users and reads
         # the brokers' login from the secrets at the path it expects.
-        assert service["entrypoint"][-1] == "/opt/medusa/broker.sh"
-        mounts = _mounts(service)
-        script, options = mounts["/opt/medusa/broker.sh"]
-        assert (REPO_ROOT / script).resolve() == REPO_ROOT / "infra" / "kafka" / \
-            "compose-broker.sh" and options == ["ro"]
-        volume, options = mounts["/etc/kafka/secrets"]
+        assert service["entrypoint"][-1] == "/opt/medusa/src/infra/kafka/compose-broker.sh"
+        volume, options = _mounts(service)["/etc/kafka/secrets"]
         assert holders[volume] == kafka_folder(participant) and options == ["ro"], name
+        assert service["healthcheck"]["test"] == ["CMD", "kafka-ready"]
         assert "/etc/kafka/secrets/admin-client.properties" in \
-            " ".join(service["healthcheck"]["test"])
+            (REPO_ROOT / "infra" / "docker" / "bin" / "kafka-ready").read_text()
 
 
 def test_registry_writes_go_through_the_gateway(compose) -> None:
