@@ -45,10 +45,15 @@ engine() {
     say "compose: building $COMPOSE_MODULE $COMPOSE_VERSION from the Go module proxy (minutes, once)"
     local stage
     stage="$(mktemp -d "$cache/.compose-build.XXXXXX")"
-    (cd "$stage" && CGO_ENABLED=0 GOWORK=off GOFLAGS=-buildvcs=false GOBIN="$stage/bin" \
-      go install -trimpath \
+    # Its go.mod has exclude directives, so `go install module/cmd@version` is refused:
+    # fetch the module (checksum-verified) and build it as the main module, in place.
+    local dir
+    (cd "$stage" && go mod download "$COMPOSE_MODULE@$COMPOSE_VERSION")
+    dir="$(cd "$stage" && go list -m -f '{{.Dir}}' "$COMPOSE_MODULE@$COMPOSE_VERSION")"
+    (cd "$dir" && CGO_ENABLED=0 GOWORK=off GOFLAGS=-buildvcs=false GOBIN="$stage/bin" \
+      go install -mod=readonly -trimpath \
       -ldflags "-s -w -X github.com/docker/compose/v2/internal.Version=$COMPOSE_VERSION" \
-      "$COMPOSE_MODULE/cmd@$COMPOSE_VERSION")
+      ./cmd)
     mkdir -p "$cache/bin"
     mv "$stage/bin/cmd" "$plugin"
     rm -rf "$stage"
