@@ -47,8 +47,13 @@ def _free_port() -> int:
         return port
 
 
+def _on_loopback(port: int) -> Any:
+    """A host port on 127.0.0.1 only (the Docker SDK takes an (ip, port) pair)."""
+    return ("127.0.0.1", port)
+
+
 def _published(container: Any, port: int) -> Any:
-    return container.with_bind_ports(port, ("127.0.0.1", _free_port()))
+    return container.with_bind_ports(port, _on_loopback(_free_port()))
 
 
 @contextmanager
@@ -64,7 +69,7 @@ def container_federation(participants: int = 2) -> Iterator[Endpoints]:
             host_port = _free_port()
             broker = (DockerContainer(MEDUSA_IMAGE)
                       .with_network(network).with_network_aliases(f"kafka-{name}")
-                      .with_bind_ports(9092, ("127.0.0.1", host_port))
+                      .with_bind_ports(9092, _on_loopback(host_port))
                       .with_env("HOST_PORT", str(host_port)).with_env("NAME", f"kafka-{name}")
                       .with_kwargs(entrypoint=["bash", "-c", KAFKA_START]))
             stack.enter_context(broker)

@@ -38,6 +38,8 @@ HOST_PORTS = {"ALPHA_PORT": 29092, "BETA_PORT": 29102, "REGISTRY_PORT": 28081,
 NETWORK = "alpha/sensor-pair"
 OUTPUT = "medusa.sensor-pair.per_sensor"
 PAIR = "spark_apps/medusa_spark/networks/sensor_pair.yaml"
+OPERATOR = "catalog"
+"""The container whose CLI acts as the federation's operator (it holds every secret)."""
 LOGS = REPO_ROOT / "artifacts" / "compose-logs"
 READINGS = 3000
 """Readings per participant: 20 sensors, one reading a second each, 150 s of input."""
@@ -79,7 +81,7 @@ class Deployment:
 
     def output_types(self) -> list[str]:
         """The type of every record of the output so far (DATA, TENTATIVE, UNDO, ...)."""
-        text = self.medusa("node-beta-2", "consume", OUTPUT, "--participant", "beta",
+        text = self.medusa(OPERATOR, "consume", OUTPUT, "--participant", "beta",
                            "--count", "1000000", "--timeout", "10")
         return [json.loads(line)["type"] for line in text.splitlines() if line.startswith("{")]
 
@@ -130,13 +132,13 @@ def test_every_part_is_healthy_and_published_on_loopback_only(deployment: Deploy
 
 
 def test_the_pair_network_deploys_under_a_contract_and_answers(deployment: Deployment) -> None:
-    deployment.medusa("node-alpha-1", "contract", "propose", "alpha", "beta", "--price", "1",
+    deployment.medusa(OPERATOR, "contract", "propose", "alpha", "beta", "--price", "1",
                       "--movable", NETWORK, "--movable", "alpha/sensor-pair-check",
                       "--name", "sensor-pair")
-    deployment.medusa("node-beta-1", "contract", "accept", "alpha/sensor-pair", "--by", "beta")
-    said = deployment.medusa("node-alpha-1", "deploy", PAIR)
+    deployment.medusa(OPERATOR, "contract", "accept", "alpha/sensor-pair", "--by", "beta")
+    said = deployment.medusa(OPERATOR, "deploy", PAIR)
     assert "beta/node-" in said and "alpha/sensor-pair" in said, said
-    for participant, service in (("alpha", "node-alpha-1"), ("beta", "node-beta-1")):
+    for participant, service in (("alpha", "bpm-alpha"), ("beta", "bpm-beta")):
         deployment.medusa_detached(service, "produce", "sensors", "--participant", participant,
                                    "--topic-prefix", f"{participant}.", "--sensors", "20",
                                    "--count", str(READINGS))
@@ -145,7 +147,7 @@ def test_the_pair_network_deploys_under_a_contract_and_answers(deployment: Deplo
 
 
 def test_a_cut_link_gives_tentative_results_then_corrections(deployment: Deployment) -> None:
-    deployment.medusa("node-alpha-1", "fault", "partition", "alpha", "beta", "--for", "30s")
+    deployment.medusa(OPERATOR, "fault", "partition", "alpha", "beta", "--for", "30s")
 
     def corrected() -> bool:
         types = deployment.output_types()
@@ -171,10 +173,10 @@ def test_a_killed_node_container_is_taken_over(deployment: Deployment) -> None:
 def test_the_stable_view_equals_a_fault_free_run(deployment: Deployment) -> None:
     # The input ends; a second instance of the network reads it all with no fault.
     wait_until("the sensors' end", lambda: _input_done(deployment), at_most_s=400)
-    deployment.medusa("node-alpha-1", "deploy", PAIR, "--name", "sensor-pair-check")
+    deployment.medusa(OPERATOR, "deploy", PAIR, "--name", "sensor-pair-check")
 
     def equal() -> bool:
-        code, _, _ = deployment.run("node-beta-2", "verify", OUTPUT, "--against",
+        code, _, _ = deployment.run(OPERATOR, "verify", OUTPUT, "--against",
                                     "medusa.sensor-pair-check.per_sensor", "--participant",
                                     "beta")
         return code == 0
@@ -182,7 +184,7 @@ def test_the_stable_view_equals_a_fault_free_run(deployment: Deployment) -> None
 
 
 def _input_done(deployment: Deployment) -> bool:
-    for service in ("node-alpha-1", "node-beta-1"):
+    for service in ("bpm-alpha", "bpm-beta"):
         top = deployment.container(service).top(ps_args="-eo args")
         if any("produce sensors" in " ".join(p) for p in top.get("Processes") or []):
             return False
