@@ -189,7 +189,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "bench-results/console/ (tests/e2e/test_console.py).")
 
 
-KIND_MARKERS = ("unit", "integration", "e2e", "fuzz", "scenario")
+KIND_MARKERS = ("unit", "integration", "e2e", "fuzz", "scenario", "compose")
 """Every test says what it needs: `make test-unit` and CI's selections go by these."""
 
 

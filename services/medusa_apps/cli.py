@@ -211,12 +211,16 @@ def status(run_dir: RunDirOpt = None, as_json: Annotated[bool, typer.Option(
 
     settings = _stack_settings(run_dir=run_dir)
     layout = StackLayout.from_settings(settings)
-    rows = stack_status(layout)
+    # Against external endpoints (compose, a cluster) the local launcher started nothing.
+    rows = [] if settings.external_kafka else stack_status(layout)
     endpoints = resolve(settings)
     federation = federation_status(endpoints, registry_client(endpoints.registry_url))
     if as_json:
         print(json.dumps({"components": [row.as_dict() for row in rows],
                           **federation.as_dict()}, indent=2))
+        return
+    if not rows:
+        _print_federation(federation)
         return
     table = Table(title=f"Medusa local federation ({layout.run_dir})")
     for column in ("component", "pid", "state", "endpoint", "log"):

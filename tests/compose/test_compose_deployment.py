@@ -57,7 +57,8 @@ class Deployment:
         self.jaeger_url = f"http://127.0.0.1:{HOST_PORTS['JAEGER_UI_PORT']}"
 
     def container(self, service: str) -> Any:
-        return self.docker.containers.get(self.compose.get_container(service).ID)
+        return self.docker.containers.get(
+            self.compose.get_container(service, include_all=True).ID)
 
     def run(self, service: str, *args: str) -> tuple[int, str, str]:
         """`docker compose exec SERVICE medusa ARGS`: its exit code, stdout and stderr."""
@@ -80,7 +81,7 @@ class Deployment:
             return catalog.list(Kind.FRAGMENTS, network=NETWORK)
 
     def output_types(self) -> list[str]:
-        """The type of every record of the output so far (DATA, TENTATIVE, UNDO, ...)."""
+        """The type of every record of the output so far (STABLE, TENTATIVE, UNDO, ...)."""
         text = self.medusa(OPERATOR, "consume", OUTPUT, "--participant", "beta",
                            "--count", "1000000", "--timeout", "10")
         return [json.loads(line)["type"] for line in text.splitlines() if line.startswith("{")]
@@ -143,7 +144,7 @@ def test_the_pair_network_deploys_under_a_contract_and_answers(deployment: Deplo
                                    "--topic-prefix", f"{participant}.", "--sensors", "20",
                                    "--count", str(READINGS))
     wait_until("a window out of the pair network",
-               lambda: "DATA" in deployment.output_types(), at_most_s=300)
+               lambda: "STABLE" in deployment.output_types(), at_most_s=300)
 
 
 def test_a_cut_link_gives_tentative_results_then_corrections(deployment: Deployment) -> None:
@@ -159,7 +160,7 @@ def test_a_cut_link_gives_tentative_results_then_corrections(deployment: Deploym
 def test_a_killed_node_container_is_taken_over(deployment: Deployment) -> None:
     [fragment] = deployment.fragments()
     node = fragment.spec["node"]
-    service = "node-" + node.replace("/", "-")
+    service = "node-" + node.replace("/node-", "-")  # beta/node-1 runs as node-beta-1
     deployment.container(service).kill(signal="SIGKILL")
 
     def moved() -> bool:
@@ -185,7 +186,7 @@ def test_the_stable_view_equals_a_fault_free_run(deployment: Deployment) -> None
 
 def _input_done(deployment: Deployment) -> bool:
     for service in ("bpm-alpha", "bpm-beta"):
-        top = deployment.container(service).top(ps_args="-eo args")
+        top = deployment.container(service).top(ps_args="-eo pid,args")
         if any("produce sensors" in " ".join(p) for p in top.get("Processes") or []):
             return False
     return True
