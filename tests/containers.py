@@ -47,47 +47,50 @@ def _free_port() -> int:
         return port
 
 
-def _on_loopback(port: int) -> Any:
-    """A host port on 127.0.0.1 only (the Docker SDK takes an (ip, port) pair)."""
-    return ("127.0.0.1", port)
-
-
-def _published(container: Any, port: int) -> Any:
-    return container.with_bind_ports(port, _on_loopback(_free_port()))
+def _published(container: Any, port: int, host_port: int | None = None) -> Any:
+    """``port`` published on 127.0.0.1 only (the Docker SDK takes an (ip, port) pair, which
+    testcontainers' ``with_bind_ports`` does not pass on)."""
+    container.ports[port] = ("127.0.0.1", host_port or _free_port())
+    return container
 
 
 @contextmanager
 def container_federation(participants: int = 2) -> Iterator[Endpoints]:
+    from testcontainers.core.config import testcontainers_config
     from testcontainers.core.container import DockerContainer
     from testcontainers.core.network import Network
-    from testcontainers.core.waiting_utils import wait_for_logs
+    from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
+    def logged(message: str, timeout_s: int) -> Any:
+        return LogMessageWaitStrategy(message).with_startup_timeout(timeout_s)
+
+    # Its reaper's image would come from a registry; the ExitStack removes what it starts.
+    testcontainers_config.ryuk_disabled = True
     with ExitStack() as stack:
         network = stack.enter_context(Network())
         kafka: dict[str, str] = {}
         for name in PARTICIPANTS[:participants]:
             host_port = _free_port()
-            broker = (DockerContainer(MEDUSA_IMAGE)
-                      .with_network(network).with_network_aliases(f"kafka-{name}")
-                      .with_bind_ports(9092, _on_loopback(host_port))
+            broker = _published(DockerContainer(MEDUSA_IMAGE), 9092, host_port)
+            broker = (broker.with_network(network).with_network_aliases(f"kafka-{name}")
                       .with_env("HOST_PORT", str(host_port)).with_env("NAME", f"kafka-{name}")
-                      .with_kwargs(entrypoint=["bash", "-c", KAFKA_START]))
+                      .with_kwargs(entrypoint=["bash", "-c", KAFKA_START])
+                      .waiting_for(logged("Kafka Server started", 120)))
             stack.enter_context(broker)
-            wait_for_logs(broker, "Kafka Server started", timeout=120)
             kafka[name] = f"127.0.0.1:{host_port}"
         first = PARTICIPANTS[0]
         registry = _published(
             DockerContainer(REGISTRY_IMAGE).with_network(network)
-            .with_env("APICURIO_KAFKASQL_BOOTSTRAP_SERVERS", f"kafka-{first}:9094"), 8080)
+            .with_env("APICURIO_KAFKASQL_BOOTSTRAP_SERVERS", f"kafka-{first}:9094")
+            .waiting_for(logged("Installed features", 180)), 8080)
         stack.enter_context(registry)
-        wait_for_logs(registry, "Installed features", timeout=180)
         jaeger = (DockerContainer(MEDUSA_IMAGE).with_network(network)
                   .with_env("JAEGER_HOST", "0.0.0.0")
                   .with_kwargs(entrypoint=["jaeger"])
-                  .with_command("--config /opt/medusa/src/infra/jaeger/config.yaml"))
+                  .with_command("--config /opt/medusa/src/infra/jaeger/config.yaml")
+                  .waiting_for(logged("Everything is ready", 60)))
         jaeger = _published(_published(jaeger, 4317), 16686)
         stack.enter_context(jaeger)
-        wait_for_logs(jaeger, "Everything is ready", timeout=60)
         yield Endpoints(
             kafka=kafka,
             registry_url=f"http://127.0.0.1:{registry.get_exposed_port(8080)}"
