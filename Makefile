@@ -8,7 +8,7 @@ STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup go-tools-early browser-early up down status demo test test-scenarios test-unit test-integration test-compose compose-up compose-down bench chaos lint clean
+.PHONY: help setup go-tools-early browser-early up down status demo test test-scenarios test-unit test-integration test-compose compose-images compose-up compose-down bench chaos lint clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-17s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -51,11 +51,13 @@ test-scenarios: setup ## Run the long end-to-end scenarios that `make test` leav
 compose-up: $(STAMP) ## The compose deployment on this machine: the Docker engine and compose if missing (root), the images, `docker compose up`
 	@bash infra/compose.sh up
 
+compose-images: $(STAMP) ## The engine and compose if missing (root), the base images and the project's images
+	@bash infra/compose.sh images
+
 compose-down: ## Stop the compose deployment (COMPOSE_ARGS=-v drops its volumes)
 	@bash infra/compose.sh down $(COMPOSE_ARGS)
 
-test-compose: $(STAMP) ## The compose deployment's end-to-end test (builds what it needs first)
-	@bash infra/compose.sh images
+test-compose: compose-images ## The compose deployment's end-to-end test (builds what it needs first)
 	@$(BIN)/python -m pytest -m compose $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## Run the in-memory unit tests only
