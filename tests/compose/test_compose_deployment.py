@@ -132,6 +132,19 @@ def test_every_part_is_healthy_and_published_on_loopback_only(deployment: Deploy
             assert all(b["HostIp"] == "127.0.0.1" for b in bindings), container.Service
 
 
+def test_a_node_reaches_the_deployment_and_nothing_outside_it(deployment: Deployment) -> None:
+    probe = ("import socket, sys\n"
+             "try:\n"
+             "    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()\n"
+             "except OSError as error:\n"
+             "    sys.exit(f'unreachable: {error}')\n")
+    node = deployment.container("node-alpha-1")
+    inside = node.exec_run(["python", "-c", probe, "kafka-beta", "9092"])
+    assert inside.exit_code == 0, inside.output
+    outside = node.exec_run(["python", "-c", probe, "deb.debian.org", "80"])
+    assert outside.exit_code != 0, "a node reached deb.debian.org"
+
+
 def test_the_pair_network_deploys_under_a_contract_and_answers(deployment: Deployment) -> None:
     deployment.medusa(OPERATOR, "contract", "propose", "alpha", "beta", "--price", "1",
                       "--movable", NETWORK, "--movable", "alpha/sensor-pair-check",

@@ -412,3 +412,17 @@ def test_registry_writes_go_through_the_gateway(compose) -> None:
     for name, service in _medusa_services(compose).items():
         assert service["environment"]["MEDUSA_EXTERNAL_REGISTRY_URL"].startswith(
             f"http://registry:{port}/"), name
+
+
+def test_only_what_is_published_leaves_the_internal_network(compose) -> None:
+    """Every part talks to the others on `federation`, which has no route out; only the
+    parts with a port on the host's 127.0.0.1 are also on `published`."""
+    assert compose["networks"]["federation"].get("internal") is True
+    for name, service in compose["services"].items():
+        networks = service.get("networks")
+        assert networks and "federation" in networks, f"{name}: not on the internal network"
+        if "ports" in service:
+            assert set(networks) == {"federation", "published"}, name
+            assert all(str(port).startswith("127.0.0.1:") for port in service["ports"]), name
+        else:
+            assert list(networks) == ["federation"], f"{name}: reaches out, publishes nothing"
