@@ -25,6 +25,7 @@ engine() {
     [[ $(id -u) -eq 0 ]] || fail "no Docker engine answers, and starting one needs root"
     if ! command -v dockerd >/dev/null; then
       say "Docker engine: installing Debian's docker.io (apt-get)"
+      apt-get update -q >/dev/null
       DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io >/dev/null
     fi
     mkdir -p "$run"
