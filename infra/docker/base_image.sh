@@ -18,9 +18,14 @@ if docker image inspect "$image" >/dev/null 2>&1; then
 fi
 mkdir -p "$cache"
 if [[ ! -f "$tarball" ]]; then
-  command -v debootstrap >/dev/null || {
-    echo "[compose] base image $image: debootstrap is missing (apt-get install debootstrap)" >&2
-    exit 1; }
+  if ! command -v debootstrap >/dev/null; then
+    [[ $(id -u) -eq 0 ]] || {
+      echo "[compose] base image $image: debootstrap is missing, and installing it needs root" >&2
+      exit 1; }
+    echo "[compose] base image $image: installing Debian's debootstrap (apt-get)"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null
+  fi
   echo "[compose] base image $image: debootstrap --variant=minbase $suite from $mirror"
   root="$(mktemp -d "$cache/.rootfs.XXXXXX")"
   trap 'rm -rf "$root"' EXIT
