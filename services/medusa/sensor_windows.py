@@ -29,6 +29,8 @@ PAIR_NETWORK = NETWORK.with_name("sensor_pair.yaml")
 STIME_ORIGIN_MS = 1_800_000_000_000
 """Second 0 of the input: a multiple of the window, so windows start at whole seconds."""
 WINDOW_MS = 10_000
+END_OF_INPUT_MS = 60_000
+"""How far past the last possible round the end-of-input boundary goes."""
 
 
 def network_yaml(name: str, topic_prefix: str, ha: str | None = None,
@@ -204,8 +206,12 @@ class SteadyInput:
                 producer.emit_boundaries(stime)
                 self.sent_at_ms[stime] = time.time_ns() // 1_000_000
                 last = stime
-            # End of input: a boundary past the last window closes them all.
-            producer.emit_boundaries(last + 60_000)
+            # End of input: a boundary past the last window closes them all. The same
+            # stime for every input, however far each got: inputs that ended at different
+            # rounds would otherwise leave a bucket between their ends that one of them
+            # never passes, which DPC rightly takes for a failed input.
+            producer.emit_boundaries(
+                max(last, STIME_ORIGIN_MS + self.max_seconds * 1000) + END_OF_INPUT_MS)
             if producer.flush(30):
                 raise RuntimeError(f"{self.topic}: readings left undelivered")
 

@@ -31,10 +31,11 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.compose
 
 PROJECT = "medusa-compose-test"
-HOST_PORTS = {"ALPHA_PORT": 29092, "BETA_PORT": 29102, "REGISTRY_PORT": 28081,
-              "JAEGER_OTLP_GRPC_PORT": 24317, "JAEGER_OTLP_HTTP_PORT": 24318,
-              "JAEGER_UI_PORT": 26686, "CATALOG_PORT": 28090, "DETECTOR_PORT": 28091,
-              "TOXIPROXY_PORT": 28474}
+HOST_PORTS = {"ALPHA_PORT": 39092, "BETA_PORT": 39102, "REGISTRY_PORT": 38081,
+              "JAEGER_OTLP_GRPC_PORT": 34317, "JAEGER_OTLP_HTTP_PORT": 34318,
+              "JAEGER_UI_PORT": 36686, "CATALOG_PORT": 38090, "DETECTOR_PORT": 38091,
+              "TOXIPROXY_PORT": 38474}
+"""Apart from a user's deployment (.env) and the test suite's local stack."""
 NETWORK = "alpha/sensor-pair"
 OUTPUT = "medusa.sensor-pair.per_sensor"
 PAIR = "spark_apps/medusa_spark/networks/sensor_pair.yaml"
