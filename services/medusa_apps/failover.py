@@ -99,8 +99,9 @@ class FailoverOutcome:
 
 
 def wait_placed(catalog: CatalogClient, network: str, node: str, replica: str | None,
-                timeout_s: float = 240.0) -> None:
-    """Until every fragment runs on ``node`` (and, for ``ha: active``, its replica runs)."""
+                timeout_s: float = 240.0, interval_s: float = 0.5) -> None:
+    """Until every fragment runs on ``node`` (and, for ``ha: active``, its replica runs),
+    asking the catalog every ``interval_s``."""
     deadline = time.monotonic() + timeout_s
     specs: dict[str, Any] = {}
     while time.monotonic() < deadline:
@@ -108,7 +109,7 @@ def wait_placed(catalog: CatalogClient, network: str, node: str, replica: str | 
         if specs and all(s["node"] == node and s.get("phase") == "running" and
                          (replica is None or s.get("replica_ready")) for s in specs.values()):
             return
-        time.sleep(0.5)
+        time.sleep(interval_s)
     raise TimeoutError(f"{network} did not run on {node} within {timeout_s:.0f}s: {specs}")
 
 

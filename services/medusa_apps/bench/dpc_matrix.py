@@ -153,19 +153,19 @@ class _Takeover:
         self.seconds: float | None = None
 
     def kill_and_wait(self, network: str, timeout_s: float = 120.0) -> None:
+        from medusa_apps.failover import wait_placed
+
         self._kill()
         killed = time.monotonic()
         with CatalogClient(self._catalog_url) as catalog:
-            while time.monotonic() - killed < timeout_s:
-                entries = catalog.list(Kind.FRAGMENTS, network=network)
-                if entries and all(e.spec.get("node") == NODES["secondary"]
-                                   and e.spec.get("phase") == "running" for e in entries):
-                    self.seconds = time.monotonic() - killed
-                    self._say(f"  {NODES['secondary']} runs it {self.seconds:.1f}s after "
-                              f"the kill")
-                    return
-                time.sleep(0.2)
-        self._say(f"  not taken over within {timeout_s:.0f}s of the kill")
+            try:
+                wait_placed(catalog, network, NODES["secondary"], None, timeout_s,
+                            interval_s=0.2)
+            except TimeoutError:
+                self._say(f"  not taken over within {timeout_s:.0f}s of the kill")
+                return
+        self.seconds = time.monotonic() - killed
+        self._say(f"  {NODES['secondary']} runs it {self.seconds:.1f}s after the kill")
 
 
 def _run_cell(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any,
