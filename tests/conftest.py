@@ -19,7 +19,7 @@ import pytest
 
 from medusa.settings import StackSettings
 from medusa.settings import kafka_config as client_config
-from medusa.stack.endpoints import Endpoints, resolve
+from medusa.endpoints import Endpoints, resolve
 from medusa.stack.layout import StackLayout
 from tests.federation_processes import SharedNodes
 from tests.hdfs_fixtures import hdfs, installed_hdfs  # noqa: F401 (fixtures)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 
 MEDUSA_IMAGE = "medusa:local"
 REGISTRY_IMAGE = "medusa-registry:local"

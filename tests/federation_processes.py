@@ -15,7 +15,7 @@ from pathlib import Path
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 
 
 def free_port(start: int = 28100, end: int = 28400) -> int:

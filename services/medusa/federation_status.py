@@ -20,7 +20,7 @@ from medusa.load import cost_of_removing, participant_loads
 from medusa.registry import SERDE_CONFIG
 from medusa.schemas import NODE_LOAD_TOPIC, epoch_ms
 from medusa.settings import kafka_config
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 
 RECENT_REPORTS = 200
 """How far back each participant's load topic is read for the latest report per node."""

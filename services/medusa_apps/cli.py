@@ -205,7 +205,7 @@ def status(run_dir: RunDirOpt = None, as_json: Annotated[bool, typer.Option(
     """Say what runs, where, and whether it answers."""
     from medusa.federation_status import federation_status
     from medusa.registry import registry_client
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
     from medusa.stack.launcher import status as stack_status
     from medusa.stack.layout import StackLayout
 
@@ -377,7 +377,7 @@ def _clients(participant: str | None) -> tuple[dict[str, Any], Any]:
     from medusa import tracing
     from medusa.registry import registry_client
     from medusa.settings import kafka_config
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
 
     endpoints = resolve()
     try:
@@ -844,7 +844,7 @@ def node(
     from medusa.credentials import act_as
     from medusa.registry import registry_client
     from medusa.settings import HaSettings
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
     from medusa_spark.node import Node
     from medusa_spark.session import spark_session
 
@@ -915,7 +915,7 @@ def detector(
     from medusa.detector.policy import DetectorConfig
     from medusa.detector.service import FailureDetector
     from medusa.settings import HaSettings
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
 
     _service_logging()
     ha = HaSettings()
@@ -976,7 +976,7 @@ def deploy(
     from medusa.catalog.client import CatalogClient
     from medusa.placement import PlacementError, parse_placement
     from medusa.registry import registry_client
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
     from medusa_spark.deploy import deploy as deploy_network
     from medusa_spark.network.model import NetworkError, parse_network, renamed_network
     from medusa_spark.network.validate import validate
@@ -1016,7 +1016,7 @@ def undeploy(
 ) -> None:
     """Stop a network: its nodes stop its fragments, and the catalog forgets it."""
     from medusa.catalog.client import CatalogClient
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
     from medusa_spark.deploy import undeploy as undeploy_network
 
     endpoints = resolve()
@@ -1039,7 +1039,7 @@ def move(
     """Move a running fragment (named, or by one of its boxes), with its state, to another
     node."""
     from medusa.catalog.client import CatalogClient
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
     from medusa_spark.deploy import move as move_box
 
     if to.count("/") != 1:
@@ -1068,7 +1068,7 @@ def scale(
     """Scale a keyed stateful fragment out or in: N instances, each owning the keys that
     hash to it, with their state rebuilt from the input; no result is lost or doubled."""
     from medusa.catalog.client import CatalogClient, CatalogError
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
     from medusa_spark.scaling import MAX_INSTANCES
     from medusa_spark.scaling import scale as scale_fragment
 
@@ -1111,7 +1111,7 @@ def trace_command(
     import httpx
 
     from medusa import trace_view
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
 
     if kind not in trace_view.KINDS:
         raise _fail(f"--kind: expected one of {', '.join(sorted(trace_view.KINDS))}, "
@@ -1135,7 +1135,7 @@ def trace_command(
 
 def _links() -> Any:
     from medusa.faults import Links
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
 
     try:
         return Links(resolve().toxiproxy_url)
@@ -1175,7 +1175,7 @@ def _hold_then_heal(links: Any, first: str, second: str, for_: str | None, what:
 def _contract_action(action: Any) -> Any:
     """Runs a contract action against the catalog; refusals exit 2 with the reason."""
     from medusa.catalog.client import CatalogClient, CatalogError
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
 
     with CatalogClient(resolve().catalog_url) as catalog:
         try:
@@ -1209,7 +1209,7 @@ def bpm(
     from medusa.federation_status import latest_load_reports
     from medusa.registry import registry_client
     from medusa.settings import kafka_config
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
     from medusa_apps.bpm_agent import BpmAgent
 
     _service_logging()
@@ -1309,7 +1309,7 @@ def autoscale(
     from medusa.autoscale import AutoscalePolicy
     from medusa.catalog.client import CatalogClient
     from medusa.registry import registry_client
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
     from medusa_apps.autoscaler import Autoscaler
 
     _service_logging()
@@ -1344,7 +1344,7 @@ def ledger_command(
     from medusa.bpm.ledger import balances, read_entries
     from medusa.registry import registry_client
     from medusa.settings import kafka_config
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
 
     endpoints = resolve(StackSettings())
     found = read_entries([kafka_config(b) for b in endpoints.kafka.values()],
@@ -1660,7 +1660,7 @@ def console_command(
     """Where the federation console is: a live page of participants, nodes, networks,
     fragments, contracts, failures and moves, served by the catalog."""
     from medusa import credentials
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
 
     url = f"{resolve().catalog_url.rstrip('/')}/console"
     console.print(url)
@@ -1698,7 +1698,7 @@ def catalog_serve(
 
     from medusa import credentials, tracing
     from medusa.catalog.service import serve
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
 
     _service_logging()
     settings = StackSettings()
@@ -1738,7 +1738,7 @@ def catalog_show(
     """Print catalog entries as JSON."""
     from medusa.catalog.client import CatalogClient
     from medusa.catalog.model import Kind
-    from medusa.stack.endpoints import resolve
+    from medusa.endpoints import resolve
 
     try:
         chosen = Kind(kind)

@@ -18,7 +18,7 @@ from medusa.console.feeds import LedgerFeed, NodeLoadFeed, TraceFeed, avro_decod
 from medusa.console.live import Console
 from medusa.console.routes import mount_console
 from medusa.registry import registry_client
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 
 log = logging.getLogger("medusa.console")
 

@@ -42,7 +42,7 @@ from medusa.registry import registry_client
 from medusa.schemas import NODE_LOAD_TOPIC
 from medusa.settings import REPO_ROOT, StackSettings, kafka_config
 from medusa.stack import launcher
-from medusa.stack.endpoints import Endpoints, resolve
+from medusa.endpoints import Endpoints, resolve
 from medusa.stack.install import install
 from medusa.stack.layout import StackLayout
 from medusa_apps.bench.linear_road_latency import LATENCY_BOUND_S, Publisher

@@ -29,7 +29,7 @@ from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Kind
 from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput, network_yaml
 from medusa.settings import kafka_config
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa_spark.deploy import deploy, undeploy
 
 BOXES = ("plausible", "per_sensor")

@@ -21,7 +21,7 @@ from medusa.catalog.model import Entry, Kind
 from medusa.contracts import covering
 from medusa.placement import NodeSlot, PlacementError, place
 from medusa.reader_side import reader_replica
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa_spark.network.fragments import (
     Fragment,
     default_fragment,

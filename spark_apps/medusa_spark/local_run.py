@@ -16,7 +16,7 @@ from typing import Any
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import SparkSession
 
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa_spark.fragment import FragmentWiring
 from medusa_spark.fragment_run import FragmentRun, checkpoint_location, start_fragment
 from medusa_spark.network.fragments import Fragment, fragment_delays, group

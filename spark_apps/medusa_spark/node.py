@@ -57,7 +57,7 @@ from medusa.schemas import (
     schema_for_topic,
 )
 from medusa.settings import StackSettings, kafka_config
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa.sunion.service import positions_before
 from medusa.topics import ensure_topics
 from medusa.tracing import context_of

@@ -37,7 +37,7 @@ from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.envelope import STIME_HEADER
 from medusa.settings import kafka_config
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa.sunion.service import positions_before
 from medusa_spark.durations import duration_ms
 from medusa_spark.network.model import NetworkSpec, parse_network

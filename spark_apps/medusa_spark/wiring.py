@@ -21,7 +21,7 @@ from medusa.envelope import boundary
 from medusa.registry import register
 from medusa.schemas import load_schema
 from medusa.settings import kafka_config
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa.topics import dead_letter_topic, ensure_topics, partition_count
 from medusa_spark.avro_types import record_schema, struct_of
 from medusa_spark.durations import duration_ms

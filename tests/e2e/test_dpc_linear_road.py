@@ -23,7 +23,7 @@ from medusa.consuming import ConsumedTuple
 from medusa.envelope import TupleType
 from medusa.linear_road.records import PositionReport
 from medusa.linear_road.reference import ReferenceOutput, compute
-from medusa.linear_road.split import DIRECTION_OF, SplitInput, split_network_yaml
+from tests.linear_road_split import DIRECTION_OF, SplitInput, split_network_yaml
 from medusa.linear_road.traffic import TrafficProfile
 from medusa.progress import RateProgress
 from medusa.settings import kafka_config

@@ -20,7 +20,7 @@ from medusa.catalog.model import Kind
 from medusa.sensor_windows import network_yaml
 from medusa.settings import StackSettings, kafka_config
 from medusa.stack.components import authorizer_log
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa.stack.layout import StackLayout
 from medusa.topics import ensure_topics
 from tests.waiting import wait_until

@@ -196,7 +196,7 @@ def test_the_catalog_service_wires_a_console_whose_trace_feed_asks_jaeger(monkey
     """The wiring of ``medusa catalog serve``: the trace feed's thread asks whether a page
     reads before each poll, and polls (it once died asking, before the console existed)."""
     from medusa.console import feeds
-    from medusa.stack.endpoints import Endpoints
+    from medusa.endpoints import Endpoints
     from medusa_apps import console_service
 
     polled = []

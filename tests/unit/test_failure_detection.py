@@ -11,7 +11,7 @@ from medusa.catalog.model import Entry, Kind
 from medusa.detector.policy import DetectorConfig, Health, PhiAccrualPolicy, TimeoutPolicy, phi
 from medusa.detector.service import FailureDetector
 from medusa.detector.takeover import Takeover, choose_target, next_replica, take_over
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from medusa.catalog.model import Entry, Kind, NodeSpec
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa_spark.node import Node
 
 pytestmark = pytest.mark.unit

@@ -182,7 +182,7 @@ def test_a_stacks_credentials_authenticate_the_acting_participant(kafka_env,
 
 
 def test_an_external_cluster_of_several_brokers_keeps_them_all() -> None:
-    from medusa.stack.endpoints import parse_external_kafka, parse_external_links
+    from medusa.endpoints import parse_external_kafka, parse_external_links
 
     assert parse_external_kafka("alpha=h:1,h:2,h:3,beta=g:1") == {"alpha": "h:1,h:2,h:3",
                                                                    "beta": "g:1"}

@@ -13,7 +13,7 @@ from medusa.access import AccessSync, Snapshot, keep_in_sync
 from medusa.catalog.api import NetworkCheck, create_app
 from medusa.catalog.model import Entry, Kind, ParticipantSpec
 from medusa.catalog.store import CATALOG_TOPIC, CatalogStore
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 
 log = logging.getLogger("medusa.catalog")
 

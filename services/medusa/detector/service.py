@@ -35,7 +35,7 @@ from medusa.detector.takeover import Takeover, take_over
 from medusa.envelope import TYPE_HEADER
 from medusa.schemas import HEARTBEAT_TOPIC, HEARTBEAT_TOPIC_CONFIG, schema_for_topic
 from medusa.settings import kafka_config
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa.topics import ensure_topics
 from medusa.tracing import traceparent
 

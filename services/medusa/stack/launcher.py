@@ -27,7 +27,7 @@ from medusa.stack.components import (
     service_components,
     storage_components,
 )
-from medusa.stack.endpoints import Endpoints, local_endpoints
+from medusa.endpoints import Endpoints, local_endpoints
 from medusa.stack.layout import StackLayout
 from medusa.stack.processes import RunningProcess
 

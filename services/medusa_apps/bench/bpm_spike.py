@@ -50,7 +50,7 @@ from medusa.latency_stats import percentile
 from medusa.schemas import epoch_ms
 from medusa.sensor_windows import WINDOW_MS, OutputWatch, SteadyInput, network_yaml
 from medusa.settings import kafka_config
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa_apps.bench.dpc_partition import wait_running
 
 PARTICIPANTS = ("alpha", "beta", "gamma")

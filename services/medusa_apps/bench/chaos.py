@@ -34,7 +34,7 @@ from medusa.registry import registry_client
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
 from medusa.settings import EXTERNAL_ENDPOINT_FIELDS, StackSettings, kafka_config
 from medusa.stack import launcher, processes
-from medusa.stack.endpoints import resolve
+from medusa.endpoints import resolve
 from medusa.stack.layout import StackLayout
 from medusa.stack.quorum import active_controller
 from medusa_spark.deploy import deploy, undeploy, wait_for_node

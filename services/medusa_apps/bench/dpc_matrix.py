@@ -33,7 +33,7 @@ from medusa.envelope import TupleType
 from medusa.faults import Links
 from medusa.sensor_windows import pair_network_yaml
 from medusa.stable_view import stable_view
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa_apps.bench.dpc_partition import (
     Fault,
     ScenarioRun,

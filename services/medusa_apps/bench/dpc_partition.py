@@ -35,7 +35,7 @@ from medusa.sensor_windows import reference as pair_reference
 from medusa.sensors import SensorReading
 from medusa.settings import kafka_config
 from medusa.stable_view import stable_view
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 
 SENSORS = 4
 

@@ -30,7 +30,7 @@ from medusa.catalog.model import Kind
 from medusa.sensor_windows import SteadyInput, network_yaml
 from medusa.settings import kafka_config
 from medusa.stack import launcher, processes
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa.stack.layout import StackLayout
 from medusa_apps.failover import FailoverOutcome, run_failover, wait_placed
 from medusa_spark.deploy import deploy, undeploy, wait_for_node

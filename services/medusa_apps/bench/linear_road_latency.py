@@ -70,7 +70,7 @@ from medusa.linear_road.validation import (
 )
 from medusa.progress import RateProgress
 from medusa.settings import REPO_ROOT, kafka_config
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa_apps.bench.live import LatencyProgress
 from medusa_spark.local_run import LocalNetworkRun
 from medusa_spark.network.model import load_network

@@ -25,7 +25,7 @@ from rich.markup import escape
 
 from medusa.registry import registry_client
 from medusa.settings import StackSettings
-from medusa.stack.endpoints import resolve
+from medusa.endpoints import resolve
 from medusa.stack.launcher import recorded_layout
 from medusa.stack.layout import StackLayout
 from medusa_apps.bench import producers

@@ -35,7 +35,7 @@ from medusa.sensor_windows import STIME_ORIGIN_MS, OutputWatch
 from medusa.sensors import SENSOR_READINGS, SensorReading, sensor_readings, to_dict
 from medusa.settings import kafka_config
 from medusa.stack import launcher, processes
-from medusa.stack.endpoints import Endpoints
+from medusa.endpoints import Endpoints
 from medusa.stack.layout import StackLayout
 from medusa.topics import ensure_topics
 from medusa_spark.checkpoints import checkpoint_size, delete_checkpoint

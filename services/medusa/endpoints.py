@@ -1,4 +1,7 @@
-"""Where clients find the federation: endpoints named in the settings, else the local stack."""
+"""Where clients find the federation: endpoints named in the settings, else the local stack.
+
+Every side imports it: the services, the nodes and the launcher (which records what it
+started). It knows the local stack only through its layout, a description of ports and folders."""
 
 from __future__ import annotations
 
