@@ -203,9 +203,9 @@ def down(run_dir: RunDirOpt = None, purge: Annotated[bool, typer.Option(
 def status(run_dir: RunDirOpt = None, as_json: Annotated[bool, typer.Option(
         "--json", help="Machine-readable output.")] = False) -> None:
     """Say what runs, where, and whether it answers."""
+    from medusa.endpoints import resolve
     from medusa.federation_status import federation_status
     from medusa.registry import registry_client
-    from medusa.endpoints import resolve
     from medusa.stack.launcher import status as stack_status
     from medusa.stack.layout import StackLayout
 
@@ -375,9 +375,9 @@ def _shortened(error: str) -> str:
 
 def _clients(participant: str | None) -> tuple[dict[str, Any], Any]:
     from medusa import tracing
+    from medusa.endpoints import resolve
     from medusa.registry import registry_client
     from medusa.settings import kafka_config
-    from medusa.endpoints import resolve
 
     endpoints = resolve()
     try:
@@ -842,9 +842,9 @@ def node(
     from medusa import tracing
     from medusa.catalog.client import CatalogClient
     from medusa.credentials import act_as
+    from medusa.endpoints import resolve
     from medusa.registry import registry_client
     from medusa.settings import HaSettings
-    from medusa.endpoints import resolve
     from medusa_spark.node import Node
     from medusa_spark.session import spark_session
 
@@ -914,8 +914,8 @@ def detector(
     from medusa.detector.health_server import serve
     from medusa.detector.policy import DetectorConfig
     from medusa.detector.service import FailureDetector
-    from medusa.settings import HaSettings
     from medusa.endpoints import resolve
+    from medusa.settings import HaSettings
 
     _service_logging()
     ha = HaSettings()
@@ -974,9 +974,9 @@ def deploy(
 ) -> None:
     """Validate a query network and place its fragments on the federation's nodes."""
     from medusa.catalog.client import CatalogClient
+    from medusa.endpoints import resolve
     from medusa.placement import PlacementError, parse_placement
     from medusa.registry import registry_client
-    from medusa.endpoints import resolve
     from medusa_spark.deploy import deploy as deploy_network
     from medusa_spark.network.model import NetworkError, parse_network, renamed_network
     from medusa_spark.network.validate import validate
@@ -1134,8 +1134,8 @@ def trace_command(
 
 
 def _links() -> Any:
-    from medusa.faults import Links
     from medusa.endpoints import resolve
+    from medusa.faults import Links
 
     try:
         return Links(resolve().toxiproxy_url)
@@ -1206,10 +1206,10 @@ def bpm(
     from medusa.bpm.ledger import Ledger, read_entries
     from medusa.catalog.client import CatalogClient
     from medusa.credentials import act_as
+    from medusa.endpoints import resolve
     from medusa.federation_status import latest_load_reports
     from medusa.registry import registry_client
     from medusa.settings import kafka_config
-    from medusa.endpoints import resolve
     from medusa_apps.bpm_agent import BpmAgent
 
     _service_logging()
@@ -1308,8 +1308,8 @@ def autoscale(
     from medusa import tracing
     from medusa.autoscale import AutoscalePolicy
     from medusa.catalog.client import CatalogClient
-    from medusa.registry import registry_client
     from medusa.endpoints import resolve
+    from medusa.registry import registry_client
     from medusa_apps.autoscaler import Autoscaler
 
     _service_logging()
@@ -1342,9 +1342,9 @@ def ledger_command(
 ) -> None:
     """BPM's ledger: balances per participant and per contract, and the newest payments."""
     from medusa.bpm.ledger import balances, read_entries
+    from medusa.endpoints import resolve
     from medusa.registry import registry_client
     from medusa.settings import kafka_config
-    from medusa.endpoints import resolve
 
     endpoints = resolve(StackSettings())
     found = read_entries([kafka_config(b) for b in endpoints.kafka.values()],

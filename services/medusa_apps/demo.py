@@ -27,6 +27,7 @@ from rich.live import Live
 from rich.table import Table
 
 from medusa.consuming import TupleConsumer
+from medusa.endpoints import Endpoints, resolve
 from medusa.envelope import TupleType
 from medusa.latency_stats import percentile, shown
 from medusa.linear_road import records as lr
@@ -42,7 +43,6 @@ from medusa.registry import registry_client
 from medusa.schemas import NODE_LOAD_TOPIC
 from medusa.settings import REPO_ROOT, StackSettings, kafka_config
 from medusa.stack import launcher
-from medusa.endpoints import Endpoints, resolve
 from medusa.stack.install import install
 from medusa.stack.layout import StackLayout
 from medusa_apps.bench.linear_road_latency import LATENCY_BOUND_S, Publisher

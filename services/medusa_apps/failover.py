@@ -27,9 +27,9 @@ from pyspark.sql import SparkSession
 
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Kind
+from medusa.endpoints import Endpoints
 from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput, network_yaml
 from medusa.settings import kafka_config
-from medusa.endpoints import Endpoints
 from medusa_spark.deploy import deploy, undeploy
 
 BOXES = ("plausible", "per_sensor")

@@ -19,9 +19,9 @@ from pyspark.sql import SparkSession
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.contracts import covering
+from medusa.endpoints import Endpoints
 from medusa.placement import NodeSlot, PlacementError, place
 from medusa.reader_side import reader_replica
-from medusa.endpoints import Endpoints
 from medusa_spark.network.fragments import (
     Fragment,
     default_fragment,

@@ -46,6 +46,7 @@ from pyspark.sql import SparkSession
 from medusa.access import explained
 from medusa.catalog.client import CatalogError
 from medusa.catalog.model import Entry, Kind
+from medusa.endpoints import Endpoints
 from medusa.errors import MedusaError
 from medusa.load import DEFAULT_WINDOW_S, BatchSample, fragment_load, utilisation
 from medusa.producing import TupleProducer
@@ -57,7 +58,6 @@ from medusa.schemas import (
     schema_for_topic,
 )
 from medusa.settings import StackSettings, kafka_config
-from medusa.endpoints import Endpoints
 from medusa.sunion.service import positions_before
 from medusa.topics import ensure_topics
 from medusa.tracing import context_of

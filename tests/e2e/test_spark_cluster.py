@@ -19,10 +19,10 @@ from medusa.catalog.model import Kind
 from medusa.contracts import hosting
 from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput, network_yaml
 from medusa.settings import kafka_config
-from tests.spark_cluster import SparkStandalone
 from medusa_spark.deploy import deploy, move, undeploy
 from tests.federation_processes import NodeProcess, running
 from tests.fragment_checks import wait_network_running
+from tests.spark_cluster import SparkStandalone
 
 pytestmark = pytest.mark.e2e
 

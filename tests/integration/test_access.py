@@ -17,10 +17,10 @@ from confluent_kafka.admin import AdminClient
 from medusa import contracts, credentials
 from medusa.catalog.client import CatalogClient, CatalogForbiddenError
 from medusa.catalog.model import Kind
+from medusa.endpoints import Endpoints
 from medusa.sensor_windows import network_yaml
 from medusa.settings import StackSettings, kafka_config
 from medusa.stack.components import authorizer_log
-from medusa.endpoints import Endpoints
 from medusa.stack.layout import StackLayout
 from medusa.topics import ensure_topics
 from tests.waiting import wait_until

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from medusa.endpoints import Endpoints, local_endpoints
 from medusa.errors import MedusaError
 from medusa.settings import StackSettings
 from medusa.stack import processes
@@ -27,7 +28,6 @@ from medusa.stack.components import (
     service_components,
     storage_components,
 )
-from medusa.endpoints import Endpoints, local_endpoints
 from medusa.stack.layout import StackLayout
 from medusa.stack.processes import RunningProcess
 

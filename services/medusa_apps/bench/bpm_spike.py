@@ -45,12 +45,12 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.contracts import accept, propose, revoke
+from medusa.endpoints import Endpoints
 from medusa.federation_status import latest_load_reports
 from medusa.latency_stats import percentile
 from medusa.schemas import epoch_ms
 from medusa.sensor_windows import WINDOW_MS, OutputWatch, SteadyInput, network_yaml
 from medusa.settings import kafka_config
-from medusa.endpoints import Endpoints
 from medusa_apps.bench.dpc_partition import wait_running
 
 PARTICIPANTS = ("alpha", "beta", "gamma")

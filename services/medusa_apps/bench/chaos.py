@@ -29,12 +29,12 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from medusa.catalog.client import CatalogClient
+from medusa.endpoints import resolve
 from medusa.faults import kill
 from medusa.registry import registry_client
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
 from medusa.settings import EXTERNAL_ENDPOINT_FIELDS, StackSettings, kafka_config
 from medusa.stack import launcher, processes
-from medusa.endpoints import resolve
 from medusa.stack.layout import StackLayout
 from medusa.stack.quorum import active_controller
 from medusa_spark.deploy import deploy, undeploy, wait_for_node

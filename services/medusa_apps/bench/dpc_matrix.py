@@ -29,11 +29,11 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
+from medusa.endpoints import Endpoints
 from medusa.envelope import TupleType
 from medusa.faults import Links
 from medusa.sensor_windows import pair_network_yaml
 from medusa.stable_view import stable_view
-from medusa.endpoints import Endpoints
 from medusa_apps.bench.dpc_partition import (
     Fault,
     ScenarioRun,

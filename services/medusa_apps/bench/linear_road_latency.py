@@ -57,6 +57,7 @@ from pyspark.sql import SparkSession
 from rich.console import Console
 
 from medusa.consuming import TupleConsumer
+from medusa.endpoints import Endpoints
 from medusa.envelope import TupleType
 from medusa.latency_stats import percentile, rounded
 from medusa.linear_road import records as lr
@@ -70,7 +71,6 @@ from medusa.linear_road.validation import (
 )
 from medusa.progress import RateProgress
 from medusa.settings import REPO_ROOT, kafka_config
-from medusa.endpoints import Endpoints
 from medusa_apps.bench.live import LatencyProgress
 from medusa_spark.local_run import LocalNetworkRun
 from medusa_spark.network.model import load_network

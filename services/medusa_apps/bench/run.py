@@ -23,9 +23,9 @@ from typing import Any
 
 from rich.markup import escape
 
+from medusa.endpoints import resolve
 from medusa.registry import registry_client
 from medusa.settings import StackSettings
-from medusa.endpoints import resolve
 from medusa.stack.launcher import recorded_layout
 from medusa.stack.layout import StackLayout
 from medusa_apps.bench import producers
