@@ -106,7 +106,7 @@ class NodeState:
     name: str
     participant: str
     endpoints: Endpoints
-    """Other participants' clusters through the links, so a cut link cuts this node off."""
+    """As seen from this participant (``Endpoints.seen_from``)."""
     registry: SchemaRegistryClient
     spark: SparkSession
     checkpoint_root: str
