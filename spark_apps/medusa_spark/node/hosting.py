@@ -1,0 +1,457 @@
+"""Hosting: the node follows the placement in the catalog, starting what is placed on it,
+keeping it going (restarts, DPC's reconciliation) and stopping what is placed elsewhere.
+Moves, replicas and takeovers are its ``moves`` part; they start and watch fragments
+through it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from py4j.protocol import Py4JError
+
+from medusa.access import explained
+from medusa.catalog.client import CatalogError
+from medusa.catalog.model import Entry, Kind
+from medusa.errors import MedusaError
+from medusa.settings import kafka_config
+from medusa.sunion.service import positions_before
+from medusa.tracing import context_of
+from medusa_spark.checkpoints import (
+    batch_offsets,
+    batch_watermark_ms,
+    drop_uncommitted,
+    is_local,
+    last_committed_batch,
+    read_resume,
+    rebase_source,
+    source_offsets,
+    sync_checkpoint,
+    write_resume,
+)
+from medusa_spark.fragment import FragmentWiring, Instance
+from medusa_spark.fragment_run import checkpoint_location, same_definition, start_fragment
+from medusa_spark.network.fragments import Fragment, fragment_delays, fragments_of
+from medusa_spark.network.model import NetworkError, parse_network
+from medusa_spark.network.validate import Plan, validate
+from medusa_spark.node.membership import Membership
+from medusa_spark.node.moves import Moves
+from medusa_spark.node.reporting import Reporting
+from medusa_spark.node.state import (
+    HostedFragment,
+    NodeState,
+    PendingTakeover,
+    caught_up,
+    dpc_state,
+)
+from medusa_spark.reconcile import DpcRecord, ReconcileRequired, rollback
+from medusa_spark.sunion_process import SUnionProcess
+from medusa_spark.wiring import NetworkTopics, fragment_wiring, network_topics
+
+REFENCED_HOLD_S = 10.0
+"""After its primary took the output back, a reader-side replica's restarted query replays
+behind it (its tentative boundaries may run ahead of the output's): it serves again only
+after this."""
+URGENT_POLL_S = 0.1
+"""How often a node reads the catalog while it takes part in a warm move."""
+
+log = logging.getLogger("medusa.node")
+
+
+def fragment_of(entry: Entry) -> str:
+    """The fragment's name in its network (an instance's is the fragment's it is one of)."""
+    instance = entry.spec.get("instance")
+    return str(instance["of"]) if instance else entry.name.rsplit("/", 1)[1]
+
+
+@dataclass
+class NetworkPlan:
+    version: int
+    plan: Plan
+    topics: NetworkTopics
+    fragments: dict[str, Fragment]
+    delays: dict[str, int | None]
+    """DPC's delay D of each fragment (``fragment_delays``), once per network version."""
+    wiring: dict[str, FragmentWiring] = field(default_factory=dict)
+
+
+class Hosting:
+    """Follows the catalog's placement, one ``reconcile`` pass at a time."""
+
+    def __init__(self, node: NodeState, membership: Membership, reporting: Reporting) -> None:
+        self.node = node
+        self._membership = membership
+        self._reporting = reporting
+        self.moves = Moves(node, self)
+        self.urgent = False
+        """A warm move or a quiet output: the catalog is read every ``URGENT_POLL_S``."""
+        self._plans: dict[str, NetworkPlan] = {}
+        self._precopied: set[str] = set()
+
+    def reconcile(self) -> None:
+        """One pass: start what is placed here, hand over what is placed elsewhere."""
+        own = self.node.catalog.get(Kind.NODES, self.node.global_name)
+        if own is not None and own.spec.get("status") == "failed" and \
+                own.spec.get("incarnation") == self.node.incarnation:
+            self._membership.rejoin(self._abandon_all)
+            return
+        entries = self.node.catalog.list(Kind.FRAGMENTS)
+        placed = {e.name: e for e in entries if e.spec["node"] == self.node.global_name}
+        replicas = {e.name: e for e in entries if e.name not in placed and (
+            (e.spec.get("replica") == self.node.global_name and e.spec.get("ha") == "active") or
+            e.spec.get("warm_target") == self.node.global_name or
+            e.spec.get("reader_replica") == self.node.global_name)}
+        by_name = {e.name: e for e in entries}
+        # During a warm move both nodes follow the catalog closely: the pause is theirs; so
+        # does a reader-side replica whose output has gone quiet.
+        self.urgent = any(by_name[n].spec.get("warm_ready") for n in self.node.hosted
+                          if n in by_name) or any(
+            h.output_watch.silent_s() > 1.0 for h in self.node.hosted.values()
+            if h.output_watch is not None)
+        for name in [n for n in self.node.hosted if n not in placed and n not in replicas]:
+            gone = self.node.hosted[name]
+            if (gone.run.standby and not gone.yielded) or gone.reader:
+                self.moves.abandon(name, "its replica is no longer placed here")
+            else:
+                moved = by_name.get(name)
+                warm = moved is not None and moved.spec.get("warm_target") == moved.spec["node"]
+                self.moves.hand_over(name, at_once=warm)
+        wanted = {**replicas, **placed}
+        # Each network is read once a pass; one that cannot be read fails its fragments alone.
+        networks: dict[str, NetworkPlan | Exception] = {}
+        for network_name in {entry.spec["network"] for entry in wanted.values()}:
+            try:
+                members = [e for e in entries if e.spec["network"] == network_name]
+                networks[network_name] = self._network(network_name, members)
+            except (MedusaError, CatalogError, RuntimeError, ValueError) as error:
+                networks[network_name] = error
+        for name, entry in sorted(wanted.items()):
+            try:
+                network = networks[entry.spec["network"]]
+                if isinstance(network, Exception):
+                    raise network
+                if name in placed and entry.spec.get("phase") in ("retiring", "retired"):
+                    self._retire(name, entry)
+                elif name in placed:
+                    self._follow(name, entry, network)
+                elif entry.spec.get("reader_replica") == self.node.global_name:
+                    self.moves.follow_reader(name, entry, network)
+                else:
+                    self.moves.follow_replica(name, entry, network)
+            except (MedusaError, CatalogError, RuntimeError, ValueError, Py4JError,
+                    KafkaException) as error:
+                # One fragment's failure (a JVM call included) is its own, not the node's.
+                if self.node.errors.get(name) != str(error):
+                    log.error("%s: fragment %s: %s", self.node.global_name, name, error)
+                self.node.errors[name] = str(error)
+
+    def _network(self, network_name: str, members: list[Entry]) -> NetworkPlan:
+        entry = self.node.catalog.get(Kind.NETWORKS, network_name)
+        if entry is None:
+            raise NetworkError(f"network {network_name} is not in the catalog")
+        member = {box: fragment_of(e) for e in members for box in e.spec["boxes"]}
+        cached = self._plans.get(network_name)
+        if cached is not None and cached.version == entry.version and \
+                {b: f for f in cached.fragments.values() for b in f.boxes} == member:
+            return cached
+        spec = parse_network(entry.spec["definition"], origin=f"network {network_name}")
+        plan = validate(spec, self.node.spark)
+        missing = [box for box in plan.order if box not in member]
+        if missing:
+            raise NetworkError(f"network {network_name}: box {missing[0]!r} is in no fragment "
+                               "of the catalog; redeploy the network")
+        fragments = fragments_of(plan, member)
+        # Topics and schemas exist since the deploy; this only looks them up.
+        topics = network_topics(plan, fragments, self.node.endpoints, self.node.registry,
+                                announce=False)
+        self._plans[network_name] = NetworkPlan(entry.version, plan, topics, fragments,
+                                                fragment_delays(plan, fragments))
+        return self._plans[network_name]
+
+    def wiring(self, network: NetworkPlan, name: str, entry: Entry,
+               bootstrap: str | None = None) -> FragmentWiring:
+        short = fragment_of(entry)
+        fragment = network.fragments.get(short)
+        if fragment is None:
+            raise NetworkError(f"network {entry.spec['network']} has no fragment {short!r}")
+        spec = entry.spec.get("instance")
+        instance = None if spec is None else Instance(
+            spec["index"], spec["count"], spec["generation"], tuple(spec["key"]),
+            spec["emit_from_ms"], {name: {int(p): o for p, o in offsets.items()}
+                                   for name, offsets in spec["start_positions"].items()},
+            bool(spec.get("by_partition")))
+        return fragment_wiring(network.topics, entry.spec["network"], fragment,
+                               bootstrap or self.node.bootstrap, network.delays[short], instance)
+
+    def _follow(self, name: str, entry: Entry, network: NetworkPlan) -> None:
+        hosted = self.node.hosted.get(name)
+        if hosted is not None and hosted.reader:
+            self.moves.abandon(name, "placed here; its reader-side replica gives way to it")
+            hosted = None
+        warm = entry.spec.get("warm_target") == self.node.global_name
+        if hosted is not None and hosted.run.standby and not hosted.yielded:
+            if entry.spec.get("phase") != "moving":
+                self.moves.promote(name, entry, hosted, warm)
+                return
+            if warm:
+                return  # the replica takes over once the old node has stopped at a batch
+            # Moved here while its primary runs: the move restores it from that checkpoint.
+            self.moves.abandon(name, "moved here; resuming from the primary's checkpoint instead")
+            hosted = None
+        if hosted is not None:
+            if hosted.network_version != network.version:  # redeployed: run the new definition
+                self.moves.hand_over(name, keep_placement=True)
+                hosted = None
+            else:
+                self.watch(hosted, entry, network)
+                return
+        if entry.spec.get("phase") == "failed":
+            return  # restarted too often; waits for a redeploy, a move or a takeover
+        phase = entry.spec.get("phase", "placed")
+        wiring = self.wiring(network, name, entry)
+        mine = checkpoint_location(self.node.checkpoint_root, wiring)
+        source = entry.spec.get("checkpoint")
+        if source and not same_definition(source, mine):
+            log.info("%s: %s was redeployed with another definition or other topics; it "
+                     "starts afresh rather than from %s", self.node.global_name, name, source)
+            source = None
+        if source and not is_local(source):
+            mine = source  # on a shared store: resumed in place, nothing is copied
+        if phase == "moving":
+            # The old node still runs it: copy the bulk of its state ahead of the hand-over.
+            if source and name not in self._precopied:
+                stats = sync_checkpoint(source, mine)
+                self._precopied.add(name)
+                log.info("%s: %s: copied %d files (%d bytes) ahead of the hand-over",
+                         self.node.global_name, name, stats.files, stats.bytes)
+            return
+        failover = context_of(entry.spec.get("takeover_trace")) if phase == "released" else None
+        takeover = (self.node.tracer.start_span(f"takeover {name}", context=failover, attributes={
+            "medusa.fragment": name, "medusa.node": self.node.global_name, "medusa.ha": "passive",
+            "medusa.failed_node": entry.spec.get("released_by") or ""})
+            if failover is not None else None)
+        if source and source != mine:
+            stats = sync_checkpoint(source, mine)
+            log.info("%s: %s: copied %d more files (%d bytes) of its checkpoint",
+                     self.node.global_name, name, stats.files, stats.bytes)
+        elif source and not is_local(source):
+            log.info("%s: %s resumes in place from its checkpoint on the shared store %s",
+                     self.node.global_name, name, source)
+        if takeover is not None:
+            restored = last_committed_batch(mine)
+            takeover.set_attributes({
+                "medusa.checkpoint.batch_restored": -1 if restored is None else restored,
+                "medusa.checkpoint.offsets_replayed_from":
+                    (batch_offsets(mine, restored) if restored is not None else None) or
+                    "the earliest offsets"})
+        resume = None
+        before = str(entry.spec.get("released_by") or "").split("/")[0]
+        if source and before and self.node.endpoints.bootstrap(before) != self.node.bootstrap:
+            resume = self._rebase(name, mine, wiring, self.node.endpoints.bootstrap(before))
+        drop_uncommitted(mine)  # a batch begun after the hand-over: planned anew here
+        sunion = self.start_sunion(name, wiring, resume)
+        run = start_fragment(self.node.spark, network.plan, wiring, mine)
+        pending = None
+        if takeover is not None:
+            pending = PendingTakeover(takeover, time.time_ns())
+            self.moves.trace_first_output(run, pending)
+        with self.node.lock:
+            self.node.hosted[name] = HostedFragment(name, network.version, run, time.time(),
+                                                    sunion, takeover=pending)
+        self._precopied.discard(name)
+        log.info("%s: running %s (%s)%s", self.node.global_name, name,
+                 ", ".join(wiring.fragment.boxes),
+                 f", taken over from {entry.spec.get('released_by')}" if takeover else "")
+        self.mark_running(name, mine)
+
+    def _retire(self, name: str, entry: Entry) -> None:
+        """A scale step replaces this fragment (or instance): stops it at a batch boundary
+        and records how far its results go (see ``scaling``)."""
+        if entry.spec.get("phase") == "retired":
+            return
+        hosted = self.node.hosted.get(name)
+        checkpoint = entry.spec.get("checkpoint")
+        topic = None
+        if hosted is not None:
+            checkpoint, topic = hosted.run.checkpoint, hosted.run.wiring.source.topic
+            self.moves.hand_over(name, keep_placement=True)
+        batch = last_committed_batch(checkpoint) if checkpoint else None
+        watermark = batch_watermark_ms(checkpoint, batch) if checkpoint and batch is not None \
+            else None
+
+        def retired(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("node") != self.node.global_name or \
+                    spec.get("phase") != "retiring":
+                return None
+            return {**spec, "phase": "retired", "checkpoint": checkpoint,
+                    "retired_watermark_ms": watermark, "sunion_topic": topic}
+        self.node.catalog.update(Kind.FRAGMENTS, name, retired)
+        log.info("%s: retired %s for a scale step: results written below stime %s",
+                 self.node.global_name, name, watermark)
+
+    def _rebase(self, name: str, checkpoint: str, wiring: FragmentWiring,
+                old_bootstrap: str) -> dict[str, Any] | None:
+        """Moved here from another cluster: the query goes on at the end of this cluster's
+        SUnion topic, and the SUnion from the inputs' positions of the last batch the
+        query committed there."""
+        batch = last_committed_batch(checkpoint)
+        topic = wiring.source.topic
+        read = source_offsets(checkpoint, batch, topic) if batch is not None else None
+        if batch is None or read is None:
+            return None
+        positions = positions_before(old_bootstrap, topic, read)
+        if positions is None:
+            # Nothing read there since it came (moved away again before committing a batch
+            # on that cluster): it resumes where it resumed there.
+            positions = read_resume(checkpoint, batch)
+        if positions is not None:
+            write_resume(checkpoint, batch, positions)
+        consumer = Consumer(kafka_config(self.node.bootstrap, **{"group.id": f"medusa.{name}"}))
+        try:
+            ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in read}
+        finally:
+            consumer.close()
+        rebase_source(checkpoint, topic, ends)
+        log.info("%s: %s comes from another cluster: batch %d rebased to %s, inputs resume "
+                 "from the positions read there", self.node.global_name, name, batch, ends)
+        return positions
+
+    def start_sunion(self, name: str, wiring: FragmentWiring,
+                     resume: dict[str, Any] | None = None, wait_for_go: bool = False
+                     ) -> SUnionProcess:
+        config = wiring.sunion_config(resume, self.node.endpoints.otlp_endpoint or None)
+        folder = self.node.work_dir / "sunion" / f"{wiring.topic_prefix}{name}".replace("/", "_")
+        return SUnionProcess(config, folder).start(wait_for_go)
+
+    def watch(self, hosted: HostedFragment, entry: Entry, network: NetworkPlan) -> None:
+        """Keeps a hosted fragment going: its SUnion alive, its failed query restarted."""
+        if hosted.failed:
+            return
+        if hosted.sunion is not None:
+            hosted.sunion.keep_alive()
+        if not hosted.reader:
+            self._reporting.publish_dpc_state(hosted)
+        if hosted.run.fenced():
+            if hosted.reader:
+                self._restart_query(hosted, network, "the primary writes its output again",
+                                    standby=True)
+                self.moves.set_serving(hosted.name, None)
+                hosted.serve_after = time.monotonic() + REFENCED_HOLD_S
+            elif entry.spec.get("reader_replica"):
+                # Its reader-side replica serves: it catches up beside it, writing nothing,
+                # and takes the output back once stable (make before break).
+                hosted.yielded = True
+                self._restart_query(hosted, network, "as a standby while its reader-side "
+                                    f"replica on {entry.spec['reader_replica']} serves",
+                                    standby=True)
+            else:
+                self.moves.abandon(hosted.name, "another node writes its outputs")
+            return
+        request = hosted.run.reconcile_requested()
+        if request is not None:
+            self._reconcile(hosted, network, request)
+            return
+        failure = hosted.run.failure()
+        if failure is None:
+            if hosted.yielded and caught_up(hosted.run) and dpc_state(hosted) == "STABLE":
+                self.moves.take_back(hosted)
+            return
+        now = time.monotonic()
+        if hosted.restart_at is None:
+            hosted.restarts += 1
+            if hosted.restarts > self.node.max_restarts:
+                hosted.failed = True
+                log.error("%s: %s failed %d times; giving up until it is redeployed or "
+                          "moved: %s", self.node.global_name, hosted.name, hosted.restarts, failure)
+                if hosted.sunion is not None:
+                    hosted.sunion.stop()
+                self._record_failure(hosted.name, failure, hosted.restarts, "failed")
+                return
+            delay = min(60.0, 2.0 ** (hosted.restarts - 1))
+            hosted.restart_at = now + delay
+            log.warning("%s: %s failed (restart %d of %d in %.0fs): %s", self.node.global_name,
+                        hosted.name, hosted.restarts, self.node.max_restarts, delay, failure)
+            self._record_failure(hosted.name, failure, hosted.restarts, None)
+            return
+        if now < hosted.restart_at:
+            return
+        hosted.restart_at = None
+        if hosted.reader:
+            self.moves.set_serving(hosted.name, None)
+        # A reader-side replica restarts as a standby: it serves again if the output is
+        # still quiet.
+        self._restart_query(hosted, network, "after its failure",
+                            standby=hosted.reader or hosted.yielded)
+
+    def _restart_query(self, hosted: HostedFragment, network: NetworkPlan, why: str,
+                       standby: bool = False) -> None:
+        """Starts the fragment's query again from its checkpoint."""
+        hosted.run.writer.close()
+        wiring = hosted.run.wiring
+        hosted.run = start_fragment(self.node.spark, network.plan, wiring, hosted.run.checkpoint,
+                                    standby=standby)
+        if hosted.takeover is not None and not hosted.takeover.ended.is_set():
+            # The takeover's first output comes from this query now.
+            self.moves.trace_first_output(hosted.run, hosted.takeover)
+        log.info("%s: restarted %s from its checkpoint, %s", self.node.global_name, hosted.name,
+                 why)
+
+    def _reconcile(self, hosted: HostedFragment, network: NetworkPlan,
+                   request: ReconcileRequired) -> None:
+        """DPC's checkpoint/redo: back to the batch before the UP_FAILURE period, then the
+        query redoes the corrected input (see ``reconcile``)."""
+        run = hosted.run
+        run.writer.close()
+        record = DpcRecord.load(run.checkpoint)
+        since = record.tentative_since_batch
+        last = last_committed_batch(run.checkpoint)
+        to_batch = (since - 1) if since is not None else (last if last is not None else -1)
+        attributes: dict[str, str | int] = {
+            "medusa.fragment": hosted.name, "medusa.node": self.node.global_name,
+            "medusa.dpc.epoch": request.epoch, "medusa.checkpoint.rolled_back_to": to_batch,
+            "medusa.checkpoint.last_committed": -1 if last is None else last}
+        # A stage of the failure's trace, which the SUnion's REDO named.
+        with self.node.tracer.start_as_current_span(
+                f"reconcile {hosted.name}", attributes=attributes,
+                context=context_of(record.redo_traceparent)):
+            deleted = rollback(run.checkpoint, to_batch)
+            record.skip_epoch = max(record.skip_epoch, request.epoch)
+            record.tentative_since_batch = None
+            record.rolled_back_batches = (last - to_batch) if last is not None else 0
+            record.save(run.checkpoint)
+            # A serving reader-side replica writes the corrections; a standby stays one.
+            hosted.run = start_fragment(self.node.spark, network.plan, run.wiring, run.checkpoint,
+                                        standby=run.standby)
+        hosted.reconciliations += 1
+        log.info("%s: %s reconciles UP_FAILURE period %d: checkpoint back to batch %d "
+                 "(%d files dropped), redoing", self.node.global_name, hosted.name, request.epoch,
+                 to_batch, deleted)
+
+    def _record_failure(self, name: str, error: str, restarts: int, phase: str | None) -> None:
+        def failed(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("node") != self.node.global_name:
+                return None
+            return {**spec, "error": explained(error, self.node.participant)[:4000],
+                    "restarts": restarts,
+                    **({"phase": phase} if phase else {})}
+        self.node.catalog.update(Kind.FRAGMENTS, name, failed)
+
+    def mark_running(self, name: str, checkpoint: str) -> None:
+        def running(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("node") != self.node.global_name:
+                return None  # moved on meanwhile; the next pass hands it over
+            return {**spec, "phase": "running", "checkpoint": checkpoint, "released_by": None,
+                    "takeover_trace": None, "error": None, "restarts": 0,
+                    "warm_target": None, "warm_ready": False}
+        self.node.catalog.update(Kind.FRAGMENTS, name, running)
+
+
+    def _abandon_all(self) -> None:
+        """Declared failed: every fragment stops without writing; networks are read anew."""
+        for name in list(self.node.hosted):
+            self.moves.abandon(name, "this node was declared failed")
+        self._plans.clear()

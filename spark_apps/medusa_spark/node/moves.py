@@ -1,0 +1,283 @@
+"""Moves and takeovers: a fragment handed over to its new node, the standby replicas of
+``ha: active`` fragments and warm moves and their promotion, the reader-side replicas
+that serve an output cut off from its primary, and the takeover's trace up to the
+first output."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+
+from medusa.catalog.model import Entry, Kind
+from medusa.reader_side import should_serve
+from medusa.tracing import context_of
+from medusa_spark.checkpoints import (
+    delete_checkpoint,
+    drop_uncommitted,
+    last_committed_batch,
+    sync_checkpoint,
+)
+from medusa_spark.fragment_run import (
+    REPLICA_SUFFIX,
+    FragmentRun,
+    checkpoint_location,
+    start_fragment,
+)
+from medusa_spark.node.state import HostedFragment, NodeState, PendingTakeover, caught_up
+from medusa_spark.output_watch import OutputWatch
+
+if TYPE_CHECKING:  # the hosting part owns this one and is given to it
+    from medusa_spark.node.hosting import Hosting, NetworkPlan
+
+READER_SUFFIX = ".reader"
+"""A reader-side replica's checkpoint: beside the one the fragment would have here."""
+
+log = logging.getLogger("medusa.node")
+
+
+class Moves:
+    """Fragments arriving or leaving other than by a plain start: it starts and watches
+    them through ``hosting``, which calls it in turn."""
+
+    def __init__(self, node: NodeState, hosting: Hosting) -> None:
+        self.node = node
+        self._hosting = hosting
+
+    def follow_replica(self, name: str, entry: Entry, network: NetworkPlan) -> None:
+        """Runs the standby replica of an ``ha: active`` fragment: it computes, writes nothing.
+
+        It reads the primary's SUnion topic, on the primary's cluster, so both see the
+        same buckets; promoted, it starts a SUnion of its own that resumes that topic.
+        """
+        hosted = self.node.hosted.get(name)
+        if hosted is not None:
+            failure = hosted.run.failure()
+            if hosted.network_version != network.version:
+                self.abandon(name, "redeployed")
+            elif failure is not None:
+                # Started again on the next pass, from a new copy of the checkpoint.
+                self.node.errors[name] = failure
+                self.abandon(name, f"its replica failed: {failure}")
+            elif entry.spec.get("warm_target") == self.node.global_name and \
+                    not entry.spec.get("warm_ready") and caught_up(hosted.run):
+                self._set_warm_ready(name)
+                return
+            else:
+                return
+        primary = str(entry.spec["node"]).split("/")[0]
+        wiring = self._hosting.wiring(network, name, entry, self.node.endpoints.bootstrap(primary))
+        mine = checkpoint_location(self.node.checkpoint_root, wiring) + REPLICA_SUFFIX
+        source = entry.spec.get("checkpoint")
+        warm = entry.spec.get("warm_target") == self.node.global_name
+        if warm and source:
+            # A new copy for each warm move: an older one may be far behind, or diverged.
+            delete_checkpoint(mine)
+        if source and last_committed_batch(mine) is None:
+            # Starts where the primary is, instead of replaying the inputs from the start.
+            stats = sync_checkpoint(source, mine)
+            drop_uncommitted(mine)  # copied while it ran: the batch in progress is replanned
+            log.info("%s: %s: copied %d files (%d bytes) of its checkpoint for a replica",
+                     self.node.global_name, name, stats.files, stats.bytes)
+        run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True)
+        # A warm move's replica has its SUnion started and waiting, to go at the hand-over.
+        sunion = self._hosting.start_sunion(name, wiring, wait_for_go=True) if warm else None
+        with self.node.lock:
+            self.node.hosted[name] = HostedFragment(name, network.version, run, time.time(), sunion)
+        log.info("%s: running the standby replica of %s%s", self.node.global_name, name,
+                 " to take it over (warm move)" if warm else "")
+        if warm:
+            return
+
+        def ready(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("replica") != self.node.global_name:
+                return None
+            return {**spec, "replica_ready": True}
+        self.node.catalog.update(Kind.FRAGMENTS, name, ready)
+
+    def follow_reader(self, name: str, entry: Entry, network: NetworkPlan) -> None:
+        """Runs the fragment's reader-side replica (``medusa.reader_side``): its own SUnion
+        on this node's cluster and a standby query, which takes the output over when
+        ``should_serve`` says the primary's output no longer reaches this side."""
+        hosted = self.node.hosted.get(name)
+        if hosted is not None and not hosted.reader:
+            self.hand_over(name)  # it ran here as the fragment, which has moved on
+            return
+        if hosted is not None and hosted.network_version != network.version:
+            self.abandon(name, "redeployed")
+            hosted = None
+        if hosted is None:
+            wiring = self._hosting.wiring(network, name, entry)
+            mine = checkpoint_location(self.node.checkpoint_root, wiring) + READER_SUFFIX
+            sunion = self._hosting.start_sunion(name, wiring)
+            run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True)
+            started = OutputWatch([o.stream.topic for o in wiring.outputs.values()
+                                   if o.stream.bootstrap == self.node.bootstrap],
+                                  self.node.bootstrap, f"{wiring.topic_prefix}{name}").start()
+            with self.node.lock:
+                self.node.hosted[name] = HostedFragment(name, network.version, run,
+                                                        time.time(), sunion,
+                                                        output_watch=started)
+            log.info("%s: running the reader-side replica of %s (its primary runs on %s)",
+                     self.node.global_name, name, entry.spec["node"])
+            return
+        self._hosting.watch(hosted, entry, network)
+        watch = hosted.output_watch
+        # A primary in STABILIZATION has every input back, so it reaches this side again:
+        # its output is the reconciliation's, coming.
+        if hosted.failed or watch is None or not hosted.run.standby or \
+                self.node.hosted.get(name) is not hosted or entry.spec.get("phase") != "running" \
+                or entry.spec.get("dpc_state") == "STABILIZATION" or \
+                time.monotonic() < hosted.serve_after:
+            return
+        delay_s = (hosted.run.wiring.max_delay_ms or 0) / 1000
+        if should_serve(watch.silent_s(), delay_s, hosted.run.writer.newest_promise_ms,
+                        watch.newest_boundary_ms):
+            self._serve(name, hosted, watch.silent_s())
+
+    def _serve(self, name: str, hosted: HostedFragment, silent_s: float) -> None:
+        """The reader-side replica takes the output over: fences the primary, writes what
+        the output lacks (tentative results too, when an input is cut off here as well)."""
+        with self.node.tracer.start_as_current_span(
+                f"reader-side replica serves {name}", attributes={
+                    "medusa.fragment": name, "medusa.node": self.node.global_name,
+                    "medusa.output.silent_s": round(silent_s, 3)}):
+            written = hosted.run.promote()
+        self.set_serving(name, self.node.global_name)
+        log.warning("%s: the output of %s was silent for %.1fs: its reader-side replica "
+                    "serves it now (%d results caught up, DPC %s)", self.node.global_name, name,
+                    silent_s, written, hosted.run.writer.dpc_state)
+
+    def set_serving(self, name: str, serving: str | None) -> None:
+        def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("reader_replica") != self.node.global_name or \
+                    spec.get("serving") == serving:
+                return None
+            return {**spec, "serving": serving}
+        self.node.catalog.update(Kind.FRAGMENTS, name, change)
+
+    def _set_warm_ready(self, name: str) -> None:
+        def ready(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("warm_target") != self.node.global_name:
+                return None
+            return {**spec, "warm_ready": True}
+        self.node.catalog.update(Kind.FRAGMENTS, name, ready)
+        log.info("%s: the replica of %s has caught up; ready to take it over",
+                 self.node.global_name, name)
+
+    def promote(self, name: str, entry: Entry, hosted: HostedFragment, warm: bool) -> None:
+        """The standby replica becomes the fragment: after its primary failed (``ha:
+        active``), or once its old node stopped it (a warm move)."""
+        failover = context_of(entry.spec.get("takeover_trace"))
+        takeover = self.node.tracer.start_span(f"takeover {name}", context=failover, attributes={
+            "medusa.fragment": name, "medusa.node": self.node.global_name,
+            "medusa.ha": "warm move" if warm else "active",
+            "medusa.failed_node": entry.spec.get("released_by") or ""})
+        restored = last_committed_batch(hosted.run.checkpoint)
+        takeover.set_attribute("medusa.checkpoint.batch_restored",
+                               -1 if restored is None else restored)
+        for output in hosted.run.writer.outputs:
+            if hasattr(output, "trace_context"):
+                output.trace_context = trace.set_span_in_context(takeover)
+        pending = PendingTakeover(takeover, time.time_ns())
+        started = time.monotonic()
+        # The inputs go on where the old primary's SUnion stopped, into the same topic.
+        if hosted.sunion is not None:
+            hosted.sunion.go()
+        else:
+            hosted.sunion = self._hosting.start_sunion(name, hosted.run.wiring)
+        caught_up = hosted.run.promote()
+        promoted_s = time.monotonic() - started
+        takeover.set_attribute("medusa.replica.results_caught_up", caught_up)
+        hosted.takeover = pending
+        self.trace_first_output(hosted.run, pending)
+        log.info("%s: promoted the replica of %s in %.1fs; it wrote %d results the primary "
+                 "had not", self.node.global_name, name, promoted_s, caught_up)
+        self._hosting.mark_running(name, hosted.run.checkpoint)
+
+    def trace_first_output(self, run: FragmentRun, takeover: PendingTakeover) -> None:
+        """Ends the takeover span with a child at the fragment's first result after recovery."""
+        context = trace.set_span_in_context(takeover.span)
+        lock = threading.Lock()
+
+        def first(count: int) -> None:
+            with lock:
+                if takeover.ended.is_set():
+                    return
+                takeover.ended.set()
+            self.node.tracer.start_span("first output", context=context,
+                                        start_time=takeover.started_ns,
+                                        attributes={"medusa.results": count}).end()
+            takeover.span.end()
+        for output in run.writer.outputs:
+            if hasattr(output, "trace_context"):
+                output.trace_context = context
+            stats = getattr(output, "stats", None)
+            if stats is None:
+                continue
+            if stats.first_write_at is not None and not run.standby:
+                first(0)
+            else:
+                stats.first_write_listeners.append(first)
+
+    def take_back(self, hosted: HostedFragment) -> None:
+        """The primary, caught up and stable beside its serving reader-side replica, writes
+        the output again: the promotion fences the replica, and what the replica wrote
+        already is dropped by tuple id."""
+        with self.node.tracer.start_as_current_span(f"takes output back {hosted.name}", attributes={
+                "medusa.fragment": hosted.name, "medusa.node": self.node.global_name}):
+            written = hosted.run.promote()
+        hosted.yielded = False
+        log.info("%s: %s is caught up and stable: it writes its output again (%d results "
+                 "the reader-side replica had not)", self.node.global_name, hosted.name, written)
+
+    def abandon(self, name: str, why: str) -> None:
+        """Stops a fragment without releasing it: another node writes its outputs."""
+        with self.node.lock:
+            hosted = self.node.hosted.pop(name)
+        if hosted.output_watch is not None:
+            hosted.output_watch.stop()
+        hosted.run.abandon()
+        if hosted.sunion is not None:
+            hosted.sunion.stop()
+        log.info("%s: stopped %s: %s", self.node.global_name, name, why)
+
+    def hand_over(self, name: str, keep_placement: bool = False, at_once: bool = False
+                  ) -> None:
+        """Stops a fragment placed elsewhere and releases it to its new node: at a batch
+        boundary, so that the checkpoint holds what was written; or ``at_once`` when a
+        replica that has computed the same batches takes it over (a warm move)."""
+        with self.node.lock:
+            hosted = self.node.hosted.pop(name)
+        started = time.monotonic()
+        if at_once:
+            # Nothing more is written from here; the replica may take over at once, while
+            # the query and the SUnion stop (the replica's SUnion fences this one).
+            hosted.run.writer.halt()
+            self._release(name, hosted)
+            hosted.run.abandon()
+        elif hosted.run.query.isActive:
+            hosted.run.hand_over()
+        else:
+            hosted.run.writer.close()
+        if hosted.sunion is not None:
+            hosted.sunion.stop()
+        log.info("%s: stopped %s %s in %.1fs", self.node.global_name, name,
+                 "for its warm replica" if at_once else "at a batch boundary",
+                 time.monotonic() - started)
+        if not keep_placement and not at_once:
+            self._release(name, hosted)
+
+    def _release(self, name: str, hosted: HostedFragment) -> None:
+        """Tells the fragment's new node it may go on: ``released``, with the checkpoint."""
+        def released(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("node") == self.node.global_name or \
+                    spec.get("phase") != "moving":
+                return None  # withdrawn, placed back here, or taken over by another node
+            return {**spec, "phase": "released", "checkpoint": hosted.run.checkpoint,
+                    "released_by": self.node.global_name}
+        self.node.catalog.update(Kind.FRAGMENTS, name, released)
+

@@ -1,0 +1,137 @@
+"""What the node's parts share: one ``NodeState`` (its settings, hosted fragments, lock and
+catalog client), given to each part rather than copied, and what a hosted fragment is."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from opentelemetry.trace import Tracer
+from pyspark.sql import SparkSession
+
+from medusa.endpoints import Endpoints
+from medusa_spark.fragment_run import FragmentRun
+from medusa_spark.output_watch import OutputWatch
+from medusa_spark.sunion_process import SUnionProcess
+
+CAUGHT_UP_RECORDS = 1000
+"""A replica this close to the end of its input takes a fragment over within a batch."""
+
+CatalogClient = Any  # medusa.catalog.client.CatalogClient, or an in-memory one in tests
+
+
+@dataclass
+class PendingTakeover:
+    """A takeover's span, open until the fragment writes its first output after it."""
+
+    span: Any
+    started_ns: int
+    ended: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class HostedFragment:
+    name: str
+    """Global name: participant/network/fragment."""
+    network_version: int
+    run: FragmentRun
+    started_at: float
+    sunion: SUnionProcess | None = None
+    """None on an HA standby replica: it reads the primary's SUnion topic. A warm move's
+    replica has one started, waiting to go at the hand-over."""
+    restarts: int = 0
+    restart_at: float | None = None
+    """When the failed query is started again (monotonic clock)."""
+    failed: bool = False
+    """Restarted too often: it waits for a redeploy, a move or a takeover."""
+    rates: dict[str, float] = field(default_factory=dict)
+    takeover: PendingTakeover | None = None
+    """Set after a takeover until its first output; a restarted query takes it over."""
+    reconciliations: int = 0
+    dpc_state: str = "STABLE"
+    """The DPC state last written to the catalog."""
+    bottleneck_since: float | None = None
+    """Since when (wall clock) it has not kept up with its input, without a break."""
+    output_watch: OutputWatch | None = None
+    """Set on a reader-side replica (``medusa.reader_side``): its output's silence."""
+    serve_after: float = 0.0
+    """A reader-side replica serves no sooner (monotonic clock): its primary took the
+    output back, and the replica's own query restarts and replays behind it."""
+    yielded: bool = False
+    """Its reader-side replica took the output over: it runs as a standby until it has
+    caught up and is stable, then takes the output back."""
+
+    @property
+    def reader(self) -> bool:
+        return self.output_watch is not None
+
+
+def caught_up(run: FragmentRun) -> bool:
+    """Whether a standby replica's query has restored its state and reads less than a
+    batch behind the end of its input."""
+    progress: dict[str, Any] = run.query.lastProgress or {}
+    if not progress or run.failure() is not None:
+        return False
+    behind = 0
+    for source in progress.get("sources", []):
+        metrics = source.get("metrics") or {}
+        behind = max(behind, int(float(metrics.get("maxOffsetsBehindLatest", 0) or 0)))
+    return behind <= max(CAUGHT_UP_RECORDS, int(progress.get("numInputRows") or 0))
+
+
+def dpc_state(hosted: HostedFragment, sunion_state: dict[str, Any] | None = None) -> str:
+    """STABLE, UP_FAILURE or STABILIZATION, from the SUnion (is an input failed or
+    tentative? are they all back?) and the query (are its results tentative? is it
+    redoing?). ``sunion_state``: the SUnion's state when already read."""
+    writer = hosted.run.writer.dpc_state
+    if writer == "STABILIZATION":
+        return writer
+    if sunion_state is None:
+        sunion_state = hosted.sunion.state() if hosted.sunion is not None else {}
+    sunion = sunion_state.get("dpc_state")
+    if sunion in ("UP_FAILURE", "STABILIZATION"):
+        return str(sunion)
+    # The SUnion wrote its REDO; the query has not reconciled yet.
+    return "STABILIZATION" if writer == "UP_FAILURE" else "STABLE"
+
+
+@dataclass
+class NodeState:
+    """The node's settings and its mutable state, one object that every part reads and
+    changes (``hosted`` under ``lock`` where another thread reads it)."""
+
+    name: str
+    participant: str
+    endpoints: Endpoints
+    """As seen from this participant (``Endpoints.seen_from``)."""
+    registry: SchemaRegistryClient
+    spark: SparkSession
+    checkpoint_root: str
+    catalog: CatalogClient
+    secondary: str | None
+    metrics_interval_s: float
+    heartbeat_interval_s: float
+    max_restarts: int
+    capacity: float
+    """Processing slots, in the unit of a fragment's load: measured as Spark's cores."""
+    spark_ui: str | None
+    """Where its SparkSession's web UI answers (None: it runs without one)."""
+    load_window_s: float
+    work_dir: Path
+    tracer: Tracer
+    incarnation: str
+    hosted: dict[str, HostedFragment] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def global_name(self) -> str:
+        return f"{self.participant}/{self.name}"
+
+    @property
+    def bootstrap(self) -> str:
+        return self.endpoints.bootstrap(self.participant)
