@@ -1,6 +1,7 @@
 """Faults made on purpose and what they did: the ``fault`` group (links cut or slowed
 through toxiproxy, processes killed), ``chaos`` (each part of the infrastructure killed
-under load) and ``trace`` (the traces of failures, partitions, moves and scaling)."""
+under load) and ``trace`` (Jaeger's timelines of failures, partitions, moves and scaling
+steps)."""
 
 from __future__ import annotations
 

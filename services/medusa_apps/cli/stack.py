@@ -1,5 +1,5 @@
-"""The local federation's life: install, up, down, and status with its tables (also used by
-the console's tests, hence ``federation_tables`` is public)."""
+"""The local federation's life: install, up, down, and status with its tables
+(``federation_tables`` is public, so that the tables are tested without a federation)."""
 
 from __future__ import annotations
 
