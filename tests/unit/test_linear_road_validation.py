@@ -254,8 +254,9 @@ def _command(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, read: Any) -> Any:
 
     from medusa.linear_road import run_records
     from medusa_apps import cli
+    from medusa_apps.cli import linear_road
 
-    monkeypatch.setattr(cli, "_clients", lambda participant: ({}, None))
+    monkeypatch.setattr(linear_road, "_clients", lambda participant: ({}, None))
     monkeypatch.setattr(run_records, "read_run", read)
     return CliRunner().invoke(cli.app, ["linear-road", "validate", "--prefix", "run1.",
                                         "--json", str(tmp_path / "result.json")])

@@ -1,0 +1,48 @@
+"""``medusa bench``: the options checked here; the benchmarks are ``medusa_apps.bench``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from medusa_apps.cli.common import _fail, console
+
+
+def bench(
+    records: Annotated[int, typer.Option(min=1000, help="Records per throughput run.")
+                       ] = 200_000,
+    hold: Annotated[int, typer.Option(min=10, help="Seconds each Linear Road step holds "
+                                                   "the peak rate (the benchmark: 120 or "
+                                                   "more; less for a quick run).")] = 120,
+    max_xways: Annotated[int, typer.Option(min=1, help="Largest L to try.")] = 16,
+    only: Annotated[str, typer.Option(
+        help="Run only these parts, comma-separated: producers, spark, sunion, "
+             "linear-road, move, failover, dpc, dpc-matrix, bpm (default: all).")] = "",
+    linear_road: Annotated[bool, typer.Option(help="Run the Linear Road steps.")] = True,
+    out: Annotated[Path, typer.Option(help="Folder for JSON and plots.")] = Path("bench-results"),
+    state_mb: Annotated[str, typer.Option(
+        help="State sizes in MB for the migration benchmark, comma-separated: each is "
+             "moved warm, the smallest and the largest also cold; empty to skip it.")
+                        ] = "10,100,300,1000",
+    failover: Annotated[bool, typer.Option(
+        help="Run the failover benchmark (kill -9 of a node, false suspicions under load).")
+                        ] = True,
+) -> None:
+    """Benchmarks against the running federation, side by side in one run."""
+    from medusa_apps.bench.run import PARTS, run_all
+
+    try:
+        sizes = [int(size) for size in state_mb.split(",") if size.strip()]
+    except ValueError:
+        raise _fail(f"--state-mb: expected whole numbers of MB separated by commas, got "
+                    f"{state_mb!r}", 2) from None
+    parts = [part.strip() for part in only.split(",") if part.strip()]
+    unknown = [part for part in parts if part not in PARTS]
+    if unknown:
+        raise _fail(f"--only: unknown part(s) {', '.join(unknown)}; known: {', '.join(PARTS)}",
+                    2)
+    run_all(out, records, hold, max_xways, linear_road, console.print, sizes, failover,
+            only=parts or None)
+    console.print(f"results in {out}/")
