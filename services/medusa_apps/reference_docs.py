@@ -22,6 +22,7 @@ import argparse
 import ast
 import importlib
 import inspect
+import itertools
 import json
 import re
 import sys
@@ -102,7 +103,7 @@ def attribute_docstrings(cls: type) -> dict[str, str]:
         except (OSError, TypeError):
             continue
         body = cast(ast.ClassDef, ast.parse(source).body[0]).body
-        for statement, following in zip(body, body[1:], strict=False):
+        for statement, following in itertools.pairwise(body):
             if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
                     and isinstance(following, ast.Expr)
                     and isinstance(following.value, ast.Constant)
@@ -206,7 +207,8 @@ def cli_page() -> str:
         section = [f"## {context.command_path}", f"```text\n{usage}\n```"]
         if command.help:
             section.append(prose(command.help))
-        arguments, options = [], []
+        arguments: list[list[str]] = []
+        options: list[list[str]] = []
         for param in command.params:
             record = param.get_help_record(context)
             if record is None:
@@ -281,7 +283,7 @@ def network_page() -> str:
              "[Write a network](../how-to/write-a-network.md).")
     return page("The query network file", "the pydantic models of "
                 "`medusa_spark.network.model` and `medusa_spark.boxes`", intro,
-                sections + ["\n\n".join(box_sections)])
+                [*sections, "\n\n".join(box_sections)])
 
 
 # The catalog's HTTP API -------------------------------------------------------------------
@@ -306,7 +308,8 @@ def catalog_page() -> str:
         for method in sorted(spec["paths"][path]):
             operation = spec["paths"][path][method]
             heading = f"{method.upper()} {path}"
-            contents.append(f"- [{heading}](#{slug(heading)}): {cell(operation.get('summary', ''))}")
+            summary = cell(operation.get("summary", ""))
+            contents.append(f"- [{heading}](#{slug(heading)}): {summary}")
             parts = [f"### {heading}", prose(operation.get("summary", ""))]
             if operation.get("description"):
                 parts.append(prose(operation["description"]))
