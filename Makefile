@@ -8,7 +8,7 @@ STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup go-tools-early browser-early up down status demo test test-scenarios test-unit test-integration test-compose compose-images compose-up compose-down bench chaos lint clean
+.PHONY: help setup go-tools-early browser-early up down status demo test test-scenarios test-unit test-integration test-compose compose-images compose-up compose-down bench chaos lint docs clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-17s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -73,6 +73,9 @@ chaos: setup ## Kill -9 brokers, the controller, the registry, the catalog and t
 lint: $(STAMP) ## ruff and mypy
 	@$(BIN)/ruff check services spark_apps tests
 	@$(BIN)/mypy
+
+docs: $(STAMP) ## Generate docs/reference/ from the code (the CLI, network YAML, catalog API, settings)
+	@PYTHONPATH=services:spark_apps $(BIN)/python -m medusa_apps.reference_docs
 
 clean: down ## Remove the run folder (data, logs); the cache of installed components stays
 	@rm -rf .run bench-results

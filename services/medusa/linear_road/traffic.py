@@ -10,7 +10,8 @@ its 3 hours, ``PEAK_REPORTS_PER_S_PER_XWAY``).
 
 Trips, speeds and queries follow the benchmark's generator (LinearGenerator), so that
 the benchmark's rules give tolls and alerts in the ranges they give on its data
-(``medusa linear-road traffic-stats`` compares the two; the README has the figures):
+(``medusa linear-road traffic-stats`` compares the two; the figures are in
+docs/how-to/run-linear-road.md):
 
 - **Trips.** A car enters at the upstream boundary of a segment on its entrance ramp
   (its first report: lane 0, 10 mph), drives on the travel lanes and leaves by the
