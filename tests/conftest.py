@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from medusa.endpoints import Endpoints, resolve
 from medusa.settings import StackSettings
 from medusa.settings import kafka_config as client_config
-from medusa.endpoints import Endpoints, resolve
 from medusa.stack.layout import StackLayout
 from tests.federation_processes import SharedNodes
 from tests.hdfs_fixtures import hdfs, installed_hdfs  # noqa: F401 (fixtures)
@@ -62,9 +62,10 @@ class LocalFederation:
     def start(self) -> Endpoints:
         from medusa.stack.install import install
         from medusa.stack.launcher import up
+        from medusa_apps.services import SERVICE_COMMANDS
 
         install(self.settings)
-        return up(self.layout)
+        return up(self.layout, services=SERVICE_COMMANDS)
 
     def stop(self) -> None:
         from medusa.stack.launcher import down

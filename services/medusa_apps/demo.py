@@ -27,6 +27,7 @@ from rich.live import Live
 from rich.table import Table
 
 from medusa.consuming import TupleConsumer
+from medusa.endpoints import Endpoints, resolve
 from medusa.envelope import TupleType
 from medusa.latency_stats import percentile, shown
 from medusa.linear_road import records as lr
@@ -42,10 +43,10 @@ from medusa.registry import registry_client
 from medusa.schemas import NODE_LOAD_TOPIC
 from medusa.settings import REPO_ROOT, StackSettings, kafka_config
 from medusa.stack import launcher
-from medusa.endpoints import Endpoints, resolve
 from medusa.stack.install import install
 from medusa.stack.layout import StackLayout
 from medusa_apps.bench.linear_road_latency import LATENCY_BOUND_S, Publisher
+from medusa_apps.services import SERVICE_COMMANDS
 
 NETWORK = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks" / "linear_road.yaml"
 OUTPUTS = {
@@ -306,7 +307,7 @@ def run_demo(duration_s: int, speedup: float, xways: int, console: Console,
     # A stack already running (in this run folder) is used as it was started.
     layout = launcher.recorded_layout(StackLayout.from_settings(settings))
     console.print("[bold]1. The local federation[/]")
-    launcher.up(layout, report=console.print)
+    launcher.up(layout, report=console.print, services=SERVICE_COMMANDS)
     endpoints = resolve(settings)
     console.print("[bold]2. A node of participant alpha[/]")
     launcher.start_service(layout, NODE_SERVICE,

@@ -45,13 +45,14 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.contracts import accept, propose, revoke
+from medusa.endpoints import Endpoints
 from medusa.federation_status import latest_load_reports
 from medusa.latency_stats import percentile
 from medusa.schemas import epoch_ms
 from medusa.sensor_windows import WINDOW_MS, OutputWatch, SteadyInput, network_yaml
 from medusa.settings import kafka_config
-from medusa.endpoints import Endpoints
 from medusa_apps.bench.dpc_partition import wait_running
+from medusa_apps.services import SERVICE_COMMANDS
 
 PARTICIPANTS = ("alpha", "beta", "gamma")
 COPIES = 3
@@ -539,7 +540,7 @@ def stack_agents_paused(layout: Any, say: Callable[[str], None]) -> Iterator[Non
         yield
     finally:
         if paused:
-            launcher.up(layout, report=lambda _: None)
+            launcher.up(layout, report=lambda _: None, services=SERVICE_COMMANDS)
 
 
 def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any, layout: Any,
