@@ -16,11 +16,11 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
+from medusa.endpoints import Endpoints
 from medusa.load import cost_of_removing, participant_loads
 from medusa.registry import SERDE_CONFIG
 from medusa.schemas import NODE_LOAD_TOPIC, epoch_ms
 from medusa.settings import kafka_config
-from medusa.endpoints import Endpoints
 
 RECENT_REPORTS = 200
 """How far back each participant's load topic is read for the latest report per node."""

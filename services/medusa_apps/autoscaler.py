@@ -15,8 +15,8 @@ from opentelemetry import trace
 from medusa.autoscale import AutoscalePolicy, AutoscaleState, Decision, base_fragment, decide
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Kind
-from medusa.federation_status import latest_load_reports
 from medusa.endpoints import Endpoints
+from medusa.federation_status import latest_load_reports
 from medusa_spark.network.model import NetworkError, parse_network
 from medusa_spark.scaling import ScaleError, fragment_key, scale
 

@@ -17,8 +17,8 @@ from medusa.console.actions import Runners, ScaleFragment
 from medusa.console.feeds import LedgerFeed, NodeLoadFeed, TraceFeed, avro_decoder
 from medusa.console.live import Console
 from medusa.console.routes import mount_console
-from medusa.registry import registry_client
 from medusa.endpoints import Endpoints
+from medusa.registry import registry_client
 
 log = logging.getLogger("medusa.console")
 

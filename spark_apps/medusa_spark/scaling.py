@@ -35,9 +35,9 @@ from confluent_kafka.admin import AdminClient
 
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
+from medusa.endpoints import Endpoints
 from medusa.envelope import STIME_HEADER
 from medusa.settings import kafka_config
-from medusa.endpoints import Endpoints
 from medusa.sunion.service import positions_before
 from medusa_spark.durations import duration_ms
 from medusa_spark.network.model import NetworkSpec, parse_network

@@ -17,11 +17,11 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from medusa.endpoints import Endpoints
 from medusa.envelope import boundary
 from medusa.registry import register
 from medusa.schemas import load_schema
 from medusa.settings import kafka_config
-from medusa.endpoints import Endpoints
 from medusa.topics import dead_letter_topic, ensure_topics, partition_count
 from medusa_spark.avro_types import record_schema, struct_of
 from medusa_spark.durations import duration_ms

@@ -32,10 +32,10 @@ from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.detector.policy import DetectorConfig, Health, Policy
 from medusa.detector.takeover import Takeover, take_over
+from medusa.endpoints import Endpoints
 from medusa.envelope import TYPE_HEADER
 from medusa.schemas import HEARTBEAT_TOPIC, HEARTBEAT_TOPIC_CONFIG, schema_for_topic
 from medusa.settings import kafka_config
-from medusa.endpoints import Endpoints
 from medusa.topics import ensure_topics
 from medusa.tracing import traceparent
 

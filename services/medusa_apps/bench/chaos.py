@@ -32,13 +32,14 @@ from medusa.catalog.client import CatalogClient
 from medusa.endpoints import resolve
 from medusa.faults import kill
 from medusa.registry import registry_client
-from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
+from medusa.sensor_windows import OutputWatch, SteadyInput, reference
 from medusa.settings import EXTERNAL_ENDPOINT_FIELDS, StackSettings, kafka_config
 from medusa.stack import launcher, processes
 from medusa.stack.layout import StackLayout
 from medusa.stack.quorum import active_controller
 from medusa_apps.services import SERVICE_COMMANDS
 from medusa_spark.deploy import deploy, undeploy, wait_for_node
+from medusa_spark.networks import network_yaml
 
 FAULTS = ("broker", "controller", "registry", "catalog", "detector")
 """broker: a broker that does not lead the KRaft quorum; controller: the one that does."""

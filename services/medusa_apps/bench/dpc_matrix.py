@@ -29,11 +29,10 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
+from medusa.endpoints import Endpoints
 from medusa.envelope import TupleType
 from medusa.faults import Links
-from medusa.sensor_windows import pair_network_yaml
 from medusa.stable_view import stable_view
-from medusa.endpoints import Endpoints
 from medusa_apps.bench.dpc_partition import (
     Fault,
     ScenarioRun,
@@ -42,6 +41,7 @@ from medusa_apps.bench.dpc_partition import (
     wait_running,
 )
 from medusa_apps.bench.nodes import bench_nodes, start_node
+from medusa_spark.networks import pair_network_yaml
 
 BOUND = "4 seconds"
 D_S = 3.0

@@ -34,12 +34,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from medusa.endpoints import Endpoints
 from medusa.envelope import TYPE_HEADER
 from medusa.linear_road.records import POSITION_REPORTS, STIME_ORIGIN_MS, to_dict
 from medusa.producing import TupleProducer
 from medusa.schemas import schema_for_topic
 from medusa.settings import kafka_config, spark_kafka_options
-from medusa.endpoints import Endpoints
 from medusa.topics import ensure_topics
 from medusa_apps.bench.producers import Throughput, position_reports
 from medusa_spark.fragment import FragmentWiring, build_fragment, read_source

@@ -29,13 +29,13 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import SparkSession
 
 from medusa.catalog.client import CatalogClient
+from medusa.endpoints import Endpoints
 from medusa.producing import TupleProducer
 from medusa.schemas import schema_for_topic
 from medusa.sensor_windows import STIME_ORIGIN_MS, OutputWatch
 from medusa.sensors import SENSOR_READINGS, SensorReading, sensor_readings, to_dict
 from medusa.settings import kafka_config
 from medusa.stack import launcher, processes
-from medusa.endpoints import Endpoints
 from medusa.stack.layout import StackLayout
 from medusa.topics import ensure_topics
 from medusa_spark.checkpoints import checkpoint_size, delete_checkpoint
