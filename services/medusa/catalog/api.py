@@ -276,8 +276,8 @@ class Resource:
     def name_of(self, parts: dict[str, str]) -> str:
         return "/".join(parts[s] for s in self.segments)
 
-    def list(self, participant: str | None, node: str | None,
-             network: str | None) -> list[Entry]:
+    def entries(self, participant: str | None, node: str | None,
+                network: str | None) -> list[Entry]:
         entries = self.store.entries(self.kind, f"{participant}/" if participant else "")
         if node is not None:
             entries = [e for e in entries if e.spec.get("node") == node]
@@ -355,7 +355,7 @@ def _list_handler(resource: Resource) -> Callable[..., list[Entry]]:
         network: Annotated[str | None, Query(pattern=rf"^{PART}/{PART}$",
                                              description="Fragments of this network")] = None,
     ) -> list[Entry]:
-        return resource.list(participant, node, network)
+        return resource.entries(participant, node, network)
     return list_entries
 
 
