@@ -62,9 +62,10 @@ class LocalFederation:
     def start(self) -> Endpoints:
         from medusa.stack.install import install
         from medusa.stack.launcher import up
+        from medusa_apps.services import SERVICE_COMMANDS
 
         install(self.settings)
-        return up(self.layout)
+        return up(self.layout, services=SERVICE_COMMANDS)
 
     def stop(self) -> None:
         from medusa.stack.launcher import down

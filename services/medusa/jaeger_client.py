@@ -54,16 +54,47 @@ def parse_trace(raw: dict[str, Any]) -> Trace:
     return Trace(raw["traceID"], spans)
 
 
+TIMEOUT_S = 10.0
+"""How long one request to Jaeger's query API may take."""
+
+
+def _get(query_url: str, path: str, params: dict[str, Any] | None = None,
+         timeout_s: float = TIMEOUT_S, client: httpx.Client | None = None) -> httpx.Response:
+    """``GET {query_url}{path}``, through ``client`` when given (one connection pool)."""
+    url = f"{query_url}{path}"
+    if client is not None:
+        return client.get(url, params=params, timeout=timeout_s)
+    return httpx.get(url, params=params, timeout=timeout_s)
+
+
+def _traces(response: httpx.Response) -> list[Trace]:
+    """The traces of an answer of the query API (``{"data": [...]}``)."""
+    return [parse_trace(raw) for raw in response.json().get("data") or []]
+
+
 def find_traces(query_url: str, service: str, operation: str | None = None,
-                lookback_s: int = 3600, limit: int = 20) -> list[Trace]:
+                lookback_s: int = 3600, limit: int = 20,
+                client: httpx.Client | None = None) -> list[Trace]:
+    """The newest traces with a span of ``service`` (named ``operation``, when given)."""
     params: dict[str, Any] = {"service": service, "limit": limit, "lookback": f"{lookback_s}s",
                               "start": (time.time_ns() // 1000) - lookback_s * 1_000_000,
                               "end": time.time_ns() // 1000}
     if operation:
         params["operation"] = operation
-    response = httpx.get(f"{query_url}/api/traces", params=params, timeout=10)
+    response = _get(query_url, "/api/traces", params, client=client)
     response.raise_for_status()
-    return [parse_trace(raw) for raw in response.json().get("data") or []]
+    return _traces(response)
+
+
+def fetch_trace(query_url: str, trace_id: str, timeout_s: float = TIMEOUT_S,
+                client: httpx.Client | None = None) -> Trace | None:
+    """One trace by its id (Jaeger's ``GET /api/traces/{id}``); None when Jaeger has none."""
+    response = _get(query_url, f"/api/traces/{trace_id}", timeout_s=timeout_s, client=client)
+    if response.status_code == 404:
+        return None
+    response.raise_for_status()
+    found = _traces(response)
+    return found[0] if found else None
 
 
 def wait_for_trace(query_url: str, service: str, operation: str | None, has: list[str],

@@ -4,6 +4,10 @@ Used by the distribution tests and the move benchmark: readings of ``sensors``
 sensors, one per sensor and second, go to a topic in real time; the network
 averages them per sensor and 10-second window. Its stimes start at a fixed
 origin, so that the reference results do not depend on when the run happened.
+
+The network definitions themselves belong to the data plane: ``medusa_spark.networks``
+ships them and builds their variants (``network_yaml``, ``pair_network_yaml``,
+``chain_network_yaml``).
 """
 
 from __future__ import annotations
@@ -15,70 +19,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from medusa.producing import TupleProducer
 from medusa.schemas import schema_for_topic
 from medusa.sensors import SENSOR_READINGS, SensorReading, sensor_readings, to_dict
-from medusa.settings import REPO_ROOT
 from medusa.topics import ensure_topics
 
-NETWORK = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks" / "sensor_windows.yaml"
-PAIR_NETWORK = NETWORK.with_name("sensor_pair.yaml")
 STIME_ORIGIN_MS = 1_800_000_000_000
 """Second 0 of the input: a multiple of the window, so windows start at whole seconds."""
 WINDOW_MS = 10_000
 END_OF_INPUT_MS = 60_000
 """How far past the last possible round the end-of-input boundary goes."""
-
-
-def network_yaml(name: str, topic_prefix: str, ha: str | None = None,
-                 fragments: dict[str, str] | None = None, box_participant: str | None = None,
-                 **overrides: Any) -> str:
-    """The example network under another name, on topics of its own (every box with
-    ``ha`` when given, and of ``box_participant``; ``fragments`` names the fragment of some
-    boxes)."""
-    raw = yaml.safe_load(NETWORK.read_text())
-    raw.update(name=name, topic_prefix=topic_prefix, **overrides)
-    for box_name, box in raw["boxes"].items():
-        if ha is not None:
-            box["ha"] = ha
-        if box_participant is not None:
-            box["participant"] = box_participant
-        if fragments and box_name in fragments:
-            box["fragment"] = fragments[box_name]
-    return yaml.safe_dump(raw, sort_keys=False)
-
-
-def pair_network_yaml(name: str, topic_prefix: str, availability_bound: str) -> str:
-    """The pair example (two sensor streams, one per participant, merged and averaged on
-    beta with DPC) under another name, on topics of its own, with its own bound."""
-    raw = yaml.safe_load(PAIR_NETWORK.read_text())
-    raw.update(name=name, topic_prefix=topic_prefix, availability_bound=availability_bound)
-    return yaml.safe_dump(raw, sort_keys=False)
-
-
 CHAIN_WINDOW_MS = 20_000
-
-
-def chain_network_yaml(name: str, topic_prefix: str, availability_bound: str) -> str:
-    """The pair example with a second fragment downstream, on alpha: per sensor and 20-second
-    window, the sums of beta's 10-second results (what beta marks tentative, alpha's results
-    inherit; what beta corrects, alpha corrects)."""
-    raw = yaml.safe_load(pair_network_yaml(name, topic_prefix, availability_bound))
-    raw["boxes"]["per_sensor_20s"] = {
-        "type": "aggregate", "participant": "alpha", "key": ["sensor_id"],
-        "params": {
-            "window": {"type": "tumbling", "size": f"{CHAIN_WINDOW_MS // 1000} seconds"},
-            "group_by": ["sensor_id"],
-            "aggregates": {"windows": {"count": "readings"}, "readings": {"sum": "readings"},
-                           "total": {"sum": "total"}},
-            "fields": {"sensor_id": "sensor_id", "windows": "windows", "readings": "readings",
-                       "total": "ROUND(total, 6)",
-                       "window_start_ms": "unix_millis(window_start)"}}}
-    raw["arrows"].append({"from": "per_sensor", "to": "per_sensor_20s"})
-    return yaml.safe_dump(raw, sort_keys=False)
+"""The window of the chain example's downstream box (``medusa_spark.networks``)."""
 
 
 def chain_reference(readings: list[SensorReading]) -> dict[str, dict[str, Any]]:

@@ -41,13 +41,15 @@ from medusa.linear_road.traffic import (
 from medusa.linear_road.validation import OUTPUT_KINDS, Validation, validate
 from medusa.registry import registry_client
 from medusa.schemas import NODE_LOAD_TOPIC
-from medusa.settings import REPO_ROOT, StackSettings, kafka_config
+from medusa.settings import StackSettings, kafka_config
 from medusa.stack import launcher
 from medusa.stack.install import install
 from medusa.stack.layout import StackLayout
 from medusa_apps.bench.linear_road_latency import LATENCY_BOUND_S, Publisher
+from medusa_apps.services import SERVICE_COMMANDS
+from medusa_spark.networks import LINEAR_ROAD, network_file
 
-NETWORK = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks" / "linear_road.yaml"
+NETWORK = network_file(LINEAR_ROAD)
 OUTPUTS = {
     "toll_notifications": lr.TOLL_NOTIFICATIONS,
     "accident_alerts": lr.ACCIDENT_ALERTS,
@@ -306,7 +308,7 @@ def run_demo(duration_s: int, speedup: float, xways: int, console: Console,
     # A stack already running (in this run folder) is used as it was started.
     layout = launcher.recorded_layout(StackLayout.from_settings(settings))
     console.print("[bold]1. The local federation[/]")
-    launcher.up(layout, report=console.print)
+    launcher.up(layout, report=console.print, services=SERVICE_COMMANDS)
     endpoints = resolve(settings)
     console.print("[bold]2. A node of participant alpha[/]")
     launcher.start_service(layout, NODE_SERVICE,

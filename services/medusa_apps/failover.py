@@ -28,9 +28,10 @@ from pyspark.sql import SparkSession
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Kind
 from medusa.endpoints import Endpoints
-from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput, network_yaml
+from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput
 from medusa.settings import kafka_config
 from medusa_spark.deploy import deploy, undeploy
+from medusa_spark.networks import network_yaml
 
 BOXES = ("plausible", "per_sensor")
 FRAGMENTS = {"plausible": "check", "per_sensor": "windows"}

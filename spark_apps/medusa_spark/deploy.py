@@ -183,6 +183,42 @@ def _participant(plan: Plan, fragment: Fragment) -> str:
     return plan.network.participant
 
 
+@dataclass(frozen=True)
+class PlacedFragment:
+    """Where one fragment of a network goes, and with what (``plan_deploy``)."""
+
+    name: str
+    """Within its network."""
+    fragment: Fragment
+    node: str
+    before: Entry | None
+    """Its catalog entry when it was deployed before."""
+    moved: bool
+    """Placed before on another node: the redeploy moves it."""
+    replica: str | None
+    """The node of its active standby replica (``ha: active``), if it has one."""
+    reader: str | None
+    """The node of its reader-side replica (``medusa.reader_side``), if it needs one."""
+    delay_ms: int | None
+    """DPC's delay D (``fragments.fragment_delays``)."""
+    contract: str | None
+    """The contract it runs under on a partner's node."""
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """What deploying a network will do: nothing is written while it is made."""
+
+    text: str
+    plan: Plan
+    network_name: str
+    fragments: dict[str, Fragment]
+    placed: list[PlacedFragment]
+    """Each fragment of the definition, in the definition's order."""
+    withdrawn: list[Entry]
+    """The fragments deployed before that the definition no longer has."""
+
+
 def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistryClient,
            spark: SparkSession, catalog: CatalogClient, given: dict[str, str] | None = None,
            report: Report = print) -> dict[str, str]:
@@ -190,6 +226,15 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
 
     ``given`` maps boxes (or fragments) to nodes, as a placement file does.
     """
+    deployment = plan_deploy(text, origin, spark, catalog, given)
+    return apply_deploy(deployment, endpoints, registry, catalog, report)
+
+
+def plan_deploy(text: str, origin: str, spark: SparkSession, catalog: CatalogClient,
+                given: dict[str, str] | None = None) -> DeployPlan:
+    """Validates the network and decides where each fragment goes, its replicas and the
+    contracts it runs under; reads the catalog, writes nothing (PlacementError when the
+    network cannot be placed as asked)."""
     network = parse_network(text, origin)
     plan = validate(network, spark)
     network_name = f"{network.participant}/{network.name}"
@@ -197,11 +242,7 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
                 catalog.list(Kind.FRAGMENTS, network=network_name)}
     given = dict(given or {})
     fragments, named_nodes = _grouping(plan, existing, given)
-    for name in given:
-        if name not in network.boxes and name not in fragments:
-            raise PlacementError(
-                f"box {name!r}: the network has no such box or fragment (its boxes: "
-                f"{', '.join(network.boxes)}; its fragments: {', '.join(fragments)})")
+    _check_given(plan, fragments, given)
     boxes_of = {name: fragment.boxes for name, fragment in fragments.items()}
     # Named nodes are checked before whether they run; the rest once they are placed.
     hosted = _hosting_contracts(catalog, network_name, boxes_of, named_nodes)
@@ -211,6 +252,47 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
         if node not in running:
             raise PlacementError(f"fragment {name!r}: node {node!r} is not a running node in "
                                  f"the catalog (running: {', '.join(sorted(running)) or 'none'})")
+    placement = _placement(plan, fragments, existing, named_nodes, nodes)
+    hosted |= _hosting_contracts(catalog, network_name, boxes_of, {
+        name: node for name, node in placement.items() if name not in named_nodes})
+    delays = fragment_delays(plan, fragments)
+    node_entries = catalog.list(Kind.NODES)
+    all_fragments = catalog.list(Kind.FRAGMENTS)
+    nodes_by_name = {e.name: e for e in node_entries}
+    placed = []
+    for name, fragment in fragments.items():
+        node = placement.get(name) or existing[name].spec["node"]
+        before = existing.get(name)
+        writes = [{"participant": p} for p in _output_participants(plan, fragment)]
+        reader = reader_replica(
+            f"{network_name}/{name}", {**(before.spec if before else {}), "writes": writes,
+                                       "dpc_delay_ms": delays[name],
+                                       "boxes": list(fragment.boxes)},
+            node, node_entries, all_fragments)
+        placed.append(PlacedFragment(
+            name, fragment, node, before,
+            moved=before is not None and name in placement and placement[name] != before.spec[
+                "node"],
+            replica=_replica(fragment, node, nodes_by_name, running), reader=reader,
+            delay_ms=delays[name], contract=hosted.get(name)))
+    withdrawn = [entry for name, entry in existing.items() if name not in fragments]
+    return DeployPlan(text, plan, network_name, fragments, placed, withdrawn)
+
+
+def _check_given(plan: Plan, fragments: dict[str, Fragment], given: dict[str, str]) -> None:
+    """Every box or fragment the placement file names is one of the network's."""
+    network = plan.network
+    for name in given:
+        if name not in network.boxes and name not in fragments:
+            raise PlacementError(
+                f"box {name!r}: the network has no such box or fragment (its boxes: "
+                f"{', '.join(network.boxes)}; its fragments: {', '.join(fragments)})")
+
+
+def _placement(plan: Plan, fragments: dict[str, Fragment], existing: dict[str, Entry],
+               named_nodes: dict[str, str], nodes: list[NodeSlot]) -> dict[str, str]:
+    """The node of each fragment placed now: the new ones (on the node named, else where
+    ``place`` finds room), and those placed before that the file names another node for."""
     unplaced = {name: _participant(plan, fragment) for name, fragment in fragments.items()
                 if name not in existing}
     placement = place(unplaced, nodes, {n: node for n, node in named_nodes.items()
@@ -218,21 +300,46 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
     for name, node in named_nodes.items():
         if name in existing:  # placed before: a new node here is a move
             placement[name] = node
-    hosted |= _hosting_contracts(catalog, network_name, boxes_of, {
-        name: node for name, node in placement.items() if name not in named_nodes})
-    delays = fragment_delays(plan, fragments)
-    node_entries = catalog.list(Kind.NODES)
-    all_fragments = catalog.list(Kind.FRAGMENTS)
-    readers: dict[str, str | None] = {}
-    for name, fragment in fragments.items():
-        node = placement.get(name) or existing[name].spec["node"]
-        before = existing[name].spec if name in existing else {}
-        writes = [{"participant": p} for p in _output_participants(plan, fragment)]
-        readers[name] = reader_replica(
-            f"{network_name}/{name}", {**before, "writes": writes, "dpc_delay_ms": delays[name],
-                                       "boxes": list(fragment.boxes)},
-            node, node_entries, all_fragments)
-    topics = network_topics(plan, fragments, endpoints, registry)
+    return placement
+
+
+def _replica(fragment: Fragment, node: str, nodes_by_name: Mapping[str, Entry],
+             running: set[str]) -> str | None:
+    """The node of an ``ha: active`` fragment's replica: its node's live secondary."""
+    if fragment.ha != "active":
+        return None
+    entry = nodes_by_name.get(node)
+    secondary = entry.spec.get("secondary") if entry is not None else None
+    # A replica reads its primary's SUnion topic: on the same cluster only.
+    if secondary in running and secondary.split("/")[0] == node.split("/")[0]:
+        return str(secondary)
+    return None
+
+
+def apply_deploy(deployment: DeployPlan, endpoints: Endpoints, registry: SchemaRegistryClient,
+                 catalog: CatalogClient, report: Report = print) -> dict[str, str]:
+    """Creates the network's topics and registers its schemas, then writes the network, its
+    streams and its fragments to the catalog as planned; returns where each fragment runs."""
+    topics = network_topics(deployment.plan, deployment.fragments, endpoints, registry)
+    _write_network(catalog, deployment, topics)
+    where: dict[str, str] = {}
+    for placed in deployment.placed:
+        _write_fragment(catalog, deployment.network_name, placed, topics)
+        report(f"  {deployment.network_name}/{placed.name} [{', '.join(placed.fragment.boxes)}]"
+               f" -> {placed.node}{_standby(placed)}")
+        where[placed.name] = placed.node
+    for entry in deployment.withdrawn:
+        catalog.delete(Kind.FRAGMENTS, entry.name)
+        report(f"  {entry.name} withdrawn")
+    return where
+
+
+def _write_network(catalog: CatalogClient, deployment: DeployPlan,
+                   topics: NetworkTopics) -> None:
+    """The network's definition, its declared streams, and the box outputs that other
+    participants' clusters hold (``_box_streams``)."""
+    text, network_name = deployment.text, deployment.network_name
+    network = deployment.plan.network
 
     def definition(spec: dict[str, Any] | None) -> dict[str, Any] | None:
         return None if spec and spec["definition"] == text else {"definition": text}
@@ -244,43 +351,36 @@ def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistr
         catalog.update(Kind.STREAMS, f"{spec.participant}/{stream}", _set_to(stream_spec))
     for participant, entry_name, stream_spec in _box_streams(topics, network_name):
         catalog.update(Kind.STREAMS, f"{participant}/{entry_name}", _set_to(stream_spec))
-    nodes_by_name = {e.name: e for e in catalog.list(Kind.NODES)}
-    where: dict[str, str] = {}
-    for name, fragment in fragments.items():
-        global_name = f"{network_name}/{name}"
-        node = placement.get(name) or existing[name].spec["node"]
-        replica = None
-        if fragment.ha == "active":
-            entry = nodes_by_name.get(node)
-            secondary = entry.spec.get("secondary") if entry is not None else None
-            # A replica reads its primary's SUnion topic: on the same cluster only.
-            if secondary in running and secondary.split("/")[0] == node.split("/")[0]:
-                replica = secondary
-        boxes = list(fragment.boxes)
-        uses = {**topic_uses(topics, fragment), "dpc_delay_ms": delays[name],
-                "reader_replica": readers[name]}
-        if name in existing:
-            if name in placement and placement[name] != existing[name].spec["node"]:
-                catalog.update(Kind.FRAGMENTS, global_name, _placed_on(node))
-            catalog.update(Kind.FRAGMENTS, global_name,
-                           _redeployed(boxes, fragment.ha, replica, uses))
-        else:
-            catalog.put(Kind.FRAGMENTS, global_name,
-                        {"network": network_name, "boxes": boxes, "node": node,
-                         "ha": fragment.ha, "replica": replica, **uses})
-        standby = f" (replica on {replica})" if replica else ""
-        if fragment.ha == "active" and replica is None:
-            standby = " (ha: active, but its node has no live secondary on its cluster)"
-        if readers[name]:
-            standby += f" (reader-side replica on {readers[name]})"
-        under = f" under contract {hosted[name]}" if name in hosted else ""
-        report(f"  {global_name} [{', '.join(boxes)}] -> {node}{standby}{under}")
-        where[name] = node
-    for name, entry in existing.items():
-        if name not in fragments:  # gone from the definition
-            catalog.delete(Kind.FRAGMENTS, entry.name)
-            report(f"  {entry.name} withdrawn")
-    return where
+
+
+def _write_fragment(catalog: CatalogClient, network_name: str, placed: PlacedFragment,
+                    topics: NetworkTopics) -> None:
+    """A new fragment's entry, or the changes to one deployed before (a move first)."""
+    global_name = f"{network_name}/{placed.name}"
+    fragment = placed.fragment
+    boxes = list(fragment.boxes)
+    uses = {**topic_uses(topics, fragment), "dpc_delay_ms": placed.delay_ms,
+            "reader_replica": placed.reader}
+    if placed.before is not None:
+        if placed.moved:
+            catalog.update(Kind.FRAGMENTS, global_name, _placed_on(placed.node))
+        catalog.update(Kind.FRAGMENTS, global_name,
+                       _redeployed(boxes, fragment.ha, placed.replica, uses))
+    else:
+        catalog.put(Kind.FRAGMENTS, global_name,
+                    {"network": network_name, "boxes": boxes, "node": placed.node,
+                     "ha": fragment.ha, "replica": placed.replica, **uses})
+
+
+def _standby(placed: PlacedFragment) -> str:
+    """What the deploy's report says of a fragment besides its node."""
+    standby = f" (replica on {placed.replica})" if placed.replica else ""
+    if placed.fragment.ha == "active" and placed.replica is None:
+        standby = " (ha: active, but its node has no live secondary on its cluster)"
+    if placed.reader:
+        standby += f" (reader-side replica on {placed.reader})"
+    under = f" under contract {placed.contract}" if placed.contract is not None else ""
+    return standby + under
 
 
 def _hosting_contracts(catalog: CatalogClient, network_name: str,

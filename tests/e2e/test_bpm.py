@@ -21,10 +21,11 @@ from medusa.bpm.ledger import read_entries
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.contracts import accept, propose, revoke
-from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml
+from medusa.sensor_windows import OutputWatch, SteadyInput
 from medusa.settings import kafka_config
 from medusa_apps.bench.dpc_partition import wait_running
 from medusa_spark.deploy import deploy, undeploy
+from medusa_spark.networks import network_yaml
 from tests.federation_processes import NodeProcess, federation_env, running
 from tests.fragment_checks import TAIL_S
 

@@ -21,12 +21,13 @@ from medusa.catalog.client import CatalogClient
 from medusa.endpoints import Endpoints, resolve
 from medusa.faults import kill
 from medusa.registry import registry_client
-from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml
+from medusa.sensor_windows import OutputWatch, SteadyInput
 from medusa.settings import EXTERNAL_ENDPOINT_FIELDS, StackSettings, kafka_config
 from medusa.stack.launcher import down, running_processes, up
 from medusa.stack.layout import StackLayout
 from medusa.stack.quorum import active_controller
 from medusa_spark.deploy import deploy, undeploy
+from medusa_spark.networks import network_yaml
 from tests.federation_processes import NodeProcess, running
 from tests.fragment_checks import (
     TAIL_S,

@@ -188,9 +188,9 @@ def _on_a1_signed_in_as_alpha(console: Console, federation, spark, registry_modu
                               kind: str) -> Iterator[tuple[CatalogClient, str]]:
     """A copy of the sensor network, both fragments (check, windows) running on A1, with
     alpha's operator signed in; yields the catalog and the network, undeployed after."""
-    from medusa.sensor_windows import network_yaml
     from medusa_apps.failover import wait_placed
     from medusa_spark.deploy import deploy, undeploy
+    from medusa_spark.networks import network_yaml
 
     stack = credentials.process_credentials()
     assert stack is not None

@@ -14,8 +14,9 @@ import pytest
 
 from medusa.catalog.client import CatalogClient
 from medusa.envelope import TupleType
-from medusa.sensor_windows import chain_network_yaml, chain_reference
+from medusa.sensor_windows import chain_reference
 from medusa_apps.bench.dpc_partition import Fault, ScenarioRun, deployed, run_scenario
+from medusa_spark.networks import chain_network_yaml
 from tests.federation_processes import NodeProcess, SharedNodes
 
 pytestmark = pytest.mark.e2e

@@ -26,11 +26,12 @@ from medusa.linear_road.reference import compute
 from medusa.linear_road.sources import publish_traffic
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
 from medusa.progress import RateProgress
-from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml
+from medusa.sensor_windows import OutputWatch, SteadyInput
 from medusa.settings import REPO_ROOT
 from medusa.settings import kafka_config as client_config
 from medusa.trace_view import recent, roots
 from medusa_spark.deploy import deploy, undeploy
+from medusa_spark.networks import network_yaml
 from medusa_spark.scaling import ScaleError, ScaleResult, instances_of, scale
 from tests.federation_processes import NodeProcess, SharedNodes, federation_env
 from tests.fragment_checks import (

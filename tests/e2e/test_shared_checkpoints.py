@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import pytest
 
 from medusa.catalog.client import CatalogClient
-from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml
+from medusa.sensor_windows import OutputWatch, SteadyInput
 from medusa.settings import kafka_config
 from medusa_spark import checkpoint_store as store
 from medusa_spark.deploy import deploy, move, resolve_fragment, undeploy
+from medusa_spark.networks import network_yaml
 from tests.federation_processes import NodeProcess, running
 from tests.fragment_checks import (
     TAIL_S,

@@ -17,9 +17,10 @@ import pytest
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.contracts import hosting
-from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput, network_yaml
+from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput
 from medusa.settings import kafka_config
 from medusa_spark.deploy import deploy, move, undeploy
+from medusa_spark.networks import network_yaml
 from tests.federation_processes import NodeProcess, running
 from tests.fragment_checks import wait_network_running
 from tests.spark_cluster import SparkStandalone

@@ -13,9 +13,10 @@ import pytest
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
-from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml
+from medusa.sensor_windows import OutputWatch, SteadyInput
 from medusa.settings import kafka_config
 from medusa_spark.deploy import MoveResult, deploy, move, resolve_fragment, undeploy
+from medusa_spark.networks import network_yaml
 from tests.federation_processes import NodeProcess, SharedNodes
 from tests.fragment_checks import (
     TAIL_S,

@@ -18,11 +18,11 @@ from medusa import contracts, credentials
 from medusa.catalog.client import CatalogClient, CatalogForbiddenError
 from medusa.catalog.model import Kind
 from medusa.endpoints import Endpoints
-from medusa.sensor_windows import network_yaml
 from medusa.settings import StackSettings, kafka_config
 from medusa.stack.components import authorizer_log
 from medusa.stack.layout import StackLayout
 from medusa.topics import ensure_topics
+from medusa_spark.networks import network_yaml
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

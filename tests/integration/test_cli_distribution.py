@@ -10,10 +10,12 @@ import pytest
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
-from medusa.sensor_windows import NETWORK
+from medusa_spark.networks import SENSOR_WINDOWS, network_file
 from tests.federation_processes import federation_env
 
 pytestmark = pytest.mark.integration
+
+NETWORK = network_file(SENSOR_WINDOWS)
 
 
 def _medusa(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -8,9 +8,9 @@ import yaml
 from pydantic import ValidationError
 
 from medusa.catalog.model import InstanceSpec
-from medusa.sensor_windows import chain_network_yaml, network_yaml
 from medusa_spark.fragment import Instance
 from medusa_spark.network.model import parse_network
+from medusa_spark.networks import chain_network_yaml, network_yaml
 from medusa_spark.scaling import ScaleError, fragment_key, window_span_ms
 
 pytestmark = pytest.mark.unit

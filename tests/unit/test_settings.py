@@ -147,10 +147,11 @@ def test_spark_kafka_options_need_a_username_and_password_for_plain(kafka_env) -
 
 def test_up_starts_one_bpm_agent_per_participant_unless_told_not_to(tmp_path) -> None:
     from medusa.stack.components import agent_components, health_checks
+    from medusa_apps.services import SERVICE_COMMANDS
 
     layout = StackLayout.from_settings(StackSettings(run_dir=tmp_path, stack_participants=3,
                                                      bpm_interval_s=2))
-    agents = agent_components(layout)
+    agents = agent_components(layout, SERVICE_COMMANDS)
     assert [a.name for a in agents] == ["bpm-alpha", "bpm-beta", "bpm-gamma"]
     assert agents[1].command[-6:] == ["--participant", "beta", "--interval", "2",
                                       "--alive-file", str(tmp_path / "bpm-beta.alive")]
@@ -158,7 +159,8 @@ def test_up_starts_one_bpm_agent_per_participant_unless_told_not_to(tmp_path) ->
     (tmp_path / "bpm-alpha.alive").touch()
     assert agents[0].ready() and health_checks(layout)["bpm-alpha"][1]()
     quiet = StackLayout.from_settings(StackSettings(run_dir=tmp_path, stack_bpm_agents=False))
-    assert agent_components(quiet) == [] and "bpm-alpha" not in health_checks(quiet)
+    assert agent_components(quiet, SERVICE_COMMANDS) == []
+    assert "bpm-alpha" not in health_checks(quiet)
 
 
 def test_a_stacks_credentials_authenticate_the_acting_participant(kafka_env,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 import yaml
-from fastapi import Body, Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from opentelemetry.context import attach, detach
@@ -251,26 +251,103 @@ def create_app(store: CatalogStore, check_network: NetworkCheck | None = None,
         return Health(status="ok", entries=store.size, revision=store.revision)
 
     for kind in Kind:
-        _routes(app, store, references, authenticate, kind)
+        app.include_router(resource_router(Resource(store, references, kind), authenticate))
     return app
 
 
-def _routes(app: FastAPI, store: CatalogStore, references: References,
-            authenticate: Authenticator, kind: Kind) -> None:
-    spec_type = SPECS[kind]
-    body_type = _put_body(spec_type)
+def _segments(kind: Kind) -> list[str]:
+    """The path parameters that name an entry of ``kind``, in order."""
+    if kind is Kind.FRAGMENTS:
+        return ["participant", "network", "fragment"]
+    return ["participant", "name"][:kind.segments]
+
+
+class Resource:
+    """One kind of catalog entry (participants, nodes, streams, networks, fragments,
+    contracts, offers): what its routes do, apart from how FastAPI reads their requests."""
+
+    def __init__(self, store: CatalogStore, references: References, kind: Kind) -> None:
+        self.store = store
+        self.references = references
+        self.kind = kind
+        self.segments = _segments(kind)
+        self.path = f"/v1/{kind.value}/" + "/".join(f"{{{s}}}" for s in self.segments)
+
+    def name_of(self, parts: dict[str, str]) -> str:
+        return "/".join(parts[s] for s in self.segments)
+
+    def entries(self, participant: str | None, node: str | None,
+                network: str | None) -> list[Entry]:
+        entries = self.store.entries(self.kind, f"{participant}/" if participant else "")
+        if node is not None:
+            entries = [e for e in entries if e.spec.get("node") == node]
+        if network is not None:
+            entries = [e for e in entries if e.spec.get("network") == network]
+        return entries
+
+    def get(self, **parts: str) -> Entry:
+        entry = self.store.get(self.kind, self.name_of(parts))
+        if entry is None:
+            raise HTTPException(404, f"no {self.kind.singular} {self.name_of(parts)}")
+        return entry
+
+    def authorize(self, principal: str | None, method: str, name: str, current: Entry | None,
+                  new: dict[str, Any] | None) -> None:
+        if principal is None:
+            return
+        reason = refusal(principal, self.kind, name, None if current is None else current.spec,
+                         new)
+        if reason is not None:
+            log.warning("catalog: refused %s %s %s to %s: %s", method, self.kind.singular, name,
+                        principal, reason)
+            raise HTTPException(403, reason)
+
+    def put(self, body: Any, principal: str | None, **parts: str) -> Entry:
+        name = self.name_of(parts)
+        spec = body.spec.model_dump(mode="json")
+        current = self.store.get(self.kind, name)
+        self.authorize(principal, "PUT", name, current, spec)
+        self.references.check(self.kind, name, body.spec)
+        if (current.version if current else None) != body.version:
+            # As the store would; checked here too so that the write replaces the very
+            # version it was authorized against, not one written since.
+            raise VersionConflictError(self.kind, name, body.version,
+                                       current.version if current else None)
+        return self.store.put(self.kind, name, spec, body.version)
+
+    def delete(self, version: int | None, principal: str | None, **parts: str) -> Entry:
+        name = self.name_of(parts)
+        current = self.store.get(self.kind, name)
+        self.authorize(principal, "DELETE", name, current, None)
+        if version is None and principal is not None and current is not None:
+            version = current.version  # removes only what the principal may remove
+        return self.store.delete(self.kind, name, version)
+
+
+def resource_router(resource: Resource, authenticate: Authenticator) -> APIRouter:
+    """The routes of one kind of entry: list it, and read, write and remove one."""
+    kind = resource.kind
     singular = kind.singular
-    segments = ["participant", "name"][:kind.segments] if kind is not Kind.FRAGMENTS else [
-        "participant", "network", "fragment"]
-    path = f"/v1/{kind.value}/" + "/".join(f"{{{s}}}" for s in segments)
     tags: list[str | Any] = [kind.value]
-    Principal = Annotated[str | None, Depends(authenticate)]  # None: authentication is off
+    router = APIRouter()
+    router.get(f"/v1/{kind.value}", response_model=list[Entry], tags=tags,
+               operation_id=f"list_{kind.value}", summary=f"List {kind.value}",
+               )(_list_handler(resource))
+    get_handler, put_handler, delete_handler = _item_handlers(resource, authenticate)
+    router.get(resource.path, response_model=Entry, responses=ERRORS, tags=tags,
+               operation_id=f"get_{singular}", summary=f"Read a {singular}")(get_handler)
+    router.put(resource.path, response_model=Entry, responses=WRITE_ERRORS, tags=tags,
+               operation_id=f"put_{singular}",
+               summary=f"Create a {singular} (no version) or update it (the version read)",
+               )(put_handler)
+    router.delete(resource.path, response_model=Entry, responses=WRITE_ERRORS, tags=tags,
+                  operation_id=f"delete_{singular}",
+                  summary=f"Remove a {singular} (only at ``version`` when given)",
+                  )(delete_handler)
+    return router
 
-    def name_of(parts: dict[str, str]) -> str:
-        return "/".join(parts[s] for s in segments)
 
-    @app.get(f"/v1/{kind.value}", response_model=list[Entry], tags=tags,
-             operation_id=f"list_{kind.value}", summary=f"List {kind.value}")
+def _list_handler(resource: Resource) -> Callable[..., list[Entry]]:
     def list_entries(
         participant: Annotated[str | None, Query(pattern=rf"^{PART}$")] = None,
         node: Annotated[str | None, Query(pattern=rf"^{PART}/{PART}$",
@@ -278,99 +355,74 @@ def _routes(app: FastAPI, store: CatalogStore, references: References,
         network: Annotated[str | None, Query(pattern=rf"^{PART}/{PART}$",
                                              description="Fragments of this network")] = None,
     ) -> list[Entry]:
-        entries = store.entries(kind, f"{participant}/" if participant else "")
-        if node is not None:
-            entries = [e for e in entries if e.spec.get("node") == node]
-        if network is not None:
-            entries = [e for e in entries if e.spec.get("network") == network]
-        return entries
+        return resource.entries(participant, node, network)
+    return list_entries
 
-    def get_entry(**parts: str) -> Entry:
-        entry = store.get(kind, name_of(parts))
-        if entry is None:
-            raise HTTPException(404, f"no {singular} {name_of(parts)}")
-        return entry
 
-    def authorize(principal: str | None, method: str, name: str, current: Entry | None,
-                  new: dict[str, Any] | None) -> None:
-        if principal is None:
-            return
-        reason = refusal(principal, kind, name, None if current is None else current.spec, new)
-        if reason is not None:
-            log.warning("catalog: refused %s %s %s to %s: %s", method, singular, name,
-                        principal, reason)
-            raise HTTPException(403, reason)
+Handlers = tuple[Callable[..., Entry], Callable[..., Entry], Callable[..., Entry]]
+"""An entry's GET, PUT and DELETE handlers."""
 
-    def put_entry(body: Any, principal: str | None, **parts: str) -> Entry:
-        name = name_of(parts)
-        spec = body.spec.model_dump(mode="json")
-        current = store.get(kind, name)
-        authorize(principal, "PUT", name, current, spec)
-        references.check(kind, name, body.spec)
-        if (current.version if current else None) != body.version:
-            # As the store would; checked here too so that the write replaces the very
-            # version it was authorized against, not one written since.
-            raise VersionConflictError(kind, name, body.version,
-                                       current.version if current else None)
-        return store.put(kind, name, spec, body.version)
 
-    def delete_entry(version: int | None, principal: str | None, **parts: str) -> Entry:
-        name = name_of(parts)
-        current = store.get(kind, name)
-        authorize(principal, "DELETE", name, current, None)
-        if version is None and principal is not None and current is not None:
-            version = current.version  # removes only what the principal may remove
-        return store.delete(kind, name, version)
+def _item_handlers(resource: Resource, authenticate: Authenticator) -> Handlers:
+    """FastAPI reads the path parameters from the signature, so each arity gets its own."""
+    body_type = _put_body(SPECS[resource.kind])
+    principal = Annotated[str | None, Depends(authenticate)]  # None: authentication is off
+    arity = len(resource.segments)
+    if arity == 1:
+        return _participant_handlers(resource, body_type, principal)
+    if arity == 2:
+        return _named_handlers(resource, body_type, principal)
+    return _fragment_handlers(resource, body_type, principal)
 
-    # FastAPI reads the path parameters from the signature, so each arity gets its own.
-    if len(segments) == 1:
-        def get1(participant: Segment) -> Entry:
-            return get_entry(participant=participant)
 
-        def put1(participant: Segment, body: Annotated[body_type, Body()],  # type: ignore[valid-type]
-                 principal: Principal) -> Entry:
-            return put_entry(body, principal, participant=participant)
+def _participant_handlers(resource: Resource, body_type: type[BaseModel],
+                          Principal: Any) -> Handlers:
+    """Handlers of ``/v1/{kind}/{participant}``."""
+    def get1(participant: Segment) -> Entry:
+        return resource.get(participant=participant)
 
-        def delete1(participant: Segment, principal: Principal, version: Annotated[
-                int | None, Query(ge=1, le=2**62)] = None) -> Entry:
-            return delete_entry(version, principal, participant=participant)
-        handlers: tuple[Any, Any, Any] = (get1, put1, delete1)
-    elif len(segments) == 2:
-        def get2(participant: Segment, name: Segment) -> Entry:
-            return get_entry(participant=participant, name=name)
+    def put1(participant: Segment, body: Annotated[body_type, Body()],  # type: ignore[valid-type]
+             principal: Principal) -> Entry:
+        return resource.put(body, principal, participant=participant)
 
-        def put2(participant: Segment, name: Segment,
-                 body: Annotated[body_type, Body()],  # type: ignore[valid-type]
-                 principal: Principal) -> Entry:
-            return put_entry(body, principal, participant=participant, name=name)
+    def delete1(participant: Segment, principal: Principal, version: Annotated[
+            int | None, Query(ge=1, le=2**62)] = None) -> Entry:
+        return resource.delete(version, principal, participant=participant)
+    return get1, put1, delete1
 
-        def delete2(participant: Segment, name: Segment, principal: Principal,
-                    version: Annotated[int | None, Query(ge=1, le=2**62)] = None) -> Entry:
-            return delete_entry(version, principal, participant=participant, name=name)
-        handlers = (get2, put2, delete2)
-    else:
-        def get3(participant: Segment, network: Segment, fragment: Segment) -> Entry:
-            return get_entry(participant=participant, network=network, fragment=fragment)
 
-        def put3(participant: Segment, network: Segment, fragment: Segment,
-                 body: Annotated[body_type, Body()],  # type: ignore[valid-type]
-                 principal: Principal) -> Entry:
-            return put_entry(body, principal, participant=participant, network=network,
-                             fragment=fragment)
+def _named_handlers(resource: Resource, body_type: type[BaseModel],
+                    Principal: Any) -> Handlers:
+    """Handlers of ``/v1/{kind}/{participant}/{name}``."""
+    def get2(participant: Segment, name: Segment) -> Entry:
+        return resource.get(participant=participant, name=name)
 
-        def delete3(participant: Segment, network: Segment, fragment: Segment,
-                    principal: Principal,
-                    version: Annotated[int | None, Query(ge=1, le=2**62)] = None) -> Entry:
-            return delete_entry(version, principal, participant=participant, network=network,
-                                fragment=fragment)
-        handlers = (get3, put3, delete3)
-    get_handler, put_handler, delete_handler = handlers
-    app.get(path, response_model=Entry, responses=ERRORS, tags=tags,
-            operation_id=f"get_{singular}", summary=f"Read a {singular}")(get_handler)
-    app.put(path, response_model=Entry, responses=WRITE_ERRORS, tags=tags,
-            operation_id=f"put_{singular}",
-            summary=f"Create a {singular} (no version) or update it (the version read)",
-            )(put_handler)
-    app.delete(path, response_model=Entry, responses=WRITE_ERRORS, tags=tags,
-               operation_id=f"delete_{singular}",
-               summary=f"Remove a {singular} (only at ``version`` when given)")(delete_handler)
+    def put2(participant: Segment, name: Segment,
+             body: Annotated[body_type, Body()],  # type: ignore[valid-type]
+             principal: Principal) -> Entry:
+        return resource.put(body, principal, participant=participant, name=name)
+
+    def delete2(participant: Segment, name: Segment, principal: Principal,
+                version: Annotated[int | None, Query(ge=1, le=2**62)] = None) -> Entry:
+        return resource.delete(version, principal, participant=participant, name=name)
+    return get2, put2, delete2
+
+
+def _fragment_handlers(resource: Resource, body_type: type[BaseModel],
+                       Principal: Any) -> Handlers:
+    """Handlers of ``/v1/fragments/{participant}/{network}/{fragment}``."""
+    def get3(participant: Segment, network: Segment, fragment: Segment) -> Entry:
+        return resource.get(participant=participant, network=network, fragment=fragment)
+
+    def put3(participant: Segment, network: Segment, fragment: Segment,
+             body: Annotated[body_type, Body()],  # type: ignore[valid-type]
+             principal: Principal) -> Entry:
+        return resource.put(body, principal, participant=participant, network=network,
+                            fragment=fragment)
+
+    def delete3(participant: Segment, network: Segment, fragment: Segment,
+                principal: Principal,
+                version: Annotated[int | None, Query(ge=1, le=2**62)] = None) -> Entry:
+        return resource.delete(version, principal, participant=participant, network=network,
+                               fragment=fragment)
+    return get3, put3, delete3

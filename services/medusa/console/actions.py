@@ -136,90 +136,136 @@ class ActionLog:
 
     def _plan(self, kind: str, fields: Mapping[str, Any], principal: str,
               token: str) -> tuple[str, Callable[[], str]]:
-        runners = self.runners
+        """The action's summary and its work; ActionError (naming the field) when malformed."""
+        plan = _PLANS.get(kind)
+        if plan is None:
+            raise ActionError(f"action: expected one of {', '.join(KINDS)}, got {kind!r}")
+        return plan(_Request(kind, fields, principal, token, self.runners))
 
-        def catalog() -> CatalogClient:
-            return CatalogClient(runners.catalog_url, token=token)
 
-        if kind == "move":
-            fragment = _text(fields, "fragment", FRAGMENT, "participant/network/fragment")
-            node = _text(fields, "node", NODE, "participant/node")
-            move = runners.move
-            if move is None:
-                raise ActionError("move: this catalog was started without the move runner")
+@dataclass(frozen=True)
+class _Request:
+    """An action as asked for: its kind and fields, by whom, with which token."""
 
-            def moved() -> str:
-                with catalog() as client:
-                    return move(client, fragment, node)
-            return f"move {fragment} to {node}", moved
-        if kind == "scale":
-            fragment = _text(fields, "fragment", FRAGMENT, "participant/network/fragment")
-            count = int(_number(fields, "instances", 1, 64))
-            scale = runners.scale
-            if scale is None:
-                raise ActionError("scale: this catalog was started without the scale runner")
+    kind: str
+    fields: Mapping[str, Any]
+    principal: str
+    token: str
+    runners: Runners
 
-            def scaled() -> str:
-                with catalog() as client:
-                    return scale(client, fragment, count)
-            return f"scale {fragment} to {count} instance(s)", scaled
-        if kind in ("partition", "heal"):
-            first = _text(fields, "first", PARTICIPANT, "a participant such as alpha")
-            second = _text(fields, "second", PARTICIPANT, "another participant such as beta")
-            if first == second:
-                raise ActionError("second: expected a participant other than the first")
-            if principal not in (first, second, ADMIN):
-                raise ActionError(f"{kind}: {principal} may act only on its own links "
-                                  f"({first} and {second} are not it)")
-            url = runners.toxiproxy_url
-            if url is None:
-                raise ActionError(f"{kind}: the federation has no links to cut (no toxiproxy)")
+    def catalog(self) -> CatalogClient:
+        """The catalog, acting as the operator."""
+        return CatalogClient(self.runners.catalog_url, token=self.token)
 
-            def faulted() -> str:
-                with Links(url) as links:
-                    if kind == "partition":
-                        cut = links.partition(first, second)
-                        return f"cut {', '.join(cut)}"
-                    healed = links.heal(first, second)
-                    return f"healed {', '.join(healed)}" if healed else "the links were up"
-            verb = "cut the links between" if kind == "partition" else "heal the links between"
-            return f"{verb} {first} and {second}", faulted
-        if kind == "propose":
-            origin = _text(fields, "origin", PARTICIPANT, "the participant whose load moves")
-            host = _text(fields, "host", PARTICIPANT, "the participant that runs it")
-            price = _number(fields, "price", 0, 1e12)
-            delta = _number(fields, "delta", 0, 1e12) if fields.get("delta") not in (
-                None, "") else 0.0
-            period = fields.get("period") or "1h"
-            if not isinstance(period, str):
-                raise ActionError(f"period: expected a duration such as 1h, got {period!r}")
-            period_s = duration_ms(period, "period") / 1000
-            raw_movable = fields.get("movable")
-            movable = ([m.strip() for m in raw_movable.split(",") if m.strip()]
-                       if isinstance(raw_movable, str) else raw_movable)
-            if not isinstance(movable, list) or not movable or not all(
-                    isinstance(m, str) and re.fullmatch(rf"{PART}/{PART}(/{PART})?", m)
-                    for m in movable):
-                raise ActionError(f"movable: expected networks or fragments such as "
-                                  f"{origin}/sensor-windows, got {raw_movable!r}")
 
-            def proposed() -> str:
-                with catalog() as client:
-                    taken = {e.name for e in client.list(Kind.CONTRACTS)}
-                    name = next(f"{origin}-{host}-{n}" for n in itertools.count(1)
-                                if f"{principal}/{origin}-{host}-{n}" not in taken)
-                    made = contracts.propose(client, name, origin=origin, host=host,
-                                             price=price, delta=delta, movable=movable,
-                                             period_s=period_s, by=principal)
-                return f"proposed {made.name}; the other party accepts it"
-            return (f"propose that {origin}'s {', '.join(movable)} may run on {host} at "
-                    f"{price - delta:g}..{price:g}"), proposed
-        if kind == "accept":
-            name = _text(fields, "contract", CONTRACT, "proposer/name")
+Plan = tuple[str, Callable[[], str]]
+"""What an action will do (its summary), and the work that does it (returning the outcome)."""
 
-            def accepted() -> str:
-                with catalog() as client:
-                    made = contracts.accept(client, name, by=principal)
-                return f"{made.name} is active"
-            return f"accept contract {name}", accepted
-        raise ActionError(f"action: expected one of {', '.join(KINDS)}, got {kind!r}")
+
+def _plan_move(request: _Request) -> Plan:
+    fields = request.fields
+    fragment = _text(fields, "fragment", FRAGMENT, "participant/network/fragment")
+    node = _text(fields, "node", NODE, "participant/node")
+    move = request.runners.move
+    if move is None:
+        raise ActionError("move: this catalog was started without the move runner")
+
+    def moved() -> str:
+        with request.catalog() as client:
+            return move(client, fragment, node)
+    return f"move {fragment} to {node}", moved
+
+
+def _plan_scale(request: _Request) -> Plan:
+    fields = request.fields
+    fragment = _text(fields, "fragment", FRAGMENT, "participant/network/fragment")
+    count = int(_number(fields, "instances", 1, 64))
+    scale = request.runners.scale
+    if scale is None:
+        raise ActionError("scale: this catalog was started without the scale runner")
+
+    def scaled() -> str:
+        with request.catalog() as client:
+            return scale(client, fragment, count)
+    return f"scale {fragment} to {count} instance(s)", scaled
+
+
+def _plan_links(request: _Request) -> Plan:
+    """``partition`` or ``heal`` the links between two participants."""
+    kind, fields, principal = request.kind, request.fields, request.principal
+    first = _text(fields, "first", PARTICIPANT, "a participant such as alpha")
+    second = _text(fields, "second", PARTICIPANT, "another participant such as beta")
+    if first == second:
+        raise ActionError("second: expected a participant other than the first")
+    if principal not in (first, second, ADMIN):
+        raise ActionError(f"{kind}: {principal} may act only on its own links "
+                          f"({first} and {second} are not it)")
+    url = request.runners.toxiproxy_url
+    if url is None:
+        raise ActionError(f"{kind}: the federation has no links to cut (no toxiproxy)")
+
+    def faulted() -> str:
+        with Links(url) as links:
+            if kind == "partition":
+                cut = links.partition(first, second)
+                return f"cut {', '.join(cut)}"
+            healed = links.heal(first, second)
+            return f"healed {', '.join(healed)}" if healed else "the links were up"
+    verb = "cut the links between" if kind == "partition" else "heal the links between"
+    return f"{verb} {first} and {second}", faulted
+
+
+def _movable(fields: Mapping[str, Any], origin: str) -> list[str]:
+    """The networks or fragments a proposed contract lets move (a list, or comma-separated)."""
+    raw_movable = fields.get("movable")
+    movable = ([m.strip() for m in raw_movable.split(",") if m.strip()]
+               if isinstance(raw_movable, str) else raw_movable)
+    if not isinstance(movable, list) or not movable or not all(
+            isinstance(m, str) and re.fullmatch(rf"{PART}/{PART}(/{PART})?", m)
+            for m in movable):
+        raise ActionError(f"movable: expected networks or fragments such as "
+                          f"{origin}/sensor-windows, got {raw_movable!r}")
+    return movable
+
+
+def _plan_propose(request: _Request) -> Plan:
+    fields, principal = request.fields, request.principal
+    origin = _text(fields, "origin", PARTICIPANT, "the participant whose load moves")
+    host = _text(fields, "host", PARTICIPANT, "the participant that runs it")
+    price = _number(fields, "price", 0, 1e12)
+    delta = _number(fields, "delta", 0, 1e12) if fields.get("delta") not in (
+        None, "") else 0.0
+    period = fields.get("period") or "1h"
+    if not isinstance(period, str):
+        raise ActionError(f"period: expected a duration such as 1h, got {period!r}")
+    period_s = duration_ms(period, "period") / 1000
+    movable = _movable(fields, origin)
+
+    def proposed() -> str:
+        with request.catalog() as client:
+            taken = {e.name for e in client.list(Kind.CONTRACTS)}
+            name = next(f"{origin}-{host}-{n}" for n in itertools.count(1)
+                        if f"{principal}/{origin}-{host}-{n}" not in taken)
+            made = contracts.propose(client, name, origin=origin, host=host,
+                                     price=price, delta=delta, movable=movable,
+                                     period_s=period_s, by=principal)
+        return f"proposed {made.name}; the other party accepts it"
+    return (f"propose that {origin}'s {', '.join(movable)} may run on {host} at "
+            f"{price - delta:g}..{price:g}"), proposed
+
+
+def _plan_accept(request: _Request) -> Plan:
+    name = _text(request.fields, "contract", CONTRACT, "proposer/name")
+
+    def accepted() -> str:
+        with request.catalog() as client:
+            made = contracts.accept(client, name, by=request.principal)
+        return f"{made.name} is active"
+    return f"accept contract {name}", accepted
+
+
+_PLANS: dict[str, Callable[[_Request], Plan]] = {
+    "move": _plan_move, "scale": _plan_scale, "partition": _plan_links,
+    "heal": _plan_links, "propose": _plan_propose, "accept": _plan_accept,
+}
+"""How each of ``KINDS`` is checked and carried out."""

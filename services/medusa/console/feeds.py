@@ -6,7 +6,7 @@ A Kafka feed reads its topic on every participant's cluster with a consumer of i
 assigned to every partition (no group membership, nothing committed), and looks at the
 topic's metadata again every ``recheck_s``: a topic created later, or partitions added, are
 picked up, and a cluster that does not answer is tried again while the feed keeps what it
-read. The traces are polled from Jaeger's query API.
+read. The traces are polled from Jaeger's query API (``medusa.jaeger_client``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, Self
 
-import httpx
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
@@ -27,7 +26,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from medusa.envelope import EnvelopeError, parse_headers
 from medusa.federation_status import RECENT_REPORTS
-from medusa.jaeger_client import Trace, TracedSpan, parse_trace
+from medusa.jaeger_client import Trace, TracedSpan, fetch_trace
 from medusa.registry import SERDE_CONFIG, registry_unavailable
 from medusa.schemas import LEDGER_TOPIC, NODE_LOAD_TOPIC, epoch_ms
 from medusa.settings import kafka_config
@@ -52,7 +51,6 @@ TRACE_LOOKBACK_S = 1800
 TRACE_INTERVAL_S = 5.0
 TRACE_LIMIT = 50
 TRACES_PER_KIND = 12
-JAEGER_TIMEOUT_S = 10.0
 
 _TRACE_ID = re.compile(r"[0-9a-fA-F]{1,32}")
 
@@ -415,19 +413,6 @@ Fetch = Callable[[str, int, int], list[Trace]]
 """(kind, how many, lookback in seconds) -> the newest traces of that kind."""
 FetchOne = Callable[[str], Trace | None]
 """A trace id -> the trace, or None when Jaeger has none by that id."""
-
-
-def fetch_trace(query_url: str, trace_id: str, timeout_s: float = JAEGER_TIMEOUT_S,
-                client: httpx.Client | None = None) -> Trace | None:
-    """One trace by its id (Jaeger's ``GET /api/traces/{id}``); None when Jaeger has none."""
-    url = f"{query_url}/api/traces/{trace_id}"
-    response = (client.get(url, timeout=timeout_s) if client is not None
-                else httpx.get(url, timeout=timeout_s))
-    if response.status_code == 404:
-        return None
-    response.raise_for_status()
-    found = response.json().get("data") or []
-    return parse_trace(found[0]) if found else None
 
 
 def kind_of(trace: Trace) -> str | None:

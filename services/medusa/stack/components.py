@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -31,6 +30,7 @@ from medusa.settings import (
     spark_kafka_options,
 )
 from medusa.stack.layout import BrokerLayout, ParticipantLayout, StackLayout
+from medusa.stack.services import ServiceCommands, service_commands
 
 INFRA = REPO_ROOT / "infra"
 
@@ -312,12 +312,11 @@ def schema_registry(layout: StackLayout) -> Component:
     )
 
 
-def registry_gateway(layout: StackLayout) -> Component:
+def registry_gateway(layout: StackLayout, services: ServiceCommands | None = None) -> Component:
     """The registry's front door: writes need a participant's token."""
     return Component(
         name="registry-gateway",
-        command=[sys.executable, "-m", "medusa_apps", "schemas", "gateway",
-                 "--port", str(layout.settings.registry_port)],
+        command=service_commands(services).registry_gateway(layout.settings.registry_port),
         env={**service_env(layout),
              "MEDUSA_REGISTRY_INTERNAL_PORT": str(layout.settings.registry_internal_port)},
         endpoint=layout.registry_url,
@@ -352,37 +351,36 @@ def service_env(layout: StackLayout) -> dict[str, str]:
             "MEDUSA_CREDENTIALS_FILE": str(layout.credentials_file)}
 
 
-def catalog(layout: StackLayout) -> Component:
-    """The project's own catalog service, in this Python environment."""
+def catalog(layout: StackLayout, services: ServiceCommands | None = None) -> Component:
+    """The project's own catalog service."""
     return Component(
         name="catalog",
-        command=[sys.executable, "-m", "medusa_apps", "catalog", "serve",
-                 "--port", str(layout.settings.catalog_port), "--home", layout.catalog_home],
+        command=service_commands(services).catalog(layout.settings.catalog_port,
+                                                   layout.catalog_home),
         env=service_env(layout),
         endpoint=layout.catalog_url,
         ready=health_checks(layout)["catalog"][1],
     )
 
 
-def detector(layout: StackLayout) -> Component:
+def detector(layout: StackLayout, services: ServiceCommands | None = None) -> Component:
     """The failure detector, watching every participant's nodes."""
     return Component(
         name="detector",
-        command=[sys.executable, "-m", "medusa_apps", "detector",
-                 "--port", str(layout.settings.detector_port)],
+        command=service_commands(services).detector(layout.settings.detector_port),
         env=service_env(layout),
         endpoint=layout.detector_url,
         ready=health_checks(layout)["detector"][1],
     )
 
 
-def bpm_agent(layout: StackLayout, participant: str) -> Component:
+def bpm_agent(layout: StackLayout, participant: str,
+              services: ServiceCommands | None = None) -> Component:
     """A participant's BPM agent; it touches its heartbeat file every step."""
     return Component(
         name=f"bpm-{participant}",
-        command=[sys.executable, "-m", "medusa_apps", "bpm", "--participant", participant,
-                 "--interval", f"{layout.settings.bpm_interval_s:g}",
-                 "--alive-file", str(layout.bpm_alive_file(participant))],
+        command=service_commands(services).bpm_agent(
+            participant, layout.settings.bpm_interval_s, layout.bpm_alive_file(participant)),
         env=service_env(layout),
         endpoint=f"participant {participant}",
         ready=health_checks(layout)[f"bpm-{participant}"][1],
@@ -422,10 +420,12 @@ def link_components(layout: StackLayout) -> list[Component]:
     return [toxiproxy(layout)] if layout.links else []
 
 
-def service_components(layout: StackLayout) -> list[Component]:
-    """What starts once Kafka answers (the registry keeps its data in Kafka)."""
-    return [schema_registry(layout), registry_gateway(layout), jaeger(layout), catalog(layout),
-            detector(layout)]
+def service_components(layout: StackLayout,
+                       services: ServiceCommands | None = None) -> list[Component]:
+    """What starts once Kafka answers (the registry keeps its data in Kafka); ``services``:
+    the commands of the project's own services (None: the registered ones)."""
+    return [schema_registry(layout), registry_gateway(layout, services), jaeger(layout),
+            catalog(layout, services), detector(layout, services)]
 
 
 def storage_components(layout: StackLayout) -> list[Component]:
@@ -440,6 +440,7 @@ def storage_components(layout: StackLayout) -> list[Component]:
     return hdfs_components(hdfs)
 
 
-def agent_components(layout: StackLayout) -> list[Component]:
+def agent_components(layout: StackLayout,
+                     services: ServiceCommands | None = None) -> list[Component]:
     """What starts once the catalog answers: each participant's BPM agent (if enabled)."""
-    return [bpm_agent(layout, participant) for participant in layout.bpm_participants]
+    return [bpm_agent(layout, participant, services) for participant in layout.bpm_participants]

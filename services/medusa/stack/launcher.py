@@ -12,6 +12,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from medusa.endpoints import Endpoints, local_endpoints
@@ -30,6 +31,7 @@ from medusa.stack.components import (
 )
 from medusa.stack.layout import StackLayout
 from medusa.stack.processes import RunningProcess
+from medusa.stack.services import ServiceCommands, service_commands
 
 Report = Callable[[str], None]
 
@@ -118,12 +120,21 @@ def _wait_ready(layout: StackLayout, started: list[tuple[Component, RunningProce
             time.sleep(0.5)
 
 
-def up(layout: StackLayout, report: Report = print) -> Endpoints:
-    """Start what is not running yet and wait until everything answers."""
+def up(layout: StackLayout, report: Report = print,
+       services: ServiceCommands | None = None) -> Endpoints:
+    """Start what is not running yet and wait until everything answers.
+
+    ``services``: the commands of the project's own services (catalog, detector, schema
+    gateway, BPM agents), given by the application layer; None: the ones it registered.
+    """
+    commands = service_commands(services)
     running = {name: p for name, p in _load_state(layout).items() if p.alive()}
     endpoints = local_endpoints(layout)
-    for stage in (kafka_components, storage_components, link_components, service_components,
-                  agent_components):
+    stages: tuple[Callable[[StackLayout], list[Component]], ...] = (
+        kafka_components, storage_components, link_components,
+        partial(service_components, services=commands),
+        partial(agent_components, services=commands))
+    for stage in stages:
         components = stage(layout)
         to_start = [c for c in components if c.name not in running]
         for component in to_start:

@@ -49,9 +49,11 @@ from medusa.endpoints import Endpoints
 from medusa.federation_status import latest_load_reports
 from medusa.latency_stats import percentile
 from medusa.schemas import epoch_ms
-from medusa.sensor_windows import WINDOW_MS, OutputWatch, SteadyInput, network_yaml
+from medusa.sensor_windows import WINDOW_MS, OutputWatch, SteadyInput
 from medusa.settings import kafka_config
 from medusa_apps.bench.dpc_partition import wait_running
+from medusa_apps.services import SERVICE_COMMANDS
+from medusa_spark.networks import network_yaml
 
 PARTICIPANTS = ("alpha", "beta", "gamma")
 COPIES = 3
@@ -539,7 +541,7 @@ def stack_agents_paused(layout: Any, say: Callable[[str], None]) -> Iterator[Non
         yield
     finally:
         if paused:
-            launcher.up(layout, report=lambda _: None)
+            launcher.up(layout, report=lambda _: None, services=SERVICE_COMMANDS)
 
 
 def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any, layout: Any,

@@ -32,12 +32,14 @@ from medusa.catalog.client import CatalogClient
 from medusa.endpoints import resolve
 from medusa.faults import kill
 from medusa.registry import registry_client
-from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml, reference
+from medusa.sensor_windows import OutputWatch, SteadyInput, reference
 from medusa.settings import EXTERNAL_ENDPOINT_FIELDS, StackSettings, kafka_config
 from medusa.stack import launcher, processes
 from medusa.stack.layout import StackLayout
 from medusa.stack.quorum import active_controller
+from medusa_apps.services import SERVICE_COMMANDS
 from medusa_spark.deploy import deploy, undeploy, wait_for_node
+from medusa_spark.networks import network_yaml
 
 FAULTS = ("broker", "controller", "registry", "catalog", "detector")
 """broker: a broker that does not lead the KRaft quorum; controller: the one that does."""
@@ -128,7 +130,7 @@ def run_fault(layout: StackLayout, spark: SparkSession, fault: str,
     killed_ms = int(time.time() * 1000)
     kill(launcher.running_processes(layout)[component].pid)
     time.sleep(DOWN_S)
-    launcher.up(layout, report=lambda _: None)
+    launcher.up(layout, report=lambda _: None, services=SERVICE_COMMANDS)
     if not steady.finished.wait(INPUT_S + 300):
         say(f"  {fault}: the input did not finish")
     watch.wait_for(results_topic, set(expected), timeout_s=240)
@@ -169,7 +171,7 @@ def measure(base: StackSettings, spark: SparkSession, say: Callable[[str], None]
     outcomes: list[FaultOutcome] = []
     node_process: processes.RunningProcess | None = None
     try:
-        launcher.up(layout, report=lambda _: None)
+        launcher.up(layout, report=lambda _: None, services=SERVICE_COMMANDS)
         endpoints = resolve(settings)
         participant, node = NODE.split("/")
         node_process = processes.start(f"node-{participant}-{node}",

@@ -32,7 +32,6 @@ from medusa.catalog.model import Kind
 from medusa.endpoints import Endpoints
 from medusa.envelope import TupleType
 from medusa.faults import Links
-from medusa.sensor_windows import pair_network_yaml
 from medusa.stable_view import stable_view
 from medusa_apps.bench.dpc_partition import (
     Fault,
@@ -42,6 +41,7 @@ from medusa_apps.bench.dpc_partition import (
     wait_running,
 )
 from medusa_apps.bench.nodes import bench_nodes, start_node
+from medusa_spark.networks import pair_network_yaml
 
 BOUND = "4 seconds"
 D_S = 3.0

@@ -31,11 +31,12 @@ from medusa.catalog.model import Kind
 from medusa.consuming import ConsumedTuple, TupleConsumer
 from medusa.endpoints import Endpoints
 from medusa.envelope import TupleType
-from medusa.sensor_windows import STIME_ORIGIN_MS, WINDOW_MS, SteadyInput, pair_network_yaml
+from medusa.sensor_windows import STIME_ORIGIN_MS, WINDOW_MS, SteadyInput
 from medusa.sensor_windows import reference as pair_reference
 from medusa.sensors import SensorReading
 from medusa.settings import kafka_config
 from medusa.stable_view import stable_view
+from medusa_spark.networks import pair_network_yaml
 
 SENSORS = 4
 

@@ -28,12 +28,13 @@ from pyspark.sql import SparkSession
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.endpoints import Endpoints
-from medusa.sensor_windows import SteadyInput, network_yaml
+from medusa.sensor_windows import SteadyInput
 from medusa.settings import kafka_config
 from medusa.stack import launcher, processes
 from medusa.stack.layout import StackLayout
 from medusa_apps.failover import FailoverOutcome, run_failover, wait_placed
 from medusa_spark.deploy import deploy, undeploy, wait_for_node
+from medusa_spark.networks import network_yaml
 
 NODES = ("alpha/bench-ha-1", "alpha/bench-ha-2")
 LOAD_S = 60

@@ -70,12 +70,13 @@ from medusa.linear_road.validation import (
     Validation,
 )
 from medusa.progress import RateProgress
-from medusa.settings import REPO_ROOT, kafka_config
+from medusa.settings import kafka_config
 from medusa_apps.bench.live import LatencyProgress
 from medusa_spark.local_run import LocalNetworkRun
-from medusa_spark.network.model import load_network
+from medusa_spark.network.model import parse_network
+from medusa_spark.networks import LINEAR_ROAD, network_file
 
-NETWORK = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks" / "linear_road.yaml"
+NETWORK = network_file(LINEAR_ROAD)
 LATENCY_BOUND_S = LATE_AFTER_S
 """The benchmark's response rule: every output within 5 s of its input."""
 OUTPUTS = tuple(kind.field for kind in OUTPUT_KINDS)
@@ -484,8 +485,8 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
     write_ms = [0.0]
     transactions = [0]
     summary: dict[str, Any] | None = None
-    run = LocalNetworkRun(spark, load_network(NETWORK), endpoints, registry, checkpoints,
-                          topic_prefix=prefix)
+    network = parse_network(NETWORK.read_text(), origin=str(NETWORK))
+    run = LocalNetworkRun(spark, network, endpoints, registry, checkpoints, topic_prefix=prefix)
     with tempfile.TemporaryDirectory(prefix="medusa-bench-lr-") as scratch:
         lines = _Lines(Path(scratch) / "outputs.jsonl")
         collector = context.Process(

@@ -17,13 +17,14 @@ import tempfile
 import uuid
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka.schema_registry import SchemaRegistryClient
 from rich.markup import escape
 
-from medusa.endpoints import resolve
+from medusa.endpoints import Endpoints, resolve
 from medusa.registry import registry_client
 from medusa.settings import StackSettings
 from medusa.stack.launcher import recorded_layout
@@ -67,22 +68,217 @@ def _part(name: str, errors: dict[str, str], say: Callable[[str], None]) -> Iter
         say(f"[red]{name} failed:[/] {escape(errors[name])}")
 
 
-def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: bool,
-            say: Callable[[str], None], state_mb: list[int] | None = None,
-            failover: bool = True, only: Collection[str] | None = None) -> dict[str, Any]:
-    from medusa.progress import RateProgress
-    from medusa.sunion import bench as sunion_bench
-    from medusa_apps.bench import (
-        bpm_spike,
-        dpc_matrix,
-        dpc_partition,
-        linear_road_latency,
-        spark_paths,
-        state_migration,
-    )
-    from medusa_apps.bench import failover as failover_bench
-    from medusa_spark.session import spark_session
+@dataclass
+class _Bench:
+    """What every step of one run works with."""
 
+    records: int
+    hold_s: int
+    max_xways: int
+    state_mb: list[int] | None
+    say: Callable[[str], None]
+    errors: dict[str, str]
+    """A part that fails leaves its error here; the parts after it still run."""
+    layout: StackLayout
+    endpoints: Endpoints
+    bootstrap: str
+    registry: SchemaRegistryClient
+    spark: Any = None
+    """The Spark session of the parts that need one (None until it is made)."""
+    checkpoints: Path | None = None
+    """The scratch folder of the Spark and Linear Road parts' checkpoints."""
+
+    def scratch(self) -> Path:
+        """The scratch folder of checkpoints; only while the steps that use it run."""
+        if self.checkpoints is None:
+            raise RuntimeError("the bench's scratch folder is made by _measure")
+        return self.checkpoints
+
+
+@dataclass
+class _Figures:
+    """What the steps measured; a part not run (or failed) leaves its figures empty."""
+
+    perf: Throughput | None = None
+    bare: Throughput | None = None
+    medusa: Throughput | None = None
+    value_size: int | None = None
+    sunion: dict[str, float] | None = None
+    consumer_perf: Throughput | None = None
+    passthrough: Throughput | None = None
+    passthrough_again: Throughput | None = None
+    filtered: Throughput | None = None
+    direct: Throughput | None = None
+    steps: list[Any] = field(default_factory=list)
+    floor: Any = None
+    moves: list[Any] = field(default_factory=list)
+    outcomes: list[Any] = field(default_factory=list)
+    load: Any = None
+    dpc: Any = None
+    matrix: list[Any] = field(default_factory=list)
+    spike: Any = None
+    unbalanced: Any = None
+
+
+def _producers(bench: _Bench, got: _Figures) -> None:
+    with _part("producers", bench.errors, bench.say):
+        bench.say(f"producers: preparing {bench.records:,} Linear Road position reports")
+        reports = producers.position_reports(bench.records)
+        bench.say("producers: Medusa's (Avro, envelope, BOUNDARY), bare confluent-kafka, "
+                  "Kafka's tool")
+        got.medusa, got.value_size = producers.medusa_producer(bench.bootstrap, bench.registry,
+                                                               reports)
+        got.bare = producers.bare_producer(bench.bootstrap, bench.records, got.value_size)
+        got.perf = producers.kafka_perf_tool(bench.layout, bench.bootstrap, bench.records,
+                                             got.value_size)
+
+
+def _sunion(bench: _Bench, got: _Figures) -> None:
+    from medusa.sunion import bench as sunion_bench
+
+    bench.say(f"SUnion: {bench.records:,} records through a bare transactional consume-produce "
+              "loop, then through the SUnion")
+    with _part("sunion", bench.errors, bench.say):
+        got.sunion = sunion_bench.measure(bench.bootstrap, bench.records)
+
+
+def _spark_paths(bench: _Bench, got: _Figures) -> None:
+    from medusa.progress import RateProgress
+    from medusa_apps.bench import spark_paths
+
+    spark, records, say = bench.spark, bench.records, bench.say
+    bootstrap, endpoints, registry = bench.bootstrap, bench.endpoints, bench.registry
+    checkpoints = bench.scratch()
+    with _part("spark", bench.errors, say):
+        source = f"bench.source.{uuid.uuid4().hex[:8]}"
+        say(f"Spark: filling {source} with {records:,} position reports")
+        spark_paths.fill_topic(bootstrap, registry, source, records)
+        got.consumer_perf = producers.kafka_consumer_perf_tool(bench.layout, bootstrap, source,
+                                                               records)
+        say("Spark: warming up (a passthrough and the filter fragment over "
+            f"{WARM_UP_RECORDS:,} records)")
+        warm = f"bench.warm.{uuid.uuid4().hex[:8]}"
+        spark_paths.fill_topic(bootstrap, registry, warm, WARM_UP_RECORDS)
+        spark_paths.passthrough(spark, bootstrap, warm, WARM_UP_RECORDS, checkpoints)
+        spark_paths.filter_fragment(spark, endpoints, registry, warm, WARM_UP_RECORDS,
+                                    checkpoints)
+        say("Spark: passthrough")
+        got.passthrough = spark_paths.passthrough(spark, bootstrap, source, records,
+                                                  checkpoints)
+        say("Spark: the filter fragment with its SUnion")
+        with RateProgress("filter fragment", total=float(records)) as progress:
+            got.filtered = spark_paths.filter_fragment(
+                spark, endpoints, registry, source, records, checkpoints,
+                on_progress=lambda n: progress.update(n, 0, completed=float(n)))
+        say("Spark: the filter fragment without its SUnion")
+        got.direct = spark_paths.filter_fragment_without_sunion(
+            spark, endpoints, registry, source, records, checkpoints)
+        say("Spark: passthrough again")
+        got.passthrough_again = replace(
+            spark_paths.passthrough(spark, bootstrap, source, records, checkpoints),
+            name="Spark passthrough, again (after the fragments)")
+
+
+def _linear_road(bench: _Bench, got: _Figures) -> None:
+    from medusa_apps.bench import linear_road_latency
+
+    say = bench.say
+    say(f"Linear Road: L = 1, 2, ... up to {bench.max_xways}, {bench.hold_s}s per step, until "
+        "a step fails validation (an output missing, wrong, duplicated or later "
+        f"than {linear_road_latency.LATENCY_BOUND_S:g}s)")
+    # The floor first: it also pays the Spark session's first-query warm-up
+    # (JIT, Python workers), which is not the steps' to carry.
+    with _part("linear-road-floor", bench.errors, say):
+        got.floor = linear_road_latency.run_floor(bench.spark, bench.endpoints, bench.registry,
+                                                  min(bench.hold_s, 90), bench.scratch(), say)
+    with _part("linear-road", bench.errors, say):
+        got.steps = linear_road_latency.run_steps(bench.spark, bench.endpoints, bench.registry,
+                                                  bench.hold_s, bench.max_xways,
+                                                  bench.scratch(), say)
+
+
+def _move(bench: _Bench, got: _Figures) -> None:
+    from medusa_apps.bench import state_migration
+
+    if not bench.state_mb:
+        return
+    sizes = sorted(bench.state_mb)
+    migrations = [("warm", size) for size in sizes] + \
+        [("cold", size) for size in dict.fromkeys([sizes[0], sizes[-1]])]
+    bench.say(f"moving a stateful fragment between nodes, warm and cold, state of "
+              f"{', '.join(map(str, sizes))} MB")
+    with _part("move", bench.errors, bench.say):
+        got.moves = state_migration.measure(bench.endpoints, bench.registry, bench.spark,
+                                            bench.layout, migrations, bench.say)
+
+
+def _failover(bench: _Bench, got: _Figures) -> None:
+    from medusa_apps.bench import failover as failover_bench
+
+    bench.say("failover: a node killed -9 mid-stream (upstream backup, active standby), "
+              "then false suspicions under CPU load")
+    with _part("failover", bench.errors, bench.say):
+        got.outcomes, got.load = failover_bench.measure(bench.endpoints, bench.registry,
+                                                        bench.spark, bench.layout, bench.say)
+
+
+def _dpc(bench: _Bench, got: _Figures) -> None:
+    from medusa_apps.bench import dpc_partition
+
+    bench.say("DPC: a 30 s partition between alpha and beta under steady input "
+              f"(D = {dpc_partition.BENCH_DELAY_S:g} s)")
+    with _part("dpc", bench.errors, bench.say):
+        got.dpc = dpc_partition.measure(bench.endpoints, bench.registry, bench.spark,
+                                        bench.layout, bench.say)
+
+
+def _dpc_matrix(bench: _Bench, got: _Figures) -> None:
+    from medusa_apps.bench import dpc_matrix
+
+    bench.say(f"DPC matrix: {len(dpc_matrix.cells())} cells (placement x fault x length), "
+              f"D = {dpc_matrix.D_S:g} s")
+    with _part("dpc-matrix", bench.errors, bench.say):
+        got.matrix = dpc_matrix.measure(bench.endpoints, bench.registry, bench.spark,
+                                        bench.layout, bench.say)
+
+
+def _bpm(bench: _Bench, got: _Figures) -> None:
+    from medusa_apps.bench import bpm_spike
+
+    bench.say("BPM: a 3x input spike on alpha, with contracts to beta and gamma")
+    with _part("bpm", bench.errors, bench.say):
+        got.spike, got.unbalanced = bpm_spike.measure(bench.endpoints, bench.registry,
+                                                      bench.spark, bench.layout,
+                                                      bench.layout.run_dir, bench.say)
+
+
+@dataclass(frozen=True)
+class _Step:
+    part: str
+    run: Callable[[_Bench, _Figures], None]
+    spark: bool = False
+    """Needs the Spark session (skipped without one)."""
+    scratch: bool = False
+    """Runs while the scratch folder of checkpoints exists."""
+
+
+STEPS = (
+    _Step("producers", _producers),
+    _Step("sunion", _sunion),
+    _Step("spark", _spark_paths, spark=True, scratch=True),
+    _Step("linear-road", _linear_road, spark=True, scratch=True),
+    _Step("move", _move, spark=True),
+    _Step("failover", _failover, spark=True),
+    _Step("dpc", _dpc, spark=True),
+    _Step("dpc-matrix", _dpc_matrix, spark=True),
+    _Step("bpm", _bpm, spark=True),
+)
+"""The benchmark's steps in the order they run: those without Spark first, then those
+with it, the ones with checkpoints of their own while the scratch folder exists."""
+
+
+def _parts(only: Collection[str] | None, linear_road: bool, state_mb: list[int] | None,
+           failover: bool) -> set[str]:
     parts = set(only or PARTS)
     if not linear_road:
         parts.discard("linear-road")
@@ -90,150 +286,102 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         parts.discard("move")
     if not failover:
         parts.discard("failover")
+    return parts
+
+
+def _measure(bench: _Bench, parts: set[str]) -> _Figures:
+    """Runs the steps of ``parts``, in ``STEPS``' order; a failing one is recorded."""
+    from medusa_spark.session import spark_session
+
+    got = _Figures()
+    for step in STEPS:
+        if not step.spark and step.part in parts:
+            step.run(bench, got)
+    needs_spark = parts & {step.part for step in STEPS if step.spark}
+    bench.spark = spark_session("medusa-bench") if needs_spark else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="medusa-bench-") as scratch:
+            bench.checkpoints = Path(scratch)
+            if bench.spark is not None:
+                bench.spark.sparkContext.setLogLevel("ERROR")
+            _run_spark_steps(bench, got, parts, scratch=True)
+        _run_spark_steps(bench, got, parts, scratch=False)
+    finally:
+        if bench.spark is not None:
+            bench.spark.stop()
+    return got
+
+
+def _run_spark_steps(bench: _Bench, got: _Figures, parts: set[str], scratch: bool) -> None:
+    for step in STEPS:
+        if step.spark and step.scratch == scratch and step.part in parts and \
+                bench.spark is not None:
+            step.run(bench, got)
+
+
+def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: bool,
+            say: Callable[[str], None], state_mb: list[int] | None = None,
+            failover: bool = True, only: Collection[str] | None = None) -> dict[str, Any]:
+    parts = _parts(only, linear_road, state_mb, failover)
     settings = StackSettings()
     layout = recorded_layout(StackLayout.from_settings(settings))
     endpoints = resolve(settings)
     bootstrap = endpoints.bootstrap("alpha")
     registry = registry_client(endpoints.registry_url)
     say(f"parts: {', '.join(p for p in PARTS if p in parts)}")
-
-    errors: dict[str, str] = {}
-    """A part that fails leaves its error here; the parts after it still run."""
-    perf = bare = medusa = None
-    value_size = None
-    if "producers" in parts:
-        with _part("producers", errors, say):
-            say(f"producers: preparing {records:,} Linear Road position reports")
-            reports = producers.position_reports(records)
-            say("producers: Medusa's (Avro, envelope, BOUNDARY), bare confluent-kafka, "
-                "Kafka's tool")
-            medusa, value_size = producers.medusa_producer(bootstrap, registry, reports)
-            bare = producers.bare_producer(bootstrap, records, value_size)
-            perf = producers.kafka_perf_tool(layout, bootstrap, records, value_size)
-
-    sunion: dict[str, float] | None = None
-    if "sunion" in parts:
-        say(f"SUnion: {records:,} records through a bare transactional consume-produce loop, "
-            "then through the SUnion")
-        with _part("sunion", errors, say):
-            sunion = sunion_bench.measure(bootstrap, records)
-
-    consumer_perf = passthrough = passthrough_again = filtered = direct = None
-    steps: list[Any] = []
-    floor: Any = None
-    moves: list[Any] = []
-    outcomes: list[Any] = []
-    load = None
-    dpc = None
-    matrix: list[Any] = []
-    spike = unbalanced = None
-    needs_spark = parts & {"spark", "linear-road", "move", "failover", "dpc", "dpc-matrix",
-                           "bpm"}
-    spark = spark_session("medusa-bench") if needs_spark else None
-    try:
-        with tempfile.TemporaryDirectory(prefix="medusa-bench-") as scratch:
-            checkpoints = Path(scratch)
-            if spark is not None:
-                spark.sparkContext.setLogLevel("ERROR")
-            if "spark" in parts and spark is not None:
-                with _part("spark", errors, say):
-                    source = f"bench.source.{uuid.uuid4().hex[:8]}"
-                    say(f"Spark: filling {source} with {records:,} position reports")
-                    spark_paths.fill_topic(bootstrap, registry, source, records)
-                    consumer_perf = producers.kafka_consumer_perf_tool(layout, bootstrap, source,
-                                                                       records)
-                    say("Spark: warming up (a passthrough and the filter fragment over "
-                        f"{WARM_UP_RECORDS:,} records)")
-                    warm = f"bench.warm.{uuid.uuid4().hex[:8]}"
-                    spark_paths.fill_topic(bootstrap, registry, warm, WARM_UP_RECORDS)
-                    spark_paths.passthrough(spark, bootstrap, warm, WARM_UP_RECORDS, checkpoints)
-                    spark_paths.filter_fragment(spark, endpoints, registry, warm, WARM_UP_RECORDS,
-                                                checkpoints)
-                    say("Spark: passthrough")
-                    passthrough = spark_paths.passthrough(spark, bootstrap, source, records,
-                                                          checkpoints)
-                    say("Spark: the filter fragment with its SUnion")
-                    with RateProgress("filter fragment", total=float(records)) as progress:
-                        filtered = spark_paths.filter_fragment(
-                            spark, endpoints, registry, source, records, checkpoints,
-                            on_progress=lambda n: progress.update(n, 0, completed=float(n)))
-                    say("Spark: the filter fragment without its SUnion")
-                    direct = spark_paths.filter_fragment_without_sunion(
-                        spark, endpoints, registry, source, records, checkpoints)
-                    say("Spark: passthrough again")
-                    passthrough_again = replace(
-                        spark_paths.passthrough(spark, bootstrap, source, records, checkpoints),
-                        name="Spark passthrough, again (after the fragments)")
-            if "linear-road" in parts and spark is not None:
-                say(f"Linear Road: L = 1, 2, ... up to {max_xways}, {hold_s}s per step, until "
-                    "a step fails validation (an output missing, wrong, duplicated or later "
-                    f"than {linear_road_latency.LATENCY_BOUND_S:g}s)")
-                # The floor first: it also pays the Spark session's first-query warm-up
-                # (JIT, Python workers), which is not the steps' to carry.
-                with _part("linear-road-floor", errors, say):
-                    floor = linear_road_latency.run_floor(spark, endpoints, registry,
-                                                          min(hold_s, 90), checkpoints, say)
-                with _part("linear-road", errors, say):
-                    steps = linear_road_latency.run_steps(spark, endpoints, registry, hold_s,
-                                                          max_xways, checkpoints, say)
-        if "move" in parts and spark is not None and state_mb:
-            sizes = sorted(state_mb)
-            migrations = [("warm", size) for size in sizes] + \
-                [("cold", size) for size in dict.fromkeys([sizes[0], sizes[-1]])]
-            say(f"moving a stateful fragment between nodes, warm and cold, state of "
-                f"{', '.join(map(str, sizes))} MB")
-            with _part("move", errors, say):
-                moves = state_migration.measure(endpoints, registry, spark, layout, migrations,
-                                                say)
-        if "failover" in parts and spark is not None:
-            say("failover: a node killed -9 mid-stream (upstream backup, active standby), "
-                "then false suspicions under CPU load")
-            with _part("failover", errors, say):
-                outcomes, load = failover_bench.measure(endpoints, registry, spark, layout,
-                                                        say)
-        if "dpc" in parts and spark is not None:
-            say("DPC: a 30 s partition between alpha and beta under steady input "
-                f"(D = {dpc_partition.BENCH_DELAY_S:g} s)")
-            with _part("dpc", errors, say):
-                dpc = dpc_partition.measure(endpoints, registry, spark, layout, say)
-        if "dpc-matrix" in parts and spark is not None:
-            say(f"DPC matrix: {len(dpc_matrix.cells())} cells (placement x fault x length), "
-                f"D = {dpc_matrix.D_S:g} s")
-            with _part("dpc-matrix", errors, say):
-                matrix = dpc_matrix.measure(endpoints, registry, spark, layout, say)
-        if "bpm" in parts and spark is not None:
-            say("BPM: a 3x input spike on alpha, with contracts to beta and gamma")
-            with _part("bpm", errors, say):
-                spike, unbalanced = bpm_spike.measure(endpoints, registry, spark, layout,
-                                                      layout.run_dir, say)
-    finally:
-        if spark is not None:
-            spark.stop()
-
-    passthrough_mean = None
-    if passthrough is not None and passthrough_again is not None:
-        passthrough_mean = Throughput("Spark passthrough (mean of two runs)", records,
-                                      (passthrough.seconds + passthrough_again.seconds) / 2)
-    runs = [run for run in (perf, bare, medusa, consumer_perf, passthrough, passthrough_again,
-                            filtered, direct) if run is not None]
+    bench = _Bench(records, hold_s, max_xways, state_mb, say, {}, layout, endpoints,
+                   bootstrap, registry)
+    got = _measure(bench, parts)
+    runs = _runs(got, records)
     for run in runs:
         say(f"  {run.name:<52} {run.per_second:>12,.0f} records/s")
-    ratios: dict[str, float | None] = {
-        "medusa_producer_over_bare_producer": _ratio(medusa, bare),
-        "bare_producer_over_kafka_producer_tool": _ratio(bare, perf),
-        "filter_over_passthrough": _ratio(filtered, passthrough_mean),
-        "filter_fragment_without_sunion_over_passthrough": _ratio(direct, passthrough_mean),
-        "filter_box_over_spark_passthrough": _ratio(filtered, passthrough_mean),
-        "spark_passthrough_over_kafka_consumer_tool": _ratio(passthrough_mean, consumer_perf),
-        "sunion_over_bare_loop": round(sunion["ratio"], 3) if sunion else None,
+    result = _result(got, runs, records, hold_s, parts, bench.errors)
+    write_json(out / "bench.json", result)
+    _plot(out, got, runs, records, say)
+    _say_ratios(result["ratios"], got, parts, result["linear_road"]["l_rating"], say)
+    return result
+
+
+def _passthrough_mean(got: _Figures, records: int) -> Throughput | None:
+    if got.passthrough is None or got.passthrough_again is None:
+        return None
+    return Throughput("Spark passthrough (mean of two runs)", records,
+                      (got.passthrough.seconds + got.passthrough_again.seconds) / 2)
+
+
+def _runs(got: _Figures, records: int) -> list[Throughput]:
+    """The throughputs measured, in the order the report lists them."""
+    return [run for run in (got.perf, got.bare, got.medusa, got.consumer_perf, got.passthrough,
+                            got.passthrough_again, got.filtered, got.direct) if run is not None]
+
+
+def _ratios(got: _Figures, records: int) -> dict[str, float | None]:
+    passthrough_mean = _passthrough_mean(got, records)
+    return {
+        "medusa_producer_over_bare_producer": _ratio(got.medusa, got.bare),
+        "bare_producer_over_kafka_producer_tool": _ratio(got.bare, got.perf),
+        "filter_over_passthrough": _ratio(got.filtered, passthrough_mean),
+        "filter_fragment_without_sunion_over_passthrough": _ratio(got.direct, passthrough_mean),
+        "filter_box_over_spark_passthrough": _ratio(got.filtered, passthrough_mean),
+        "spark_passthrough_over_kafka_consumer_tool": _ratio(passthrough_mean,
+                                                             got.consumer_perf),
+        "sunion_over_bare_loop": round(got.sunion["ratio"], 3) if got.sunion else None,
     }
+
+
+def _result(got: _Figures, runs: list[Throughput], records: int, hold_s: int, parts: set[str],
+            errors: dict[str, str]) -> dict[str, Any]:
+    """What ``bench.json`` holds: the same keys whichever parts ran."""
+    from medusa_apps.bench import dpc_matrix, linear_road_latency, state_migration
+
+    steps, floor, spike, unbalanced = got.steps, got.floor, got.spike, got.unbalanced
     rating = linear_road_latency.l_rating(steps) if steps else None
-    result = {
-        "records": records, "value_size": value_size, "parts": sorted(parts),
+    return {
+        "records": records, "value_size": got.value_size, "parts": sorted(parts),
         "runs": [run.as_dict() for run in runs],
-        "ratios": ratios,
-        "sunion": {k: round(v, 3 if k == "ratio" else 1) for k, v in sunion.items()}
-        if sunion else None,
+        "ratios": _ratios(got, records),
+        "sunion": {k: round(v, 3 if k == "ratio" else 1) for k, v in got.sunion.items()}
+        if got.sunion else None,
         "linear_road": {
             "l_rating": rating,
             "latency_bound_s": linear_road_latency.LATENCY_BOUND_S,
@@ -245,18 +393,18 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
             "floor": floor.as_dict() if floor is not None else None,
         },
         "highest_xways_met": rating,
-        "move_pause": [move.as_dict() for move in moves],
+        "move_pause": [move.as_dict() for move in got.moves],
         # The largest state moved warm, and the output pause of that move (goal: under 2 s,
         # flat in size); cold_over_warm_at_largest: the pause of a cold move of it, over.
-        "migration": state_migration.summary(moves),
-        "failover": [outcome.summary() for outcome in outcomes],
-        "false_positives_under_load": load.as_dict() if load else None,
+        "migration": state_migration.summary(got.moves),
+        "failover": [outcome.summary() for outcome in got.outcomes],
+        "false_positives_under_load": got.load.as_dict() if got.load else None,
         # gap_over_delay_s: the largest extra delay of a result over the fault-free one,
         # minus D (goal: at most 1 s).
-        "dpc": {**(dpc.summary() if dpc is not None else {"gap_over_delay_s": None}),
+        "dpc": {**(got.dpc.summary() if got.dpc is not None else {"gap_over_delay_s": None}),
                 # Per placement x fault x length: the longest extra delay, the first
                 # tentative output, tentative and uncorrected counts, stable view equal.
-                "matrix": dpc_matrix.summary(matrix) if matrix else None},
+                "matrix": dpc_matrix.summary(got.matrix) if got.matrix else None},
         # moves: how many the agents made; seconds_to_acceptable: from the spike until no
         # participant is over capacity for good.
         "bpm": {**spike.summary(), "without_bpm": unbalanced.summary() if unbalanced else None,
@@ -265,66 +413,104 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
         if spike is not None else {"moves": None, "seconds_to_acceptable": None},
         "errors": errors,
     }
-    write_json(out / "bench.json", result)
+
+
+def _plot(out: Path, got: _Figures, runs: list[Throughput], records: int,
+          say: Callable[[str], None]) -> None:
+    """The plots of what was measured, with the DPC and BPM figures said as they are drawn."""
     if runs:
         bar_plot(out / "throughput.png", f"Throughput, {records:,} records, one run",
                  [run.name for run in runs], [run.per_second for run in runs],
                  "records per second")
-    if steps:
-        latency_plot(out / "linear_road_latency.png",
-                     "Linear Road: toll notification response time (emit - report "
-                     "published) over time",
-                     {**{f"L={step.xways}": step.latencies_s for step in steps},
-                      **({f"floor ({floor.rate_per_xway}/s)": floor.latencies_s}
-                         if floor is not None else {})},
-                     linear_road_latency.LATENCY_BOUND_S)
-        breakdown_plot(out / "linear_road_batches.png",
-                       "Linear Road: where the batches' time went (ms per batch)",
-                       {f"L={step.xways}": step.breakdown for step in steps})
-    if moves:
-        pause_plot(out / "move_pause.png", "Moving a stateful fragment: output pause",
-                   {mode: [(m.state_mb, m.pause_s, m.hand_over_s) for m in moves
-                           if m.mode == mode] for mode in ("warm", "cold")},
-                   state_migration.SLIDE_S)
-    if outcomes:
+    if got.steps:
+        _plot_linear_road(out, got)
+    if got.moves:
+        _plot_moves(out, got)
+    if got.outcomes:
         failover_plot(out / "failover_timeline.png",
                       "Results written around a node's kill -9",
                       [(f"{o.mode}: detected {o.detection_s} s, first output "
                         f"{o.first_after_kill_s} s, lost {len(o.lost())}, "
                         f"duplicated {len(o.duplicated())}", o.written_ms(),
-                        o.kill_ms, o.declared_ms) for o in outcomes])
-    if dpc is not None:
-        events, faults, delays = dpc.timeline()
-        dpc_timeline_plot(out / "dpc_timeline.png", "DPC through a 30 s partition", events,
-                          faults, delays, dpc.delay_s)
-        figures = dpc.summary()
-        say(f"DPC: largest output gap {figures['largest_output_gap_s']} s (D = "
-            f"{figures['delay_s']:g} s), {figures['tentative_results']} tentative, "
-            f"{figures['corrections']} corrected, heal to REC_DONE "
-            f"{figures['heal_to_rec_done_s']} s, lost {figures['lost']}, duplicated "
-            f"{figures['duplicated']}")
-    if matrix:
-        rows = dpc_matrix.summary(matrix)
-        dpc_matrix_plot(out / "dpc_matrix.png", "DPC: the longest extra delay of a result, "
-                        "per placement, fault and length", rows["cells"], rows["bound_s"])
-    if spike is not None:
-        bpm_spike_plot(out / "bpm_spike.png", "BPM through a 3x spike on alpha",
-                       *spike.timeline())
-        figures = spike.summary()
-        say(f"BPM: {figures['moves']} move(s) ({'; '.join(figures['moved'])}), acceptable "
-            f"{figures['seconds_to_acceptable']} s after the spike; p99 latency "
-            f"{figures['p99_before_s']} s before, {figures['p99_during_s']} s during, "
-            f"{figures['p99_after_s']} s after (back within "
-            f"{figures['seconds_to_latency_back']} s); lost {figures['lost']}, duplicated "
-            f"{figures['duplicated']}")
-        if unbalanced is not None:
-            say(f"BPM: p99 latency over the last minute {figures['p99_last_minute_s']} s with "
-                f"the agents, {unbalanced.p99_last_s(60)} s without (everything on alpha)")
+                        o.kill_ms, o.declared_ms) for o in got.outcomes])
+    if got.dpc is not None:
+        _plot_dpc(out, got, say)
+    if got.matrix:
+        _plot_dpc_matrix(out, got)
+    if got.spike is not None:
+        _plot_bpm(out, got, say)
+
+
+def _plot_linear_road(out: Path, got: _Figures) -> None:
+    from medusa_apps.bench import linear_road_latency
+
+    steps, floor = got.steps, got.floor
+    latency_plot(out / "linear_road_latency.png",
+                 "Linear Road: toll notification response time (emit - report "
+                 "published) over time",
+                 {**{f"L={step.xways}": step.latencies_s for step in steps},
+                  **({f"floor ({floor.rate_per_xway}/s)": floor.latencies_s}
+                     if floor is not None else {})},
+                 linear_road_latency.LATENCY_BOUND_S)
+    breakdown_plot(out / "linear_road_batches.png",
+                   "Linear Road: where the batches' time went (ms per batch)",
+                   {f"L={step.xways}": step.breakdown for step in steps})
+
+
+def _plot_moves(out: Path, got: _Figures) -> None:
+    from medusa_apps.bench import state_migration
+
+    pause_plot(out / "move_pause.png", "Moving a stateful fragment: output pause",
+               {mode: [(m.state_mb, m.pause_s, m.hand_over_s) for m in got.moves
+                       if m.mode == mode] for mode in ("warm", "cold")},
+               state_migration.SLIDE_S)
+
+
+def _plot_dpc(out: Path, got: _Figures, say: Callable[[str], None]) -> None:
+    dpc = got.dpc
+    events, faults, delays = dpc.timeline()
+    dpc_timeline_plot(out / "dpc_timeline.png", "DPC through a 30 s partition", events,
+                      faults, delays, dpc.delay_s)
+    figures = dpc.summary()
+    say(f"DPC: largest output gap {figures['largest_output_gap_s']} s (D = "
+        f"{figures['delay_s']:g} s), {figures['tentative_results']} tentative, "
+        f"{figures['corrections']} corrected, heal to REC_DONE "
+        f"{figures['heal_to_rec_done_s']} s, lost {figures['lost']}, duplicated "
+        f"{figures['duplicated']}")
+
+
+def _plot_dpc_matrix(out: Path, got: _Figures) -> None:
+    from medusa_apps.bench import dpc_matrix
+
+    rows = dpc_matrix.summary(got.matrix)
+    dpc_matrix_plot(out / "dpc_matrix.png", "DPC: the longest extra delay of a result, "
+                    "per placement, fault and length", rows["cells"], rows["bound_s"])
+
+
+def _plot_bpm(out: Path, got: _Figures, say: Callable[[str], None]) -> None:
+    spike, unbalanced = got.spike, got.unbalanced
+    bpm_spike_plot(out / "bpm_spike.png", "BPM through a 3x spike on alpha",
+                   *spike.timeline())
+    figures = spike.summary()
+    say(f"BPM: {figures['moves']} move(s) ({'; '.join(figures['moved'])}), acceptable "
+        f"{figures['seconds_to_acceptable']} s after the spike; p99 latency "
+        f"{figures['p99_before_s']} s before, {figures['p99_during_s']} s during, "
+        f"{figures['p99_after_s']} s after (back within "
+        f"{figures['seconds_to_latency_back']} s); lost {figures['lost']}, duplicated "
+        f"{figures['duplicated']}")
+    if unbalanced is not None:
+        say(f"BPM: p99 latency over the last minute {figures['p99_last_minute_s']} s with "
+            f"the agents, {unbalanced.p99_last_s(60)} s without (everything on alpha)")
+
+
+def _say_ratios(ratios: dict[str, float | None], got: _Figures, parts: set[str],
+                rating: Any, say: Callable[[str], None]) -> None:
+    from medusa_apps.bench import linear_road_latency
+
     for name, value in ratios.items():
         if value is not None:
             say(f"{name.replace('_', ' ')}: {value:.2f}")
-    for step in steps:
+    for step in got.steps:
         say(f"Linear Road L={step.xways}: {linear_road_latency.describe(step)}")
     if "linear-road" in parts:
         say(f"Linear Road L-rating: {rating}")
-    return result
