@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from medusa.endpoints import Endpoints, resolve
 from medusa.settings import StackSettings
 from medusa.settings import kafka_config as client_config
-from medusa.endpoints import Endpoints, resolve
 from medusa.stack.layout import StackLayout
 from tests.federation_processes import SharedNodes
 from tests.hdfs_fixtures import hdfs, installed_hdfs  # noqa: F401 (fixtures)

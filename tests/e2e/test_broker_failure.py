@@ -18,11 +18,11 @@ import pytest
 
 from medusa import credentials
 from medusa.catalog.client import CatalogClient
+from medusa.endpoints import Endpoints, resolve
 from medusa.faults import kill
 from medusa.registry import registry_client
 from medusa.sensor_windows import OutputWatch, SteadyInput, network_yaml
 from medusa.settings import EXTERNAL_ENDPOINT_FIELDS, StackSettings, kafka_config
-from medusa.endpoints import Endpoints, resolve
 from medusa.stack.launcher import down, running_processes, up
 from medusa.stack.layout import StackLayout
 from medusa.stack.quorum import active_controller

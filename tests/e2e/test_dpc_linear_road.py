@@ -23,13 +23,13 @@ from medusa.consuming import ConsumedTuple
 from medusa.envelope import TupleType
 from medusa.linear_road.records import PositionReport
 from medusa.linear_road.reference import ReferenceOutput, compute
-from tests.linear_road_split import DIRECTION_OF, SplitInput, split_network_yaml
 from medusa.linear_road.traffic import TrafficProfile
 from medusa.progress import RateProgress
 from medusa.settings import kafka_config
 from medusa.stable_view import StableView, stable_view
 from medusa_apps.bench.dpc_partition import FaultWindow, OutputRecorder, wait_running
 from tests.federation_processes import NodeProcess, running
+from tests.linear_road_split import DIRECTION_OF, SplitInput, split_network_yaml
 from tests.waiting import wait_until
 
 # The shared run (the first test's set-up) takes 8 to 25 minutes on 2 cores: a batch of this

@@ -37,10 +37,11 @@ from tests.fragment_checks import (
     TAIL_S,
     assert_exactly_once,
     wait_first_result,
+    wait_fragment_running,
     wait_network_running,
     wait_result_after,
 )
-from tests.waiting import wait_until
+from tests.waiting import first_within
 
 pytestmark = pytest.mark.e2e
 
@@ -102,7 +103,8 @@ def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]
             victim = next(e for e in instances_of(catalog, network, fragment.rsplit("/")[-1])
                           if e.spec["node"] == nodes[1].global_name)
             nodes[1].kill()
-            restored_on = _wait_moved(catalog, victim.name, nodes[1].global_name)
+            restored_on = str(wait_fragment_running(
+                catalog, victim.name, away_from=nodes[1].global_name, timeout_s=120).spec["node"])
             wait_result_after(watch, results_topic)
             steps.append(scale(catalog, federation, fragment, 1, [first],
                                report=lambda _: None))
@@ -128,16 +130,6 @@ def _instances(catalog: CatalogClient, network: str, fragment: str
             for e in instances_of(catalog, network, fragment.rsplit("/")[-1])]
 
 
-def _wait_moved(catalog: CatalogClient, name: str, away_from: str, timeout_s: float = 120
-                ) -> str:
-    def moved() -> bool:
-        entry = catalog.get(Kind.FRAGMENTS, name)
-        return entry is not None and entry.spec["node"] != away_from and \
-            entry.spec.get("phase") == "running"
-    wait_until(f"{name} restored away from {away_from}", moved, timeout_s)
-    entry = catalog.get(Kind.FRAGMENTS, name)
-    assert entry is not None
-    return str(entry.spec["node"])
 
 
 def test_every_result_reaches_the_output_exactly_once(scaled_run) -> None:
@@ -263,13 +255,15 @@ def test_linear_road_statistics_scaled_out_and_in_equal_the_reference(
             assert not feeder.is_alive(), "the traffic did not finish"
             topic = prefix + "linear-road.segment-statistics"
             want = Counter(_row(row) for row in expected.segment_statistics)
-            deadline = time.monotonic() + 240
-            while True:
+            got, ids = Counter[str](), list[str]()
+
+            def complete() -> bool:
+                nonlocal got, ids
                 got_rows, ids = _statistics(kafka_config, registry_module, topic)
                 got = Counter(got_rows)
-                if got == want or time.monotonic() > deadline:
-                    break
-                time.sleep(2)
+                return got == want
+
+            first_within(complete, 240, interval_s=2)  # the checks below say what differs
             duplicated = [i for i, n in Counter(ids).items() if n > 1]
             assert not duplicated, f"statistics written twice: {duplicated[:5]}"
             missing, extra = want - got, got - want
@@ -298,6 +292,19 @@ def _autoscale_once(env: dict[str, str], *options: str) -> str:
     return done.stdout
 
 
+def _autoscale_until(env: dict[str, str], said: str, *options: str) -> str:
+    """``medusa autoscale --once`` again until it says ``said`` (180 s at most); what it
+    said last."""
+    out = [""]
+
+    def says_it() -> bool:
+        out[0] = _autoscale_once(env, *options)
+        return said in out[0]
+
+    first_within(says_it, 180, interval_s=0)
+    return out[0]
+
+
 def test_autoscale_scales_a_bottleneck_out_and_an_idle_fragment_in_with_a_trace_each(
         federation, nodes, spark, registry_module, tmp_path) -> None:
     name = f"auto-{uuid.uuid4().hex[:6]}"
@@ -315,25 +322,25 @@ def test_autoscale_scales_a_bottleneck_out_and_an_idle_fragment_in_with_a_trace_
             wait_network_running(catalog, network)
             steady.start()
             fragment = catalog.list(Kind.FRAGMENTS, network=network)[0].name
-            out = ""
-            deadline = time.monotonic() + 180
-            while f"{fragment}: 1 -> 2 instance(s)" not in out and time.monotonic() < deadline:
-                out = _autoscale_once(env, "--out-after", "5", "--cooldown", "0")
+            out = _autoscale_until(env, f"{fragment}: 1 -> 2 instance(s)",
+                                   "--out-after", "5", "--cooldown", "0")
             assert f"{fragment}: 1 -> 2 instance(s)" in out, out
             assert len(instances_of(catalog, network, fragment.rsplit("/")[-1])) == 2
-            deadline = time.monotonic() + 180
-            while f"{fragment}: 2 -> 1 instance(s)" not in out and time.monotonic() < deadline:
-                # Reported by both nodes, each instance needs less than 100 slots: idle.
-                out = _autoscale_once(env, "--out-after", "100000", "--in-below", "100",
-                                      "--in-after", "0", "--cooldown", "0")
+            # Reported by both nodes, each instance needs less than 100 slots: idle.
+            out = _autoscale_until(env, f"{fragment}: 2 -> 1 instance(s)",
+                                   "--out-after", "100000", "--in-below", "100",
+                                   "--in-after", "0", "--cooldown", "0")
             assert f"{fragment}: 2 -> 1 instance(s)" in out, out
             assert len(instances_of(catalog, network, fragment.rsplit("/")[-1])) == 1
             found: list[str] = []
-            deadline = time.monotonic() + 60
-            while len(found) < 2 and time.monotonic() < deadline:
-                found = [r.name for t in recent(federation.jaeger_query_url, "autoscale", 20, 900)
-                         for r in roots(t) if r.name.endswith(fragment)]
-                time.sleep(2)
+
+            def both_traced() -> bool:
+                found[:] = [r.name for t in recent(federation.jaeger_query_url, "autoscale",
+                                                   20, 900)
+                            for r in roots(t) if r.name.endswith(fragment)]
+                return len(found) >= 2
+
+            first_within(both_traced, 60, interval_s=2)
             assert sorted(found) == [f"autoscale in {fragment}", f"autoscale out {fragment}"], \
                 found
         finally:

@@ -16,13 +16,13 @@ import pytest
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
+from medusa.endpoints import Endpoints
 from medusa.faults import kill
 from medusa.producing import TupleProducer
 from medusa.registry import Registration, register, registry_client
 from medusa.schemas import HEARTBEAT_TOPIC, load_schema, schema_for_topic
 from medusa.sensor_windows import OutputWatch, SteadyInput
 from medusa.settings import StackSettings, kafka_config
-from medusa.endpoints import Endpoints
 from medusa.stack.launcher import recorded_layout, running_processes, up
 from medusa.stack.layout import StackLayout
 from medusa.topics import ensure_topics
