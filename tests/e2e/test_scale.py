@@ -32,7 +32,7 @@ from medusa.settings import kafka_config as client_config
 from medusa.trace_view import recent, roots
 from medusa_spark.deploy import deploy, undeploy
 from medusa_spark.scaling import ScaleError, ScaleResult, instances_of, scale
-from tests.federation_processes import NodeProcess, SharedNodes, federation_env
+from tests.federation_processes import SharedNodes, federation_env
 from tests.fragment_checks import (
     TAIL_S,
     assert_exactly_once,
@@ -66,22 +66,16 @@ class ScaledRun:
 
 
 @pytest.fixture(scope="module")
-def nodes(shared_nodes: SharedNodes) -> list[NodeProcess]:
-    ready = shared_nodes.ready()  # each the other's secondary
-    return [ready[name] for name in NODES]
-
-
-@pytest.fixture(scope="module")
-def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]:
+def scaled_run(federation, alpha_nodes, spark, registry_module) -> Iterator[ScaledRun]:
     name = f"scaled-{uuid.uuid4().hex[:6]}"
     prefix = f"{name}."
     network = f"alpha/{name}"
     alpha = client_config(federation.bootstrap("alpha"))
     results_topic = f"{prefix}medusa.{name}.per_sensor"
-    log_sizes = [node.log_size() for node in nodes]
+    log_sizes = [node.log_size() for node in alpha_nodes]
     try:
         with CatalogClient(federation.catalog_url) as catalog:
-            first = nodes[0].global_name
+            first = alpha_nodes[0].global_name
             deploy(network_yaml(name, prefix, box_participant="alpha"), name, federation,
                    registry_module, spark, catalog, {"plausible": first, "per_sensor": first},
                    report=lambda _: None)
@@ -93,7 +87,7 @@ def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]
             steady.start()
             wait_first_result(watch, results_topic)
             steps, instances = [], []
-            both = [n.global_name for n in nodes]
+            both = [n.global_name for n in alpha_nodes]
             steps.append(scale(catalog, federation, fragment, 2, both, report=lambda _: None))
             instances.append(_instances(catalog, network, fragment))
             by_partition = [bool(e.spec["instance"]["by_partition"])
@@ -101,10 +95,11 @@ def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]
             wait_result_after(watch, results_topic)
             # One instance's node dies: the instance is restored on the other node.
             victim = next(e for e in instances_of(catalog, network, fragment.rsplit("/")[-1])
-                          if e.spec["node"] == nodes[1].global_name)
-            nodes[1].kill()
+                          if e.spec["node"] == alpha_nodes[1].global_name)
+            alpha_nodes[1].kill()
             restored_on = str(wait_fragment_running(
-                catalog, victim.name, away_from=nodes[1].global_name, timeout_s=120).spec["node"])
+                catalog, victim.name, away_from=alpha_nodes[1].global_name,
+                timeout_s=120).spec["node"])
             wait_result_after(watch, results_topic)
             steps.append(scale(catalog, federation, fragment, 1, [first],
                                report=lambda _: None))
@@ -112,16 +107,16 @@ def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]
             expected = steady.finish(TAIL_S)
             watch.wait_for(results_topic, set(expected), timeout_s=300)
             watch.stop()
-            nodes[1].start().wait_registered()  # back for the tests after this one
+            alpha_nodes[1].start().wait_registered()  # back for the tests after this one
             yield ScaledRun(expected, [(a.tuple_id, a.value, a.appended_ms)
                                        for a in watch.arrivals[results_topic]],
                             steps, instances, restored_on, by_partition,
                             "\n".join(n.log_since(size)
-                                      for n, size in zip(nodes, log_sizes, strict=True)))
+                                      for n, size in zip(alpha_nodes, log_sizes, strict=True)))
             undeploy(catalog, network, report=lambda _: None)
     finally:
-        if nodes[1].process is None:
-            nodes[1].start().wait_registered()
+        if alpha_nodes[1].process is None:
+            alpha_nodes[1].start().wait_registered()
 
 
 def _instances(catalog: CatalogClient, network: str, fragment: str
@@ -220,12 +215,12 @@ def _row(value: dict) -> str:
 
 
 def test_linear_road_statistics_scaled_out_and_in_equal_the_reference(
-        federation, nodes, spark, registry_module, kafka_config) -> None:
+        federation, alpha_nodes, spark, registry_module, kafka_config) -> None:
     name = f"lrstats-{uuid.uuid4().hex[:6]}"
     prefix = f"{name}."
     network = f"alpha/{name}"
     expected = compute(r for _, rs in TrafficSimulation(LR_PROFILE).run() for r in rs)
-    first = nodes[0].global_name
+    first = alpha_nodes[0].global_name
     with CatalogClient(federation.catalog_url) as catalog:
         deploy(_statistics_network(name, prefix), name, federation, registry_module, spark,
                catalog, {"car_speeds": first, "segment_stats": first}, report=lambda _: None)
@@ -243,7 +238,7 @@ def test_linear_road_statistics_scaled_out_and_in_equal_the_reference(
             feeder = threading.Thread(target=publish, daemon=True)
             feeder.start()
             time.sleep(10)  # state to split: the first minute's cars
-            scale(catalog, federation, fragment, 2, [n.global_name for n in nodes],
+            scale(catalog, federation, fragment, 2, [n.global_name for n in alpha_nodes],
                   report=lambda _: None)
             # Reports are keyed by car, not by segment: each instance reads them all and
             # keeps its segments' rows.
@@ -306,7 +301,7 @@ def _autoscale_until(env: dict[str, str], said: str, *options: str) -> str:
 
 
 def test_autoscale_scales_a_bottleneck_out_and_an_idle_fragment_in_with_a_trace_each(
-        federation, nodes, spark, registry_module, tmp_path) -> None:
+        federation, alpha_nodes, spark, registry_module, tmp_path) -> None:
     name = f"auto-{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
     env = {**federation_env(federation, tmp_path), "COLUMNS": "200"}
@@ -315,7 +310,7 @@ def test_autoscale_scales_a_bottleneck_out_and_an_idle_fragment_in_with_a_trace_
     text = network_yaml(name, f"{name}.", box_participant="alpha", trigger="100 milliseconds")
     with CatalogClient(federation.catalog_url) as catalog:
         deploy(text, name, federation, registry_module, spark, catalog,
-               {"plausible": nodes[0].global_name, "per_sensor": nodes[0].global_name},
+               {"plausible": alpha_nodes[0].global_name, "per_sensor": alpha_nodes[0].global_name},
                report=lambda _: None)
         steady = SteadyInput(alpha, registry_module, f"{name}.sensors.readings", SENSORS, 200)
         try:

@@ -20,7 +20,7 @@ from medusa.sensor_windows import WINDOW_MS, reference
 from medusa.sensors import SensorReading
 from medusa.settings import REPO_ROOT, kafka_config
 from medusa.stable_view import StableView
-from tests.federation_processes import NodeProcess, SharedNodes, federation_env
+from tests.federation_processes import federation_env
 from tests.fragment_checks import wait_network_running
 from tests.waiting import first_within
 
@@ -37,12 +37,6 @@ ROUNDS = 25
 def test_every_shipped_network_has_a_deployment_test() -> None:
     shipped = {path.name for path in SHIPPED.glob("*.yaml")}
     assert shipped == set(INPUTS) | set(DEPLOYED_BY_OTHER_TESTS)
-
-
-@pytest.fixture(scope="module")
-def nodes(shared_nodes: SharedNodes) -> dict[str, NodeProcess]:
-    ready = shared_nodes.ready()
-    return {"alpha": ready[SharedNodes.A1], "beta": ready[SharedNodes.B1]}
 
 
 def _medusa(env: dict[str, str], *args: str) -> str:
@@ -81,7 +75,7 @@ def _reading(value: dict) -> SensorReading:
 
 @pytest.mark.parametrize("network_file", sorted(INPUTS))
 def test_a_shipped_network_deploys_with_default_placement_and_answers(
-        network_file, nodes, federation, registry, tmp_path) -> None:
+        network_file, alpha_beta_nodes, federation, registry, tmp_path) -> None:
     raw = yaml.safe_load((SHIPPED / network_file).read_text())
     prefix = f"shipped{uuid.uuid4().hex[:6]}."
     raw["topic_prefix"] = prefix  # the run's own topics; the network is as shipped
