@@ -125,8 +125,6 @@ def _instances(catalog: CatalogClient, network: str, fragment: str
             for e in instances_of(catalog, network, fragment.rsplit("/")[-1])]
 
 
-
-
 def test_every_result_reaches_the_output_exactly_once(scaled_run) -> None:
     assert_exactly_once([i for i, _, _ in scaled_run.results], scaled_run.expected,
                         "the scale steps")

@@ -22,8 +22,6 @@ pytestmark = pytest.mark.integration
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
-
-
 def _run_until(spark: Any, checkpoint: str, batches: int) -> list[tuple[int, int, int]]:
     """Run the stateful query until it has done ``batches`` more batches; for each, its id,
     the total count over all groups (every row the state has counted) and its input rows."""
@@ -37,6 +35,7 @@ def _run_until(spark: Any, checkpoint: str, batches: int) -> list[tuple[int, int
     query = (counts.writeStream.outputMode("complete").foreachBatch(collect)
              .option("checkpointLocation", checkpoint)
              .trigger(processingTime="500 milliseconds").start())
+
     def done() -> bool:
         assert query.exception() is None, query.exception()
         return len(seen) >= batches
