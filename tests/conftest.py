@@ -21,7 +21,7 @@ from medusa.endpoints import Endpoints, resolve
 from medusa.settings import StackSettings
 from medusa.settings import kafka_config as client_config
 from medusa.stack.layout import StackLayout
-from tests.federation_processes import SharedNodes
+from tests.federation_processes import NodeProcess, SharedNodes
 from tests.hdfs_fixtures import hdfs, installed_hdfs  # noqa: F401 (fixtures)
 
 # Test ports stay clear of a developer's own `medusa up` on the default ports, and below
@@ -167,6 +167,26 @@ def shared_nodes(federation: Endpoints, tmp_path_factory: pytest.TempPathFactory
         yield nodes
     finally:
         nodes.stop()
+
+
+@pytest.fixture(scope="module")
+def beta_node(shared_nodes: SharedNodes) -> NodeProcess:
+    """beta's first shared node, running."""
+    return shared_nodes.ready()[SharedNodes.B1]
+
+
+@pytest.fixture(scope="module")
+def alpha_beta_nodes(shared_nodes: SharedNodes) -> dict[str, NodeProcess]:
+    """The first shared node of alpha and of beta, running, by participant."""
+    ready = shared_nodes.ready()
+    return {"alpha": ready[SharedNodes.A1], "beta": ready[SharedNodes.B1]}
+
+
+@pytest.fixture(scope="module")
+def alpha_nodes(shared_nodes: SharedNodes) -> list[NodeProcess]:
+    """alpha's two shared nodes, running; each is the other's secondary."""
+    ready = shared_nodes.ready()
+    return [ready[SharedNodes.A1], ready[SharedNodes.A2]]
 
 
 @pytest.fixture(scope="module")

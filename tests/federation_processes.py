@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from pathlib import Path
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.endpoints import Endpoints
+from tests.waiting import wait_until
 
 
 def free_port(start: int = 28100, end: int = 28400) -> int:
@@ -135,18 +135,18 @@ class NodeProcess:
     def wait_registered(self, timeout_s: float = 240.0) -> None:
         from medusa_spark.deploy import wait_for_node
 
-        deadline = time.monotonic() + timeout_s
         with CatalogClient(self.catalog_url) as catalog:
-            while True:
+            def registered() -> bool:
                 if self.process is not None and self.process.poll() is not None:
                     raise RuntimeError(f"node {self.global_name} exited; see {self.log}")
                 try:
                     wait_for_node(catalog, self.global_name, 2.0, self._incarnation)
-                    return
                 except TimeoutError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"node {self.global_name} did not register; "
-                                           f"see {self.log}") from None
+                    return False
+                return True
+            # wait_for_node waits 2 s itself between the checks.
+            wait_until(f"node {self.global_name} registered (see {self.log})", registered,
+                       timeout_s, interval_s=0)
 
     def stop(self) -> None:
         if self.process is None:

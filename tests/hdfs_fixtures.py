@@ -17,6 +17,7 @@ from medusa.stack import processes
 from medusa.stack.components import java_binary
 from medusa.stack.hdfs import HdfsPorts, LocalHdfs, hdfs_libs
 from medusa.stack.layout import StackLayout
+from tests.waiting import wait_until
 
 PORT_BASES = range(18760, 18800, 10)  # six ports each, clear of the stack's other ports
 
@@ -57,11 +58,14 @@ def hdfs(tmp_path_factory: pytest.TempPathFactory, installed_hdfs: Path
         for command in cluster.commands():
             started.append(processes.start(command.name, command.command,
                                            home / f"{command.name}.log", command.env))
-        while not cluster.ready():
+        def ready() -> bool:
+            if cluster.ready():
+                return True
             dead = [p.log for p in started if not p.alive()]
             assert not dead, f"HDFS exited during start-up; see {dead}"
-            assert time.monotonic() - began < 120, f"HDFS not ready in 120 s; see {home}"
-            time.sleep(0.25)
+            return False
+
+        wait_until(f"HDFS ready (see {home})", ready, 120, interval_s=0.25)
         print(f"HDFS ready at {cluster.uri} in {time.monotonic() - began:.1f}s")
         yield cluster
     finally:

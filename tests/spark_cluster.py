@@ -19,7 +19,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import httpx
 
 from medusa.settings import StackSettings
+from tests.waiting import wait_until
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -147,25 +147,22 @@ class SparkStandalone:
         return state
 
     def _wait_registered(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        while True:
+        def registered() -> bool:
             for role, process in self._processes.items():
                 if process.poll() is not None:
                     raise RuntimeError(
                         f"Spark {role} exited with {process.returncode}; "
                         f"{self.log(role)} ends with:\n{_tail(self.log(role))}")
             try:
-                if self.master_state().get("aliveworkers", 0) >= 1:
-                    return
+                return bool(self.master_state().get("aliveworkers", 0) >= 1)
             except (httpx.HTTPError, ValueError):
-                pass  # the master's web UI is not up yet
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"no Spark worker registered with {self.master_url} within "
-                    f"{self.startup_timeout_s:.0f}s\nmaster log ({self.log('master')}):\n"
-                    f"{_tail(self.log('master'))}\nworker log ({self.log('worker')}):\n"
-                    f"{_tail(self.log('worker'))}")
-            time.sleep(0.5)
+                return False  # the master's web UI is not up yet
+
+        wait_until(lambda: (
+            f"a Spark worker registered with {self.master_url}\nmaster log "
+            f"({self.log('master')}):\n{_tail(self.log('master'))}\nworker log "
+            f"({self.log('worker')}):\n{_tail(self.log('worker'))}\n"),
+            registered, self.startup_timeout_s)
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM each process group (the worker's first), then SIGKILL what is left."""

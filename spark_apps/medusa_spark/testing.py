@@ -8,6 +8,11 @@ Its real writer collects the records it would write instead of producing them.
 
     outputs = run_network(spark, network, [[tuple_a, tuple_b, boundary_at(60_000)], ...])
     outputs["segment_stats"]  # the decoded results, with their type, id and stime
+
+A box on its own takes one call: each input port reads a stream named as the port.
+
+    found = run_box(spark, "filter", {"predicate": "speed > 0"},
+                    [[Tuple("in", at(1), report), boundary(60)]])
 """
 
 from __future__ import annotations
@@ -15,13 +20,16 @@ from __future__ import annotations
 import io
 import json
 import struct
+import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import fastavro
+import yaml
+from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     ArrayType,
@@ -34,10 +42,11 @@ from pyspark.sql.types import (
 from medusa.envelope import ID_HEADER, STIME_HEADER, TENTATIVE_HEADER, TYPE_HEADER
 from medusa.schemas import load_schema
 from medusa_spark.avro_types import record_schema, struct_of
+from medusa_spark.boxes.process import Processor
 from medusa_spark.fragment import FragmentOutput, FragmentWiring, build_fragment
 from medusa_spark.fragment_writer import FragmentWriter
 from medusa_spark.network.fragments import Fragment, fragments_of
-from medusa_spark.network.model import NetworkSpec
+from medusa_spark.network.model import NetworkSpec, parse_network
 from medusa_spark.network.validate import Plan, validate
 from medusa_spark.soutput import OutRecord
 from medusa_spark.streams import INPUT_HEADER, KafkaStream, wire_prefix
@@ -47,6 +56,15 @@ KAFKA_ROW = StructType([
     StructField("headers", ArrayType(StructType([
         StructField("key", StringType()), StructField("value", BinaryType())]))),
 ])
+
+
+BASE_MS = 86_400_000
+"""Where ``at`` puts 0 s: clear of stime 0, which Spark reads as "no watermark"."""
+
+
+def at(seconds: float) -> int:
+    """The stime ``seconds`` after ``BASE_MS``."""
+    return BASE_MS + round(seconds * 1000)
 
 
 @dataclass(frozen=True)
@@ -67,6 +85,11 @@ class Tuple:
 
 def boundary_at(stime: int, epoch: int | None = None) -> Tuple:
     return Tuple(None, stime, type="BOUNDARY", id=f"sunion/boundary/0/{stime}", epoch=epoch)
+
+
+def boundary(seconds: float, epoch: int | None = None) -> Tuple:
+    """The SUnion's BOUNDARY at ``at(seconds)``: every input has passed it."""
+    return boundary_at(at(seconds), epoch)
 
 
 @dataclass
@@ -225,3 +248,41 @@ def run_network(spark: SparkSession, network: NetworkSpec,
 def data(results: Sequence[Result]) -> list[Result]:
     """The results without the BOUNDARY records."""
     return [r for r in results if r.type != "BOUNDARY"]
+
+
+def network_of(boxes: Mapping[str, Mapping[str, Any]], arrows: Sequence[tuple[str, str]],
+               streams: Mapping[str, str], **options: Any) -> NetworkSpec:
+    """A network named ``t`` of one partition: ``streams`` maps each stream to its schema
+    (under schemas/), ``arrows`` are (from, to) pairs; ``options`` are network fields."""
+    return parse_network(yaml.safe_dump({
+        "name": "t", "partitions": 1, "trigger": "200 milliseconds",
+        "streams": {name: {"topic": f"in.{name}", "participant": "alpha", "schema": schema}
+                    for name, schema in streams.items()},
+        "boxes": dict(boxes), "arrows": [{"from": a, "to": b} for a, b in arrows],
+        **options}, sort_keys=False))
+
+
+def box_network(box_type: str, params: Mapping[str, Any] | None = None,
+                inputs: Mapping[str, str] | None = None) -> NetworkSpec:
+    """One box named ``box``; each of its input ports (``inputs``: port -> schema, by
+    default one port ``in`` of position reports) reads a stream named as the port."""
+    ports = dict(inputs or {"in": "position_report"})
+    return network_of({"box": {"type": box_type, "params": dict(params or {})}},
+                      [(port, f"box.{port}") for port in ports], ports)
+
+
+def run_box(spark: SparkSession, box_type: str, params: Mapping[str, Any] | None,
+            batches: Sequence[Sequence[Tuple]],
+            inputs: Mapping[str, str] | None = None) -> list[Result]:
+    """The results of one box (see ``box_network``) fed ``batches``, without the
+    BOUNDARY records."""
+    return data(run_network(spark, box_network(box_type, params, inputs), batches)["box"])
+
+
+def processor_path(processor: type[Processor]) -> str:
+    """``module:Class`` of a processor written in a test, for a process box's params.
+
+    Spark's Python workers do not import the test's module: it travels with the query by
+    value instead (the shipped processors are imported, as on a node)."""
+    cloudpickle.register_pickle_by_value(sys.modules[processor.__module__])
+    return f"{processor.__module__}:{processor.__qualname__}"

@@ -26,6 +26,7 @@ import pytest
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.settings import REPO_ROOT
+from tests.fragment_checks import runs
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.compose
@@ -179,7 +180,7 @@ def test_a_killed_node_container_is_taken_over(deployment: Deployment) -> None:
 
     def moved() -> bool:
         [now] = deployment.fragments()
-        return now.spec.get("node") != node and now.spec.get("phase") == "running"
+        return runs(now, away_from=node)
     wait_until(f"{fragment.name} taken over after {service} was killed", moved,
                at_most_s=180)
     deployment.container(service).start()  # rejoins as a new incarnation

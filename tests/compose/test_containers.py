@@ -6,13 +6,19 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from medusa.settings import REPO_ROOT
 from tests.containers import container_federation
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.compose
+
+
+def _record(message: Message | None) -> Message | None:
+    """The message when it is a record (not nothing, nor an error)."""
+    return message if message is not None and message.error() is None else None
 
 
 def test_the_container_federation_carries_records_and_keeps_schemas() -> None:
@@ -26,12 +32,10 @@ def test_the_container_federation_carries_records_and_keeps_schemas() -> None:
                                  "auto.offset.reset": "earliest"})
             consumer.subscribe([topic])
             try:
-                message = None
-                for _ in range(60):
-                    message = consumer.poll(1.0)
-                    if message is not None and message.error() is None:
-                        break
-                assert message is not None and message.value() == participant.encode()
+                message = wait_for(f"the record back from {participant}'s broker",
+                                   lambda c=consumer: _record(c.poll(1.0)), 60,
+                                   interval_s=0)
+                assert message.value() == participant.encode()
             finally:
                 consumer.close()
         registry = SchemaRegistryClient({"url": endpoints.registry_url})

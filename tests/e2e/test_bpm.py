@@ -21,6 +21,7 @@ from medusa.bpm.ledger import read_entries
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.contracts import accept, propose, revoke
+from medusa.jaeger_client import Trace
 from medusa.sensor_windows import OutputWatch, SteadyInput
 from medusa.settings import kafka_config
 from medusa_apps.bench.dpc_partition import wait_running
@@ -28,6 +29,7 @@ from medusa_spark.deploy import deploy, undeploy
 from medusa_spark.networks import network_yaml
 from tests.federation_processes import NodeProcess, federation_env, running
 from tests.fragment_checks import TAIL_S
+from tests.waiting import first_within, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -97,18 +99,22 @@ def bpm_run(federation, nodes, spark, registry_module, tmp_path_factory) -> Iter
                              SECONDS, open_ended=True)
         agents = [_agent(federation, run_dir, p) for p in ("alpha", "beta")]
         seen: list[str] = []
+        since = [time.monotonic()]
+
+        def stayed_on_beta() -> bool:
+            """Samples where the fragment runs; whether it stayed on beta long enough."""
+            if seen and seen[-1] == BETA_NODE and time.monotonic() - since[0] > STAYS_S:
+                return True
+            entry = catalog.get(Kind.FRAGMENTS, fragment)
+            node = str(entry.spec.get("node")) if entry else "-"
+            if not seen or seen[-1] != node:
+                seen.append(node)
+                since[0] = time.monotonic()
+            return False
+
         try:
             steady.start()
-            deadline = time.monotonic() + 240
-            since = time.monotonic()
-            while time.monotonic() < deadline and not (
-                    seen and seen[-1] == BETA_NODE and time.monotonic() - since > STAYS_S):
-                entry = catalog.get(Kind.FRAGMENTS, fragment)
-                node = str(entry.spec.get("node")) if entry else "-"
-                if not seen or seen[-1] != node:
-                    seen.append(node)
-                    since = time.monotonic()
-                time.sleep(0.5)
+            first_within(stayed_on_beta, 240)  # the checks below say where it went
             expected = steady.finish(TAIL_S)
             watch.wait_for(results_topic, set(expected), timeout_s=240)
             watch.stop()
@@ -161,19 +167,16 @@ def test_the_move_is_one_trace_from_the_offer_to_the_first_output(bpm_run: BpmRu
 
     root_name = f"move {bpm_run.fragment}"
     stages = ["offer", "accept", "hand-over", f"takeover {bpm_run.fragment}", "first output"]
-    deadline = time.monotonic() + 90
     seen: list[list[str]] = []
-    while time.monotonic() < deadline:
+
+    def complete() -> Trace | None:
         found = [t for t in recent(federation.jaeger_query_url, "move", 10, 3600)
                  if any(r.name == root_name for r in roots(t))]
-        seen = [sorted(s.name for s in t.spans) for t in found]
-        complete = [t for t in found if all(t.named(stage) for stage in stages)]
-        if complete:
-            break
-        time.sleep(2)
-    else:
-        raise AssertionError(f"no move trace of {bpm_run.fragment} with {stages}: {seen}")
-    trace = complete[0]
+        seen[:] = [sorted(s.name for s in t.spans) for t in found]
+        return next((t for t in found if all(t.named(stage) for stage in stages)), None)
+
+    trace = wait_for(lambda: f"a move trace of {bpm_run.fragment} with {stages} (found {seen})",
+                     complete, 90, interval_s=2)
     [root] = roots(trace)
     assert root.service == "medusa-bpm"
     for stage in ("offer", "accept", "hand-over"):

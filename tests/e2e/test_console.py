@@ -251,11 +251,6 @@ def test_a_fragment_scaled_from_the_page_runs_as_that_many_instances(
     assert console.errors == []
 
 
-@pytest.fixture(scope="module")
-def beta_node(shared_nodes: SharedNodes) -> NodeProcess:
-    return shared_nodes.ready()[SharedNodes.B1]
-
-
 def test_a_partition_shows_up_failure_then_stable(
         console: Console, federation, beta_node, links: Links, spark, registry_module) -> None:
     with CatalogClient(federation.catalog_url) as catalog, deployed_pair(

@@ -21,7 +21,7 @@ import pytest
 from medusa.catalog.client import CatalogClient
 from medusa.stable_view import stable_view
 from medusa_apps.bench.dpc_partition import Fault, ScenarioRun, deployed_pair, run_scenario
-from tests.federation_processes import NodeProcess, SharedNodes, federation_env
+from tests.federation_processes import federation_env
 
 pytestmark = pytest.mark.e2e
 
@@ -35,12 +35,7 @@ SLOW_LINK = (10.0, 10.0, 500)
 
 
 @pytest.fixture(scope="module")
-def node(shared_nodes: SharedNodes) -> NodeProcess:
-    return shared_nodes.ready()[SharedNodes.B1]
-
-
-@pytest.fixture(scope="module")
-def dpc_run(federation, node, links, spark, registry_module) -> Iterator[ScenarioRun]:
+def dpc_run(federation, beta_node, links, spark, registry_module) -> Iterator[ScenarioRun]:
     at, for_s, latency_ms = SLOW_LINK
     faults = [Fault("partition alpha-beta", *SHORT_CUT, lambda: links.partition("alpha", "beta"),
                     lambda: links.heal("alpha", "beta")),
@@ -48,7 +43,7 @@ def dpc_run(federation, node, links, spark, registry_module) -> Iterator[Scenari
                     lambda: links.slow("alpha", "beta", latency_ms),
                     lambda: links.heal("alpha", "beta"))]
     with CatalogClient(federation.catalog_url) as catalog, deployed_pair(
-            federation, registry_module, spark, catalog, node.global_name, BOUND) as (
+            federation, registry_module, spark, catalog, beta_node.global_name, BOUND) as (
             network, topic):
         yield run_scenario(federation, registry_module, federation.catalog_url, network, topic,
                            SECONDS, faults)

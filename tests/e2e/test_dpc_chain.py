@@ -17,7 +17,6 @@ from medusa.envelope import TupleType
 from medusa.sensor_windows import chain_reference
 from medusa_apps.bench.dpc_partition import Fault, ScenarioRun, deployed, run_scenario
 from medusa_spark.networks import chain_network_yaml
-from tests.federation_processes import NodeProcess, SharedNodes
 
 pytestmark = pytest.mark.e2e
 
@@ -32,14 +31,10 @@ ends once alpha has written tentative results."""
 
 
 @pytest.fixture(scope="module")
-def nodes(shared_nodes: SharedNodes) -> dict[str, NodeProcess]:
-    ready = shared_nodes.ready()
-    return {"alpha": ready[SharedNodes.A1], "beta": ready[SharedNodes.B1]}
-
-
-@pytest.fixture(scope="module")
-def chain_run(federation, nodes, links, spark, registry_module) -> Iterator[ScenarioRun]:
-    upstream, downstream = nodes["beta"].global_name, nodes["alpha"].global_name
+def chain_run(federation, alpha_beta_nodes, links, spark, registry_module
+              ) -> Iterator[ScenarioRun]:
+    upstream = alpha_beta_nodes["beta"].global_name
+    downstream = alpha_beta_nodes["alpha"].global_name
     placement = {"merged": upstream, "per_sensor": upstream, "per_sensor_20s": downstream}
     cut = Fault("beta loses alpha", *CUT,
                 lambda: links.partition("alpha", "beta", one_way=True),

@@ -20,7 +20,6 @@ from medusa_apps.bench.dpc_partition import (
     deployed_pair,
     run_scenario,
 )
-from tests.federation_processes import NodeProcess, SharedNodes
 
 pytestmark = pytest.mark.e2e
 
@@ -37,17 +36,12 @@ KILL_AFTER_S = 3.0
 
 
 @pytest.fixture(scope="module")
-def node(shared_nodes: SharedNodes) -> NodeProcess:
-    return shared_nodes.ready()[SharedNodes.B1]
-
-
-@pytest.fixture(scope="module")
 def restarts() -> list[int]:
     return []
 
 
 @pytest.fixture(scope="module")
-def sequence_run(federation, node, links, spark, registry_module,
+def sequence_run(federation, beta_node, links, spark, registry_module,
                  restarts) -> Iterator[ScenarioRun]:
     def cut() -> None:
         links.partition("alpha", "beta")
@@ -59,14 +53,14 @@ def sequence_run(federation, node, links, spark, registry_module,
         cut()
 
         def kill_and_restart() -> None:
-            node.kill()
-            node.start()
+            beta_node.kill()
+            beta_node.start()
             restarts.append(_now_ms())
 
         threading.Timer(KILL_AFTER_S, kill_and_restart).start()
 
     with CatalogClient(federation.catalog_url) as catalog, deployed_pair(
-            federation, registry_module, spark, catalog, node.global_name, BOUND) as (
+            federation, registry_module, spark, catalog, beta_node.global_name, BOUND) as (
             network, topic):
         fragments = [e.name for e in catalog.list(Kind.FRAGMENTS, network=network)]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -17,6 +16,8 @@ from medusa.catalog.model import Kind
 from medusa.jaeger_client import wait_for_trace
 from medusa_apps.failover import FailoverOutcome, run_failover
 from tests.federation_processes import NodeProcess, SharedNodes, federation_env
+from tests.fragment_checks import runs
+from tests.waiting import first_within
 
 pytestmark = pytest.mark.e2e
 
@@ -144,14 +145,9 @@ def test_a_node_declared_dead_that_comes_back_is_fenced(
 
         def pause_until_replaced() -> None:
             paused.signal(signal.SIGSTOP)
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                moved = [e for e in catalog.list(Kind.FRAGMENTS)
-                         if e.name.startswith("alpha/ha-pas") and e.spec["node"] == A2
-                         and e.spec.get("phase") == "running"]
-                if len(moved) == 2:
-                    break
-                time.sleep(0.5)
+            first_within(lambda: len([e for e in catalog.list(Kind.FRAGMENTS)
+                                      if e.name.startswith("alpha/ha-pas")
+                                      and runs(e, on=A2)]) == 2, 120)
             paused.signal(signal.SIGCONT)  # back, with its queries mid-batch
 
         outcome = run_failover(federation, registry_module, spark, catalog, "passive", A1,

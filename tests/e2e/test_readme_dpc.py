@@ -35,7 +35,8 @@ from medusa.settings import REPO_ROOT, kafka_config
 from medusa.stable_view import stable_view
 from medusa.trace_view import recent, roots
 from tests.federation_processes import federation_env
-from tests.waiting import wait_until
+from tests.fragment_checks import wait_network_running
+from tests.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -134,15 +135,16 @@ def _stable_results(config: dict, registry, topic: str, read_s: float = 300.0) -
 def _caught_up(config: dict, registry, topic: str, quiet_s: float, timeout_s: float) -> None:
     """Waits until ``topic``'s stable view has results and gained none for ``quiet_s``."""
     last, since = -1, time.monotonic()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def quiet() -> bool:
+        nonlocal last, since
         count = _stable_results(config, registry, topic)
         if count != last:
             last, since = count, time.monotonic()
-        elif count > 0 and time.monotonic() - since >= quiet_s:
-            return
-        time.sleep(1.0)
-    raise TimeoutError(f"{topic} did not catch up within {timeout_s:.0f}s ({last} results)")
+            return False
+        return count > 0 and time.monotonic() - since >= quiet_s
+
+    wait_until(lambda: f"{topic} caught up ({last} results)", quiet, timeout_s, interval_s=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +182,7 @@ def walk(federation, shared_nodes, registry_module, tmp_path_factory) -> Iterato
                 wait_until("beta/node-1 is up", lambda: _node_up(catalog, "beta/node-1"), 240)
             elif name[:2] == ["medusa", "deploy"]:
                 network = CHECK if "--name" in command else NETWORK
-                wait_until(f"{network} runs", lambda n=network: (
-                    (_fragment(catalog, n) or {}).get("phase") == "running"), 240)
+                wait_network_running(catalog, network, timeout_s=240)
             elif name[:3] == ["medusa", "produce", "sensors"] and "beta" in command:
                 wait_until("the first window came out", lambda: _stable_results(
                     beta, registry_module, OUTPUT, read_s=15.0) > 0, 240)
@@ -316,14 +317,13 @@ def test_the_partition_is_one_trace_from_the_delay_to_rec_done(walk: Walk, feder
 def _partition_trace(query_url: str, network: str, spans: list[str],
                      timeout_s: float = 90.0) -> Trace:
     """The newest partition trace of a fragment of ``network`` with every span named."""
-    deadline = time.monotonic() + timeout_s
     seen: list[list[str]] = []
-    while time.monotonic() < deadline:
+
+    def complete() -> Trace | None:
         found = [t for t in recent(query_url, "partition", 10, 3600)
                  if any(r.name.startswith(f"up-failure {network}/") for r in roots(t))]
-        seen = [sorted(s.name.split(" ")[0] for s in t.spans) for t in found]
-        complete = [t for t in found if all(t.named(name) for name in spans)]
-        if complete:
-            return complete[0]
-        time.sleep(2)
-    raise AssertionError(f"no partition trace of {network} with {spans}; found {seen}")
+        seen[:] = [sorted(s.name.split(" ")[0] for s in t.spans) for t in found]
+        return next((t for t in found if all(t.named(name) for name in spans)), None)
+
+    return wait_for(lambda: f"a partition trace of {network} with {spans} (found {seen})",
+                    complete, timeout_s, interval_s=2)

@@ -33,15 +33,16 @@ from medusa.trace_view import recent, roots
 from medusa_spark.deploy import deploy, undeploy
 from medusa_spark.networks import network_yaml
 from medusa_spark.scaling import ScaleError, ScaleResult, instances_of, scale
-from tests.federation_processes import NodeProcess, SharedNodes, federation_env
+from tests.federation_processes import SharedNodes, federation_env
 from tests.fragment_checks import (
     TAIL_S,
     assert_exactly_once,
     wait_first_result,
+    wait_fragment_running,
     wait_network_running,
     wait_result_after,
 )
-from tests.waiting import wait_until
+from tests.waiting import first_within
 
 pytestmark = pytest.mark.e2e
 
@@ -66,22 +67,16 @@ class ScaledRun:
 
 
 @pytest.fixture(scope="module")
-def nodes(shared_nodes: SharedNodes) -> list[NodeProcess]:
-    ready = shared_nodes.ready()  # each the other's secondary
-    return [ready[name] for name in NODES]
-
-
-@pytest.fixture(scope="module")
-def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]:
+def scaled_run(federation, alpha_nodes, spark, registry_module) -> Iterator[ScaledRun]:
     name = f"scaled-{uuid.uuid4().hex[:6]}"
     prefix = f"{name}."
     network = f"alpha/{name}"
     alpha = client_config(federation.bootstrap("alpha"))
     results_topic = f"{prefix}medusa.{name}.per_sensor"
-    log_sizes = [node.log_size() for node in nodes]
+    log_sizes = [node.log_size() for node in alpha_nodes]
     try:
         with CatalogClient(federation.catalog_url) as catalog:
-            first = nodes[0].global_name
+            first = alpha_nodes[0].global_name
             deploy(network_yaml(name, prefix, box_participant="alpha"), name, federation,
                    registry_module, spark, catalog, {"plausible": first, "per_sensor": first},
                    report=lambda _: None)
@@ -93,7 +88,7 @@ def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]
             steady.start()
             wait_first_result(watch, results_topic)
             steps, instances = [], []
-            both = [n.global_name for n in nodes]
+            both = [n.global_name for n in alpha_nodes]
             steps.append(scale(catalog, federation, fragment, 2, both, report=lambda _: None))
             instances.append(_instances(catalog, network, fragment))
             by_partition = [bool(e.spec["instance"]["by_partition"])
@@ -101,9 +96,11 @@ def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]
             wait_result_after(watch, results_topic)
             # One instance's node dies: the instance is restored on the other node.
             victim = next(e for e in instances_of(catalog, network, fragment.rsplit("/")[-1])
-                          if e.spec["node"] == nodes[1].global_name)
-            nodes[1].kill()
-            restored_on = _wait_moved(catalog, victim.name, nodes[1].global_name)
+                          if e.spec["node"] == alpha_nodes[1].global_name)
+            alpha_nodes[1].kill()
+            restored_on = str(wait_fragment_running(
+                catalog, victim.name, away_from=alpha_nodes[1].global_name,
+                timeout_s=120).spec["node"])
             wait_result_after(watch, results_topic)
             steps.append(scale(catalog, federation, fragment, 1, [first],
                                report=lambda _: None))
@@ -111,34 +108,22 @@ def scaled_run(federation, nodes, spark, registry_module) -> Iterator[ScaledRun]
             expected = steady.finish(TAIL_S)
             watch.wait_for(results_topic, set(expected), timeout_s=300)
             watch.stop()
-            nodes[1].start().wait_registered()  # back for the tests after this one
+            alpha_nodes[1].start().wait_registered()  # back for the tests after this one
             yield ScaledRun(expected, [(a.tuple_id, a.value, a.appended_ms)
                                        for a in watch.arrivals[results_topic]],
                             steps, instances, restored_on, by_partition,
                             "\n".join(n.log_since(size)
-                                      for n, size in zip(nodes, log_sizes, strict=True)))
+                                      for n, size in zip(alpha_nodes, log_sizes, strict=True)))
             undeploy(catalog, network, report=lambda _: None)
     finally:
-        if nodes[1].process is None:
-            nodes[1].start().wait_registered()
+        if alpha_nodes[1].process is None:
+            alpha_nodes[1].start().wait_registered()
 
 
 def _instances(catalog: CatalogClient, network: str, fragment: str
                ) -> list[tuple[str, str, str]]:
     return [(e.name, e.spec["node"], e.spec.get("phase", ""))
             for e in instances_of(catalog, network, fragment.rsplit("/")[-1])]
-
-
-def _wait_moved(catalog: CatalogClient, name: str, away_from: str, timeout_s: float = 120
-                ) -> str:
-    def moved() -> bool:
-        entry = catalog.get(Kind.FRAGMENTS, name)
-        return entry is not None and entry.spec["node"] != away_from and \
-            entry.spec.get("phase") == "running"
-    wait_until(f"{name} restored away from {away_from}", moved, timeout_s)
-    entry = catalog.get(Kind.FRAGMENTS, name)
-    assert entry is not None
-    return str(entry.spec["node"])
 
 
 def test_every_result_reaches_the_output_exactly_once(scaled_run) -> None:
@@ -229,12 +214,12 @@ def _row(value: dict) -> str:
 
 
 def test_linear_road_statistics_scaled_out_and_in_equal_the_reference(
-        federation, nodes, spark, registry_module, kafka_config) -> None:
+        federation, alpha_nodes, spark, registry_module, kafka_config) -> None:
     name = f"lrstats-{uuid.uuid4().hex[:6]}"
     prefix = f"{name}."
     network = f"alpha/{name}"
     expected = compute(r for _, rs in TrafficSimulation(LR_PROFILE).run() for r in rs)
-    first = nodes[0].global_name
+    first = alpha_nodes[0].global_name
     with CatalogClient(federation.catalog_url) as catalog:
         deploy(_statistics_network(name, prefix), name, federation, registry_module, spark,
                catalog, {"car_speeds": first, "segment_stats": first}, report=lambda _: None)
@@ -252,7 +237,7 @@ def test_linear_road_statistics_scaled_out_and_in_equal_the_reference(
             feeder = threading.Thread(target=publish, daemon=True)
             feeder.start()
             time.sleep(10)  # state to split: the first minute's cars
-            scale(catalog, federation, fragment, 2, [n.global_name for n in nodes],
+            scale(catalog, federation, fragment, 2, [n.global_name for n in alpha_nodes],
                   report=lambda _: None)
             # Reports are keyed by car, not by segment: each instance reads them all and
             # keeps its segments' rows.
@@ -264,13 +249,15 @@ def test_linear_road_statistics_scaled_out_and_in_equal_the_reference(
             assert not feeder.is_alive(), "the traffic did not finish"
             topic = prefix + "linear-road.segment-statistics"
             want = Counter(_row(row) for row in expected.segment_statistics)
-            deadline = time.monotonic() + 240
-            while True:
+            got, ids = Counter[str](), list[str]()
+
+            def complete() -> bool:
+                nonlocal got, ids
                 got_rows, ids = _statistics(kafka_config, registry_module, topic)
                 got = Counter(got_rows)
-                if got == want or time.monotonic() > deadline:
-                    break
-                time.sleep(2)
+                return got == want
+
+            first_within(complete, 240, interval_s=2)  # the checks below say what differs
             duplicated = [i for i, n in Counter(ids).items() if n > 1]
             assert not duplicated, f"statistics written twice: {duplicated[:5]}"
             missing, extra = want - got, got - want
@@ -299,8 +286,21 @@ def _autoscale_once(env: dict[str, str], *options: str) -> str:
     return done.stdout
 
 
+def _autoscale_until(env: dict[str, str], said: str, *options: str) -> str:
+    """``medusa autoscale --once`` again until it says ``said`` (180 s at most); what it
+    said last."""
+    out = [""]
+
+    def says_it() -> bool:
+        out[0] = _autoscale_once(env, *options)
+        return said in out[0]
+
+    first_within(says_it, 180, interval_s=0)
+    return out[0]
+
+
 def test_autoscale_scales_a_bottleneck_out_and_an_idle_fragment_in_with_a_trace_each(
-        federation, nodes, spark, registry_module, tmp_path) -> None:
+        federation, alpha_nodes, spark, registry_module, tmp_path) -> None:
     name = f"auto-{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
     env = {**federation_env(federation, tmp_path), "COLUMNS": "200"}
@@ -309,32 +309,32 @@ def test_autoscale_scales_a_bottleneck_out_and_an_idle_fragment_in_with_a_trace_
     text = network_yaml(name, f"{name}.", box_participant="alpha", trigger="100 milliseconds")
     with CatalogClient(federation.catalog_url) as catalog:
         deploy(text, name, federation, registry_module, spark, catalog,
-               {"plausible": nodes[0].global_name, "per_sensor": nodes[0].global_name},
+               {"plausible": alpha_nodes[0].global_name, "per_sensor": alpha_nodes[0].global_name},
                report=lambda _: None)
         steady = SteadyInput(alpha, registry_module, f"{name}.sensors.readings", SENSORS, 200)
         try:
             wait_network_running(catalog, network)
             steady.start()
             fragment = catalog.list(Kind.FRAGMENTS, network=network)[0].name
-            out = ""
-            deadline = time.monotonic() + 180
-            while f"{fragment}: 1 -> 2 instance(s)" not in out and time.monotonic() < deadline:
-                out = _autoscale_once(env, "--out-after", "5", "--cooldown", "0")
+            out = _autoscale_until(env, f"{fragment}: 1 -> 2 instance(s)",
+                                   "--out-after", "5", "--cooldown", "0")
             assert f"{fragment}: 1 -> 2 instance(s)" in out, out
             assert len(instances_of(catalog, network, fragment.rsplit("/")[-1])) == 2
-            deadline = time.monotonic() + 180
-            while f"{fragment}: 2 -> 1 instance(s)" not in out and time.monotonic() < deadline:
-                # Reported by both nodes, each instance needs less than 100 slots: idle.
-                out = _autoscale_once(env, "--out-after", "100000", "--in-below", "100",
-                                      "--in-after", "0", "--cooldown", "0")
+            # Reported by both nodes, each instance needs less than 100 slots: idle.
+            out = _autoscale_until(env, f"{fragment}: 2 -> 1 instance(s)",
+                                   "--out-after", "100000", "--in-below", "100",
+                                   "--in-after", "0", "--cooldown", "0")
             assert f"{fragment}: 2 -> 1 instance(s)" in out, out
             assert len(instances_of(catalog, network, fragment.rsplit("/")[-1])) == 1
             found: list[str] = []
-            deadline = time.monotonic() + 60
-            while len(found) < 2 and time.monotonic() < deadline:
-                found = [r.name for t in recent(federation.jaeger_query_url, "autoscale", 20, 900)
-                         for r in roots(t) if r.name.endswith(fragment)]
-                time.sleep(2)
+
+            def both_traced() -> bool:
+                found[:] = [r.name for t in recent(federation.jaeger_query_url, "autoscale",
+                                                   20, 900)
+                            for r in roots(t) if r.name.endswith(fragment)]
+                return len(found) >= 2
+
+            first_within(both_traced, 60, interval_s=2)
             assert sorted(found) == [f"autoscale in {fragment}", f"autoscale out {fragment}"], \
                 found
         finally:

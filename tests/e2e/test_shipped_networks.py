@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 from datetime import datetime
 
@@ -15,15 +14,15 @@ import pytest
 import yaml
 
 from medusa.catalog.client import CatalogClient
-from medusa.catalog.model import Kind
 from medusa.consuming import TupleConsumer
 from medusa.envelope import TupleType
 from medusa.sensor_windows import WINDOW_MS, reference
 from medusa.sensors import SensorReading
 from medusa.settings import REPO_ROOT, kafka_config
 from medusa.stable_view import StableView
-from tests.federation_processes import NodeProcess, SharedNodes, federation_env
-from tests.waiting import wait_until
+from tests.federation_processes import federation_env
+from tests.fragment_checks import wait_network_running
+from tests.waiting import first_within
 
 pytestmark = pytest.mark.e2e
 
@@ -38,12 +37,6 @@ ROUNDS = 25
 def test_every_shipped_network_has_a_deployment_test() -> None:
     shipped = {path.name for path in SHIPPED.glob("*.yaml")}
     assert shipped == set(INPUTS) | set(DEPLOYED_BY_OTHER_TESTS)
-
-
-@pytest.fixture(scope="module")
-def nodes(shared_nodes: SharedNodes) -> dict[str, NodeProcess]:
-    ready = shared_nodes.ready()
-    return {"alpha": ready[SharedNodes.A1], "beta": ready[SharedNodes.B1]}
 
 
 def _medusa(env: dict[str, str], *args: str) -> str:
@@ -82,7 +75,7 @@ def _reading(value: dict) -> SensorReading:
 
 @pytest.mark.parametrize("network_file", sorted(INPUTS))
 def test_a_shipped_network_deploys_with_default_placement_and_answers(
-        network_file, nodes, federation, registry, tmp_path) -> None:
+        network_file, alpha_beta_nodes, federation, registry, tmp_path) -> None:
     raw = yaml.safe_load((SHIPPED / network_file).read_text())
     prefix = f"shipped{uuid.uuid4().hex[:6]}."
     raw["topic_prefix"] = prefix  # the run's own topics; the network is as shipped
@@ -100,9 +93,7 @@ def test_a_shipped_network_deploys_with_default_placement_and_answers(
     assert f"under contract alpha/{contract}" in deployed, deployed
     with CatalogClient(federation.catalog_url) as catalog:
         try:
-            wait_until(f"every fragment of {name} runs", lambda: all(
-                e.spec.get("phase") == "running"
-                for e in catalog.list(Kind.FRAGMENTS, network=name)), 240)
+            wait_network_running(catalog, name, timeout_s=240)
             output = f"{prefix}medusa.{raw['name']}.per_sensor"
             outputs = kafka_config(federation.bootstrap("beta"))
             # Every input at once and in real time, as sensors send: an input whose
@@ -133,12 +124,15 @@ def test_a_shipped_network_deploys_with_default_placement_and_answers(
             view = StableView()
             with TupleConsumer(outputs, registry, [output],
                                f"shipped-{uuid.uuid4().hex[:6]}") as consumer:
-                deadline = time.monotonic() + 180
-                while not set(expected) <= {r.tuple_id for r in view.stable} and \
-                        time.monotonic() < deadline:
+                def complete() -> bool:
+                    if set(expected) <= {r.tuple_id for r in view.stable}:
+                        return True
                     consumed = consumer.poll(1.0)
                     if consumed is not None:
                         view.apply(consumed.record)
+                    return False
+
+                first_within(complete, 180, interval_s=0)  # poll waits; checks below say
             got = {r.tuple_id: dict(r.value) for r in view.stable}
             for key, value in expected.items():
                 assert key in got, f"{key} missing; got {sorted(got)}"

@@ -24,6 +24,7 @@ from medusa_spark.networks import network_yaml
 from tests.federation_processes import NodeProcess, running
 from tests.fragment_checks import wait_network_running
 from tests.spark_cluster import SparkStandalone
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -53,11 +54,13 @@ def _move_all(catalog: CatalogClient, network: str, target: str) -> None:
 
 def _until(condition: Callable[[], Any], what: str, steady: SteadyInput) -> None:
     """Until ``condition()`` holds; the input keeps flowing meanwhile."""
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
+    def observed() -> bool:
+        if condition():
+            return True
         assert steady.error is None, steady.error
-        assert time.monotonic() < deadline, f"not observed within {WAIT_S:.0f}s: {what}"
-        time.sleep(0.5)
+        return False
+
+    wait_until(what, observed, WAIT_S)
 
 
 @dataclass

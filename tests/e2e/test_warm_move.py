@@ -17,7 +17,7 @@ from medusa.sensor_windows import OutputWatch, SteadyInput
 from medusa.settings import kafka_config
 from medusa_spark.deploy import MoveResult, deploy, move, resolve_fragment, undeploy
 from medusa_spark.networks import network_yaml
-from tests.federation_processes import NodeProcess, SharedNodes
+from tests.federation_processes import SharedNodes
 from tests.fragment_checks import (
     TAIL_S,
     assert_exactly_once,
@@ -34,12 +34,6 @@ SECONDS = 20
 NODES = (SharedNodes.A1, SharedNodes.A2)
 
 
-@pytest.fixture(scope="module")
-def nodes(shared_nodes: SharedNodes) -> list[NodeProcess]:
-    ready = shared_nodes.ready()
-    return [ready[name] for name in NODES]
-
-
 @dataclass
 class WarmRun:
     expected: dict[str, dict]
@@ -51,13 +45,13 @@ class WarmRun:
 
 
 @pytest.fixture(scope="module")
-def warm_run(federation, nodes, spark, registry_module) -> Iterator[WarmRun]:
+def warm_run(federation, alpha_nodes, spark, registry_module) -> Iterator[WarmRun]:
     name = f"warm-{uuid.uuid4().hex[:6]}"
     prefix = f"{name}."
     alpha = kafka_config(federation.bootstrap("alpha"))
     results_topic = f"{prefix}medusa.{name}.per_sensor"
     box = f"alpha/{name}/per_sensor"
-    log_sizes = [node.log_size() for node in nodes]
+    log_sizes = [node.log_size() for node in alpha_nodes]
     with CatalogClient(federation.catalog_url) as catalog:
         deploy(network_yaml(name, prefix, box_participant="alpha"), name, federation,
                registry_module, spark, catalog,
@@ -78,7 +72,7 @@ def warm_run(federation, nodes, spark, registry_module) -> Iterator[WarmRun]:
             watch.wait_for(results_topic, set(expected), timeout_s=300)
             watch.stop()
             logs = "\n".join(node.log_since(size)
-                             for node, size in zip(nodes, log_sizes, strict=True))
+                             for node, size in zip(alpha_nodes, log_sizes, strict=True))
             yield WarmRun(expected, [(a.tuple_id, a.value, a.appended_ms)
                                      for a in watch.arrivals[results_topic]],
                           moves, checkpoints, logs)

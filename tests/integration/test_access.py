@@ -4,14 +4,13 @@ contracts and placements by the stack's catalog, and tokens on the catalog and r
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from medusa import contracts, credentials
@@ -23,7 +22,7 @@ from medusa.stack.components import authorizer_log
 from medusa.stack.layout import StackLayout
 from medusa.topics import ensure_topics
 from medusa_spark.networks import network_yaml
-from tests.waiting import wait_until
+from tests.waiting import first_within, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +39,11 @@ def as_participant(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
     return act
 
 
+def _record(message: Message | None) -> Message | None:
+    """The message when it is a record (not nothing, nor an error)."""
+    return message if message is not None and message.error() is None else None
+
+
 def _read(bootstrap: str, topic: str, timeout_s: float = 10.0) -> bytes | None:
     """The first record of the topic; None if none came (a refused fetch is not reported
     to an assigned consumer, so ``_refused`` asks for the topic's metadata instead)."""
@@ -47,12 +51,8 @@ def _read(bootstrap: str, topic: str, timeout_s: float = 10.0) -> bytes | None:
                                                  "enable.auto.commit": False}))
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                return message.value()
-        return None
+        message = first_within(lambda: _record(consumer.poll(0.5)), timeout_s, interval_s=0)
+        return None if message is None else message.value()
     finally:
         consumer.close()
 

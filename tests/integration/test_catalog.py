@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from medusa.catalog.client import CatalogClient, CatalogError, ConflictError
 from medusa.catalog.model import Kind
 from tests.federation_processes import CatalogProcess
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -180,8 +180,9 @@ def test_nothing_acknowledged_is_lost_when_the_service_is_killed_under_writes(
 
     writer = threading.Thread(target=write)
     writer.start()
-    while len(acknowledged) < 40 or sum(acknowledged.values()) < 200:
-        time.sleep(0.05)
+    wait_until(lambda: f"200 acknowledged writes on 40 nodes (only {acknowledged})",
+               lambda: len(acknowledged) >= 40 and sum(acknowledged.values()) >= 200,
+               120, interval_s=0.05)
     catalog_process.kill()
     stop.set()
     writer.join(30)

@@ -8,7 +8,6 @@ writes that checkpoint and a local one alike. Needs no Kafka: not the shared sta
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,11 @@ import pytest
 
 from medusa.stack.hdfs import LocalHdfs
 from medusa_spark import checkpoint_store as store
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-
-
 
 
 def _run_until(spark: Any, checkpoint: str, batches: int) -> list[tuple[int, int, int]]:
@@ -37,12 +35,13 @@ def _run_until(spark: Any, checkpoint: str, batches: int) -> list[tuple[int, int
     query = (counts.writeStream.outputMode("complete").foreachBatch(collect)
              .option("checkpointLocation", checkpoint)
              .trigger(processingTime="500 milliseconds").start())
+
+    def done() -> bool:
+        assert query.exception() is None, query.exception()
+        return len(seen) >= batches
+
     try:
-        deadline = time.monotonic() + 180
-        while len(seen) < batches:
-            assert query.exception() is None, query.exception()
-            assert time.monotonic() < deadline, f"only {seen} in 180 s"
-            time.sleep(0.2)
+        wait_until(lambda: f"{batches} batches (only {seen})", done, 180, interval_s=0.2)
     finally:
         query.stop()
     rows = {p["batchId"]: p["numInputRows"] for p in query.recentProgress}

@@ -16,17 +16,24 @@ from confluent_kafka.admin import AdminClient
 from medusa.settings import kafka_config
 from medusa.topics import ensure_topics
 from tests.federation_processes import federation_env
+from tests.waiting import first_within
 
 pytestmark = pytest.mark.integration
 
 
 def _values(consumer: Consumer, wanted: int, within_s: float) -> list[bytes]:
+    """What came within ``within_s``, once ``wanted`` came (the test's checks tell the rest)."""
     values: list[bytes] = []
-    deadline = time.monotonic() + within_s
-    while len(values) < wanted and time.monotonic() < deadline:
+
+    def enough() -> bool:
+        if len(values) >= wanted:
+            return True
         message = consumer.poll(0.2)
         if message is not None and message.error() is None:
             values.append(message.value())
+        return False
+
+    first_within(enough, within_s, interval_s=0)  # poll waits
     return values
 
 

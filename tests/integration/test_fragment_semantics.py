@@ -14,8 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-import yaml
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Message, Producer
 
 from medusa.consuming import TupleConsumer
 from medusa.envelope import Envelope, TupleType
@@ -24,18 +23,21 @@ from medusa.schemas import load_schema
 from medusa.settings import kafka_config
 from medusa.topics import dead_letter_topic
 from medusa_spark.local_run import LocalNetworkRun
-from medusa_spark.network.model import NetworkSpec, parse_network
-from medusa_spark.testing import Result, Tuple, boundary_at, data, run_network
+from medusa_spark.network.model import NetworkSpec
+from medusa_spark.testing import (
+    BASE_MS,
+    Result,
+    Tuple,
+    at,
+    boundary,
+    boundary_at,
+    data,
+    network_of,
+    run_network,
+)
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
-
-SECOND = 1000
-BASE_MS = 86_400_000  # clear of stime 0, which Spark reads as "no watermark"
-
-
-def at(seconds: float) -> int:
-    return BASE_MS + round(seconds * SECOND)
-
 
 def report(seconds: float, vid: int, speed: int = 50, seg: int = 1, input_: str = "reports",
            kind: str = "STABLE") -> Tuple:
@@ -44,17 +46,10 @@ def report(seconds: float, vid: int, speed: int = 50, seg: int = 1, input_: str 
                                        "pos": seg * 5280}, type=kind)
 
 
-def boundary(seconds: float) -> Tuple:
-    return boundary_at(at(seconds))
-
-
 def network(boxes: dict[str, Any], arrows: list[dict[str, str]],
             inputs: tuple[str, ...] = ("reports",)) -> NetworkSpec:
-    streams = {name: {"topic": f"in.{name}", "participant": "alpha",
-                      "schema": "position_report"} for name in inputs}
-    return parse_network(yaml.safe_dump({
-        "name": "t", "partitions": 1, "trigger": "200 milliseconds", "streams": streams,
-        "boxes": boxes, "arrows": arrows}, sort_keys=False))
+    return network_of(boxes, [(a["from"], a["to"]) for a in arrows],
+                      dict.fromkeys(inputs, "position_report"))
 
 
 START_S = "CAST((unix_millis(window_start) - 86400000) DIV 1000 AS INT)"
@@ -191,16 +186,18 @@ def test_undecodable_input_goes_to_the_dead_letter_topic(spark, federation, regi
     reader = Consumer(kafka_config(federation.bootstrap(), {
         "group.id": f"t-{uuid.uuid4()}", "auto.offset.reset": "earliest"}))
     reader.subscribe([dead_letter_topic(run.topic("reports"))])
-    letters = []
-    for _ in range(30):
+
+    def letter() -> Message | None:
         message = reader.poll(1.0)
-        if message is not None and message.error() is None:
-            letters.append(message)
-            break
-    reader.close()
-    assert letters, "the undecodable record reached the dead-letter topic"
-    headers = dict(letters[0].headers())
-    assert letters[0].value() == garbage
+        return message if message is not None and message.error() is None else None
+
+    try:
+        found_letter = wait_for("the undecodable record on the dead-letter topic", letter, 30,
+                                interval_s=0)  # poll waits
+    finally:
+        reader.close()
+    headers = dict(found_letter.headers() or [])
+    assert found_letter.value() == garbage
     assert b"schema id" in headers["medusa.dlq.reason"]
     assert headers["medusa.id"] == b"poison", "the original headers are kept"
 

@@ -26,6 +26,7 @@ from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
 from medusa.sensors import SensorReading, sensor_readings, to_dict
 from medusa.topics import ensure_topics
+from tests.waiting import first_within
 
 pytestmark = pytest.mark.integration
 
@@ -41,17 +42,21 @@ def _read_all(kafka_config: dict, topic: str, expected: int | None = None,
                          "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     messages: list = []
-    deadline = time.monotonic() + timeout_s
-    last_seen = time.monotonic()
+    last_seen = [time.monotonic()]
+
+    def finished() -> bool:
+        if expected is not None and len(messages) >= expected:
+            return True
+        if messages and time.monotonic() - last_seen[0] > idle_s:
+            return True
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            messages.append(message)
+            last_seen[0] = time.monotonic()
+        return False
+
     try:
-        while expected is None or len(messages) < expected:
-            now = time.monotonic()
-            if now > deadline or (messages and now - last_seen > idle_s):
-                break
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                messages.append(message)
-                last_seen = time.monotonic()
+        first_within(finished, timeout_s, interval_s=0)  # poll waits
     finally:
         consumer.close()
     return messages

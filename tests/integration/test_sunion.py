@@ -53,6 +53,7 @@ from medusa.sunion import (
 from medusa.sunion.service import transactional_id
 from medusa.topics import ensure_topics
 from tests.federation_processes import federation_env
+from tests.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -90,9 +91,9 @@ class OutputReader:
 
     def read_until(self, done: Callable[[list[OutRecord]], bool], what: str,
                    timeout_s: float = 120.0) -> list[OutRecord]:
-        deadline = time.monotonic() + timeout_s
-        while not done(self.records):
-            assert time.monotonic() < deadline, f"{what}: not seen within {timeout_s:.0f}s"
+        def read() -> bool:
+            if done(self.records):
+                return True
             for message in self._consumer.consume(500, timeout=0.5):
                 if message.error() is not None:
                     continue
@@ -102,6 +103,9 @@ class OutputReader:
                     cast(int, message.partition()), cast(int, message.offset()),
                     headers[TYPE_HEADER].decode(), headers[ID_HEADER].decode(),
                     int(headers[STIME_HEADER]), headers, cast(bytes | None, message.value())))
+            return False
+
+        wait_until(f"{what} seen", read, timeout_s, interval_s=0)  # consume waits
         return self.records
 
     def close(self) -> None:
@@ -154,23 +158,26 @@ def _read_topic(bootstrap: str, topic: str, count: int, timeout_s: float = 60.0)
         "isolation.level": "read_committed"}))
     consumer.subscribe([topic])
     messages: list[Any] = []
-    deadline = time.monotonic() + timeout_s
+
+    def read() -> bool:
+        if len(messages) >= count:
+            return True
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            messages.append(message)
+        return False
+
     try:
-        while len(messages) < count:
-            assert time.monotonic() < deadline, f"{topic}: {len(messages)} of {count} records"
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                messages.append(message)
+        wait_until(lambda: f"{count} records on {topic} (only {len(messages)})", read,
+                   timeout_s, interval_s=0)  # poll waits
     finally:
         consumer.close()
     return messages
 
 
 def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f}s"
-        time.sleep(0.1)
+    """``wait_until`` looking every 0.1 s: the SUnion releases quickly."""
+    wait_until(what, condition, timeout_s, interval_s=0.1)
 
 
 @contextmanager
@@ -560,21 +567,19 @@ def _partition_trace(query_url: str, trace_id: int, spans: list[str],
                      timeout_s: float = 90.0) -> Trace:
     """The partition trace ``trace_id`` as ``medusa trace --kind partition`` finds it, once
     it has every span named."""
-    deadline = time.monotonic() + timeout_s
     seen: list[list[str]] = []
-    while time.monotonic() < deadline:
+
+    def complete() -> Trace | None:
         try:
             recent = trace_view.recent(query_url, "partition", 20, 900)
         except httpx.HTTPError:
             recent = []
-        seen = [sorted(s.name for s in t.spans) for t in recent]
-        for found in recent:
-            if int(found.trace_id, 16) == trace_id and \
-                    all(found.named(name) for name in spans):
-                return found
-        time.sleep(1)
-    raise AssertionError(f"no partition trace {trace_id:032x} with {spans} in Jaeger within "
-                         f"{timeout_s:.0f}s; found {seen}")
+        seen[:] = [sorted(s.name for s in t.spans) for t in recent]
+        return next((found for found in recent if int(found.trace_id, 16) == trace_id
+                     and all(found.named(name) for name in spans)), None)
+
+    return wait_for(lambda: f"the partition trace {trace_id:032x} with {spans} in Jaeger "
+                            f"(found {seen})", complete, timeout_s, interval_s=1)
 
 
 def test_an_up_failure_period_is_one_trace_in_jaeger(federation, clusters, registry, topic,

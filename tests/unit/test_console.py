@@ -19,6 +19,7 @@ from medusa.console.live import Console
 from medusa.console.routes import mount_console
 from medusa.console.snapshot import build_snapshot
 from medusa.settings import REPO_ROOT
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -151,10 +152,8 @@ def test_an_action_runs_with_the_operators_own_token_and_its_outcome_is_kept(
     assert started.status_code == 202
     action = started.json()
     assert action["principal"] == "alpha" and action["status"] == "running"
-    deadline = time.monotonic() + 5
-    while client.get(f"/console/actions/{action['id']}").json()["status"] == "running":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until("the move action ends", lambda: client.get(
+        f"/console/actions/{action['id']}").json()["status"] != "running", 5, interval_s=0.05)
     done = client.get(f"/console/actions/{action['id']}").json()
     assert done["status"] == "done" and done["outcome"] == \
         "moved alpha/sensor-windows/main to beta/node-2"
@@ -169,10 +168,8 @@ def test_a_failed_action_says_why() -> None:
     actions = ActionLog(Runners(catalog_url="http://127.0.0.1:1", move=refused))
     started = actions.start("move", {"fragment": "beta/n/f", "node": "alpha/node-1"},
                             "alpha", "alpha-token")
-    deadline = time.monotonic() + 5
-    while actions.get(started["id"])["status"] == "running":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until("the refused action ends",
+               lambda: actions.get(started["id"])["status"] != "running", 5, interval_s=0.05)
     assert actions.get(started["id"])["status"] == "failed"
     assert "may not change" in actions.get(started["id"])["outcome"]
 
@@ -215,8 +212,5 @@ def test_the_catalog_service_wires_a_console_whose_trace_feed_asks_jaeger(monkey
 
     app = FastAPI()
     console_service.console_extension(endpoints, TOKENS, 1)(app, Store())  # type: ignore[arg-type]
-    deadline = time.monotonic() + 5
-    while not polled:
-        assert time.monotonic() < deadline, "the trace feed never polled"
-        time.sleep(0.05)
+    wait_until("the trace feed polled", lambda: bool(polled), 5, interval_s=0.05)
     assert TestClient(app).get("/console/snapshot").json()["traces"]["error"] is None

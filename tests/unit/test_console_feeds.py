@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -28,6 +27,7 @@ from medusa.console.feeds import (
 )
 from medusa.jaeger_client import Trace, TracedSpan
 from medusa.schemas import LEDGER_TOPIC, NODE_LOAD_TOPIC
+from tests.waiting import first_within
 
 pytestmark = pytest.mark.unit
 
@@ -262,9 +262,7 @@ def test_the_threads_read_until_stopped_and_close_their_consumers() -> None:
         cluster.watermarks[0] = (0, 1)
         cluster.records = [_record(NODE_LOAD_TOPIC, 0, 0, _report(f"{name}/node-1", 1))]
     feed = _load_feed(clusters).start()
-    deadline = time.monotonic() + 10
-    while len(feed.reports()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    first_within(lambda: len(feed.reports()) >= 2, 10, interval_s=0.01)
     feed.stop()
     assert sorted(feed.reports()) == ["alpha/node-1", "beta/node-1"]
     assert all(cluster.closed for cluster in clusters.values())
