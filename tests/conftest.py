@@ -65,7 +65,7 @@ class LocalFederation:
         from medusa_apps.services import SERVICE_COMMANDS
 
         install(self.settings)
-        return up(self.layout, services=SERVICE_COMMANDS)
+        return up(self.layout, SERVICE_COMMANDS)
 
     def stop(self) -> None:
         from medusa.stack.launcher import down

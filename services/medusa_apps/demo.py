@@ -308,7 +308,7 @@ def run_demo(duration_s: int, speedup: float, xways: int, console: Console,
     # A stack already running (in this run folder) is used as it was started.
     layout = launcher.recorded_layout(StackLayout.from_settings(settings))
     console.print("[bold]1. The local federation[/]")
-    launcher.up(layout, report=console.print, services=SERVICE_COMMANDS)
+    launcher.up(layout, SERVICE_COMMANDS, report=console.print)
     endpoints = resolve(settings)
     console.print("[bold]2. A node of participant alpha[/]")
     launcher.start_service(layout, NODE_SERVICE,

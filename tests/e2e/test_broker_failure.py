@@ -26,6 +26,7 @@ from medusa.settings import EXTERNAL_ENDPOINT_FIELDS, StackSettings, kafka_confi
 from medusa.stack.launcher import down, running_processes, up
 from medusa.stack.layout import StackLayout
 from medusa.stack.quorum import active_controller
+from medusa_apps.services import SERVICE_COMMANDS
 from medusa_spark.deploy import deploy, undeploy
 from medusa_spark.networks import network_yaml
 from tests.federation_processes import NodeProcess, running
@@ -76,7 +77,7 @@ def three_brokers(federation, tmp_path_factory) -> Iterator[tuple[StackLayout, E
                              **PORTS, **external)
     layout = StackLayout.from_settings(settings)
     try:
-        up(layout, report=lambda _: None)
+        up(layout, SERVICE_COMMANDS, report=lambda _: None)
         yield layout, resolve(settings)
     finally:
         down(layout, purge=True, report=lambda _: None)
@@ -85,7 +86,8 @@ def three_brokers(federation, tmp_path_factory) -> Iterator[tuple[StackLayout, E
 def _kill_and_restart(layout: StackLayout, component: str) -> None:
     kill(running_processes(layout)[component].pid)
     time.sleep(DOWN_S)
-    up(layout, report=lambda _: None)  # starts what is not running: the killed broker
+    # starts what is not running: the killed broker
+    up(layout, SERVICE_COMMANDS, report=lambda _: None)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from medusa.schemas import schema_for_topic
 from medusa.settings import StackSettings
 from medusa.stack import launcher, processes
 from medusa.stack.layout import StackLayout
+from medusa_apps.services import SERVICE_COMMANDS
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +39,7 @@ def test_participants_are_separate_clusters(launched) -> None:
 def test_a_second_up_is_harmless(launched) -> None:
     before = {row.name: row.pid for row in launcher.status(launched.layout)}
     messages: list[str] = []
-    launcher.up(launched.layout, report=messages.append)
+    launcher.up(launched.layout, SERVICE_COMMANDS, report=messages.append)
     after = {row.name: row.pid for row in launcher.status(launched.layout)}
     assert before == after
     assert sum("already running" in m for m in messages) == 9
@@ -52,7 +53,8 @@ def test_a_taken_port_is_named_in_the_error(tmp_path) -> None:
         settings = StackSettings(run_dir=tmp_path, kafka_base_port=port, stack_participants=1)
         with pytest.raises(launcher.PortInUseError, match=rf"port {port} \(Kafka broker of "
                                                           r"participant alpha, kafka-alpha\)"):
-            launcher.up(StackLayout.from_settings(settings), report=lambda _: None)
+            launcher.up(StackLayout.from_settings(settings), SERVICE_COMMANDS,
+                        report=lambda _: None)
     assert not (tmp_path / "stack.json").exists(), "nothing was started"
 
 
@@ -60,7 +62,7 @@ def test_the_registry_keeps_its_schemas_across_a_restart(launched, registry, top
     registration = register(registry, topic, schema_for_topic("sensors.readings"))
     recorded = launcher._load_state(launched.layout)["registry"]
     processes.stop(recorded)
-    launcher.up(launched.layout, report=lambda _: None)  # starts only what is missing
+    launcher.up(launched.layout, SERVICE_COMMANDS, report=lambda _: None)  # only what is missing
     assert launcher._load_state(launched.layout)["registry"].pid != recorded.pid
     from medusa.registry import registry_client
 

@@ -30,7 +30,7 @@ from medusa.settings import (
     spark_kafka_options,
 )
 from medusa.stack.layout import BrokerLayout, ParticipantLayout, StackLayout
-from medusa.stack.services import ServiceCommands, service_commands
+from medusa.stack.services import ServiceCommands
 
 INFRA = REPO_ROOT / "infra"
 
@@ -312,11 +312,11 @@ def schema_registry(layout: StackLayout) -> Component:
     )
 
 
-def registry_gateway(layout: StackLayout, services: ServiceCommands | None = None) -> Component:
+def registry_gateway(layout: StackLayout, services: ServiceCommands) -> Component:
     """The registry's front door: writes need a participant's token."""
     return Component(
         name="registry-gateway",
-        command=service_commands(services).registry_gateway(layout.settings.registry_port),
+        command=services.registry_gateway(layout.settings.registry_port),
         env={**service_env(layout),
              "MEDUSA_REGISTRY_INTERNAL_PORT": str(layout.settings.registry_internal_port)},
         endpoint=layout.registry_url,
@@ -351,11 +351,11 @@ def service_env(layout: StackLayout) -> dict[str, str]:
             "MEDUSA_CREDENTIALS_FILE": str(layout.credentials_file)}
 
 
-def catalog(layout: StackLayout, services: ServiceCommands | None = None) -> Component:
+def catalog(layout: StackLayout, services: ServiceCommands) -> Component:
     """The project's own catalog service."""
     return Component(
         name="catalog",
-        command=service_commands(services).catalog(layout.settings.catalog_port,
+        command=services.catalog(layout.settings.catalog_port,
                                                    layout.catalog_home),
         env=service_env(layout),
         endpoint=layout.catalog_url,
@@ -363,11 +363,11 @@ def catalog(layout: StackLayout, services: ServiceCommands | None = None) -> Com
     )
 
 
-def detector(layout: StackLayout, services: ServiceCommands | None = None) -> Component:
+def detector(layout: StackLayout, services: ServiceCommands) -> Component:
     """The failure detector, watching every participant's nodes."""
     return Component(
         name="detector",
-        command=service_commands(services).detector(layout.settings.detector_port),
+        command=services.detector(layout.settings.detector_port),
         env=service_env(layout),
         endpoint=layout.detector_url,
         ready=health_checks(layout)["detector"][1],
@@ -375,11 +375,11 @@ def detector(layout: StackLayout, services: ServiceCommands | None = None) -> Co
 
 
 def bpm_agent(layout: StackLayout, participant: str,
-              services: ServiceCommands | None = None) -> Component:
+              services: ServiceCommands) -> Component:
     """A participant's BPM agent; it touches its heartbeat file every step."""
     return Component(
         name=f"bpm-{participant}",
-        command=service_commands(services).bpm_agent(
+        command=services.bpm_agent(
             participant, layout.settings.bpm_interval_s, layout.bpm_alive_file(participant)),
         env=service_env(layout),
         endpoint=f"participant {participant}",
@@ -421,9 +421,9 @@ def link_components(layout: StackLayout) -> list[Component]:
 
 
 def service_components(layout: StackLayout,
-                       services: ServiceCommands | None = None) -> list[Component]:
+                       services: ServiceCommands) -> list[Component]:
     """What starts once Kafka answers (the registry keeps its data in Kafka); ``services``:
-    the commands of the project's own services (None: the registered ones)."""
+    the commands of the project's own services."""
     return [schema_registry(layout), registry_gateway(layout, services), jaeger(layout),
             catalog(layout, services), detector(layout, services)]
 
@@ -441,6 +441,6 @@ def storage_components(layout: StackLayout) -> list[Component]:
 
 
 def agent_components(layout: StackLayout,
-                     services: ServiceCommands | None = None) -> list[Component]:
+                     services: ServiceCommands) -> list[Component]:
     """What starts once the catalog answers: each participant's BPM agent (if enabled)."""
     return [bpm_agent(layout, participant, services) for participant in layout.bpm_participants]

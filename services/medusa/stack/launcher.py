@@ -31,7 +31,7 @@ from medusa.stack.components import (
 )
 from medusa.stack.layout import StackLayout
 from medusa.stack.processes import RunningProcess
-from medusa.stack.services import ServiceCommands, service_commands
+from medusa.stack.services import ServiceCommands
 
 Report = Callable[[str], None]
 
@@ -120,20 +120,18 @@ def _wait_ready(layout: StackLayout, started: list[tuple[Component, RunningProce
             time.sleep(0.5)
 
 
-def up(layout: StackLayout, report: Report = print,
-       services: ServiceCommands | None = None) -> Endpoints:
+def up(layout: StackLayout, services: ServiceCommands, report: Report = print) -> Endpoints:
     """Start what is not running yet and wait until everything answers.
 
     ``services``: the commands of the project's own services (catalog, detector, schema
-    gateway, BPM agents), given by the application layer; None: the ones it registered.
+    gateway, BPM agents), given by the application layer, which the core does not name.
     """
-    commands = service_commands(services)
     running = {name: p for name, p in _load_state(layout).items() if p.alive()}
     endpoints = local_endpoints(layout)
     stages: tuple[Callable[[StackLayout], list[Component]], ...] = (
         kafka_components, storage_components, link_components,
-        partial(service_components, services=commands),
-        partial(agent_components, services=commands))
+        partial(service_components, services=services),
+        partial(agent_components, services=services))
     for stage in stages:
         components = stage(layout)
         to_start = [c for c in components if c.name not in running]

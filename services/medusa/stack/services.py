@@ -3,16 +3,13 @@ detector, BPM agents).
 
 Those services are programs of the application layer, which sits on top of the core: the
 core does not name them. Whoever starts the stack gives their commands (``launcher.up``'s
-``services``); the application layer also registers its commands as the default, for the
-callers that give none (``medusa_apps`` does when it is imported).
+``services``; ``medusa_apps.services.SERVICE_COMMANDS`` runs them with this Python).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Protocol
-
-from medusa.errors import MedusaError
 
 
 class ServiceCommands(Protocol):
@@ -34,27 +31,3 @@ class ServiceCommands(Protocol):
         """A participant's BPM agent, stepping every ``interval_s`` and touching
         ``alive_file`` each step."""
         ...
-
-
-class NoServiceCommandsError(MedusaError, RuntimeError):
-    """The stack was asked to start its services, but nobody said how."""
-
-
-_registered: ServiceCommands | None = None
-
-
-def register_service_commands(commands: ServiceCommands) -> None:
-    """Makes ``commands`` the default of the callers that give none."""
-    global _registered
-    _registered = commands
-
-
-def service_commands(given: ServiceCommands | None = None) -> ServiceCommands:
-    """``given``, else the registered default; NoServiceCommandsError without either."""
-    if given is not None:
-        return given
-    if _registered is None:
-        raise NoServiceCommandsError(
-            "no commands for the stack's own services: pass them to the launcher "
-            "(services=...), or import the application layer that registers them")
-    return _registered

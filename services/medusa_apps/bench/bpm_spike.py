@@ -541,7 +541,7 @@ def stack_agents_paused(layout: Any, say: Callable[[str], None]) -> Iterator[Non
         yield
     finally:
         if paused:
-            launcher.up(layout, report=lambda _: None, services=SERVICE_COMMANDS)
+            launcher.up(layout, SERVICE_COMMANDS, report=lambda _: None)
 
 
 def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any, layout: Any,

@@ -130,7 +130,7 @@ def run_fault(layout: StackLayout, spark: SparkSession, fault: str,
     killed_ms = int(time.time() * 1000)
     kill(launcher.running_processes(layout)[component].pid)
     time.sleep(DOWN_S)
-    launcher.up(layout, report=lambda _: None, services=SERVICE_COMMANDS)
+    launcher.up(layout, SERVICE_COMMANDS, report=lambda _: None)
     if not steady.finished.wait(INPUT_S + 300):
         say(f"  {fault}: the input did not finish")
     watch.wait_for(results_topic, set(expected), timeout_s=240)
@@ -171,7 +171,7 @@ def measure(base: StackSettings, spark: SparkSession, say: Callable[[str], None]
     outcomes: list[FaultOutcome] = []
     node_process: processes.RunningProcess | None = None
     try:
-        launcher.up(layout, report=lambda _: None, services=SERVICE_COMMANDS)
+        launcher.up(layout, SERVICE_COMMANDS, report=lambda _: None)
         endpoints = resolve(settings)
         participant, node = NODE.split("/")
         node_process = processes.start(f"node-{participant}-{node}",

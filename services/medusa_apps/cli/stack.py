@@ -52,6 +52,7 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
     from medusa.stack.install import install as run_install
     from medusa.stack.launcher import up as start_stack
     from medusa.stack.layout import StackLayout
+    from medusa_apps.services import SERVICE_COMMANDS
 
     settings = _stack_settings(participants=participants, kafka_base_port=kafka_base_port,
                                registry_port=registry_port, run_dir=run_dir,
@@ -62,7 +63,7 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
         if not skip_install:
             run_install(settings)
         console.print(f"[bold]Starting the local federation[/] (run folder {layout.run_dir})")
-        endpoints = start_stack(layout, report=console.print)
+        endpoints = start_stack(layout, SERVICE_COMMANDS, report=console.print)
     except RuntimeError as error:  # the installers' failures, and the stack's own
         raise _fail(str(error)) from None
     table = Table(title="Medusa local federation")
