@@ -18,16 +18,23 @@ from medusa.endpoints import Endpoints
 from tests.waiting import wait_until
 
 
-def free_port(start: int = 28100, end: int = 28400) -> int:
-    """A port below the ephemeral range, where outgoing connections cannot take it."""
+def free_ports(count: int, start: int = 28100, end: int = 28400) -> list[int]:
+    """Free ports below the ephemeral range, where outgoing connections cannot take them."""
+    found: list[int] = []
     for port in range(start + os.getpid() % 50, end):
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
-    raise RuntimeError(f"no free port in {start}-{end}")
+        found.append(port)
+        if len(found) == count:
+            return found
+    raise RuntimeError(f"fewer than {count} free ports in {start}-{end}")
+
+
+def free_port(start: int = 28100, end: int = 28400) -> int:
+    return free_ports(1, start, end)[0]
 
 
 def federation_env(endpoints: Endpoints, run_dir: Path,

@@ -17,7 +17,6 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +25,7 @@ from typing import Any
 import httpx
 
 from medusa.settings import StackSettings
+from tests.federation_processes import free_ports
 from tests.waiting import wait_until
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -56,21 +56,6 @@ def java_home(settings: StackSettings | None = None) -> Path:
     return Path(found).resolve().parents[1]
 
 
-def free_ports(count: int, start: int = 27100, end: int = 27400) -> list[int]:
-    """Free ports below the ephemeral range, where outgoing connections cannot take them."""
-    found: list[int] = []
-    for port in range(start + os.getpid() % 50, end):
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        found.append(port)
-        if len(found) == count:
-            return found
-    raise RuntimeError(f"fewer than {count} free ports in {start}-{end}")
-
-
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -90,7 +75,7 @@ class SparkStandalone:
         self.home = spark_home()
         self.java_home = java_home(settings)
         self.daemon_memory = daemon_memory
-        self.master_port, self.webui_port, self.worker_webui_port = free_ports(3)
+        self.master_port, self.webui_port, self.worker_webui_port = free_ports(3, 27100, 27400)
         self.logs = self.folder / "logs"
         self.work_dir = self.folder / "work"
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
