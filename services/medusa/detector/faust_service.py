@@ -27,6 +27,10 @@ from medusa.schemas import HEARTBEAT_TOPIC, HEARTBEAT_TOPIC_CONFIG
 from medusa.settings import authenticated, kafka_client_settings, kafka_config
 from medusa.topics import ensure_topics
 
+SESSION_TIMEOUT_S = 6.0
+"""How soon the group forgets a killed detector, so a restarted one is given the partition
+(the broker's least, ``group.min.session.timeout.ms``; faust's default is 60 s)."""
+
 
 def _credentials() -> faust.SASLCredentials | None:
     settings = authenticated(kafka_client_settings())
@@ -55,13 +59,17 @@ class FaustDetector:
         self.app = faust.App(app_id, broker=f"kafka://{bootstrap}",
                              broker_credentials=_credentials(), store="memory://",
                              web_enabled=False, topic_partitions=1,
-                             consumer_auto_offset_reset="latest")
+                             consumer_auto_offset_reset="latest",
+                             broker_session_timeout=SESSION_TIMEOUT_S,
+                             broker_heartbeat_interval=1.0)
         self.last = self.app.Table("last-heartbeat", partitions=1)
         """node -> {"incarnation", "sent_at"}: its latest heartbeat, kept in a changelog."""
         topic = self.app.topic(HEARTBEAT_TOPIC, key_serializer="raw", value_serializer="raw")
         self.app.agent(topic, name="heartbeats")(self._heartbeats)
         self.app.timer(tick_s, name="judge")(self._judge)
         self._next_refresh = 0.0
+        self._recovered_at: float | None = None
+        self._caught_up = False
 
     async def _heartbeats(self, stream: Any) -> None:
         async for event in stream.events():
@@ -71,12 +79,18 @@ class FaustDetector:
             node, incarnation = str(record["node"]), str(record["incarnation"])
             sent_at = record["sent_at"].timestamp()  # type: ignore[attr-defined]
             self.last[node] = {"incarnation": incarnation, "sent_at": sent_at}
+            self._caught_up |= time.time() - sent_at < 2 * self.core.config.interval_s
             self.core.heartbeat(node, incarnation, _monotonic(sent_at))
 
     async def _judge(self) -> None:
-        if not self.app.tables.recovery.completed.is_set():
+        if not self.app.tables.recovery.completed.is_set():  # type: ignore[attr-defined]
             return  # the table is not back yet: judging now would forget the past
         now = time.monotonic()
+        self._recovered_at = self._recovered_at or now
+        config = self.core.config
+        if not self._caught_up and now - self._recovered_at < config.interval_s + \
+                config.acceptable_pause_s:
+            return  # still replaying old heartbeats (or there are none to catch up on)
         if now >= self._next_refresh:
             self._next_refresh = now + self.core.refresh_s
             before = set(self.core.watched)
