@@ -26,6 +26,7 @@ from medusa.settings import StackSettings, kafka_config
 from medusa.stack.launcher import recorded_layout, running_processes, up
 from medusa.stack.layout import StackLayout
 from medusa.topics import ensure_topics
+from medusa_apps.services import SERVICE_COMMANDS
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -70,7 +71,7 @@ def test_the_registry_killed_under_load_loses_nothing_and_comes_back_with_its_sc
     waiting.start()
     time.sleep(5)
     assert not late, late  # still waiting: the registry is down
-    up(stack_layout, report=lambda _: None)  # starts what is not running: the registry
+    up(stack_layout, SERVICE_COMMANDS, report=lambda _: None)  # starts the killed registry
     assert steady.finished.wait(120), "the input did not finish"
     assert steady.error is None, steady.error
     waiting.join(240)
@@ -137,7 +138,7 @@ def test_the_detector_killed_rebuilds_its_watch_and_still_declares_a_failure(
     wait_until("the detector watches the node",
                lambda: _watched(stack_layout, node) == "alive", 120)
     _kill(stack_layout, "detector")
-    up(stack_layout, report=lambda _: None)
+    up(stack_layout, SERVICE_COMMANDS, report=lambda _: None)
     wait_until("the restarted detector watches the node again",
                lambda: _watched(stack_layout, node) == "alive", 120)
     silenced.set()
