@@ -170,8 +170,7 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
               "reads all the input and keeps its keys' rows"))
 
     retired = _retire(catalog, old, started + timeout_s, report)
-    marks = [e.spec.get("retired_watermark_ms") for e in retired]
-    emit_from = min((m for m in marks if m is not None), default=0)
+    emit_from = min(written_below(e.spec) for e in retired)
     replay_from = max(0, emit_from - span)
     positions = _positions_at(endpoints, retired, replay_from)
     report(f"  results up to stime {emit_from} are written; the new instances rebuild "
@@ -194,6 +193,17 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
     return ScaleResult(f"{network}/{fragment}", [f"{e.name} on {e.spec['node']}" for e in old],
                        [f"{n} on {node}" for n, node in zip(created, placed, strict=True)],
                        emit_from, replay_from, time.monotonic() - started)
+
+
+def written_below(spec: dict[str, Any]) -> int:
+    """The stime below which every result of a retired instance's keys is written: by the
+    instance itself up to its last committed batch's watermark, and below its own
+    ``emit_from_ms`` by the instances before it. An instance retired before its first batch
+    wrote nothing, so its keys are written only below its ``emit_from_ms`` (0 for a
+    fragment that was never scaled)."""
+    mark = spec.get("retired_watermark_ms")
+    start = int((spec.get("instance") or {}).get("emit_from_ms", 0))
+    return start if mark is None else max(start, int(mark))
 
 
 def _wait_running(catalog: CatalogClient, names: list[str], deadline: float,

@@ -11,7 +11,7 @@ from medusa.catalog.model import InstanceSpec
 from medusa_spark.fragment import Instance
 from medusa_spark.network.model import parse_network
 from medusa_spark.networks import chain_network_yaml, network_yaml
-from medusa_spark.scaling import ScaleError, fragment_key, window_span_ms
+from medusa_spark.scaling import ScaleError, fragment_key, window_span_ms, written_below
 
 pytestmark = pytest.mark.unit
 
@@ -68,3 +68,23 @@ def test_an_instance_index_must_be_below_its_count() -> None:
 def test_an_instance_has_names_of_its_own() -> None:
     instance = Instance(1, 3, 2, ("sensor_id",), 0, {})
     assert instance.suffix == "--g2-1"
+
+
+def test_an_instance_retired_before_its_first_batch_wrote_only_below_where_it_began() -> None:
+    # Scaled in seconds after a scale out: one new instance had not run a batch yet, so
+    # its keys' results from its emit_from on were never written and must be rebuilt.
+    began = {"instance": {"emit_from_ms": 86_426_999}}
+    assert written_below({**began, "retired_watermark_ms": None}) == 86_426_999
+    assert min(written_below(spec) for spec in (
+        {**began, "retired_watermark_ms": 86_474_999}, {**began, "retired_watermark_ms": None},
+    )) == 86_426_999
+
+
+def test_a_fragment_never_scaled_nor_run_wrote_nothing() -> None:
+    assert written_below({"retired_watermark_ms": None}) == 0
+    assert written_below({"retired_watermark_ms": 5_000}) == 5_000
+
+
+def test_an_instance_still_rebuilding_its_windows_wrote_below_where_it_began() -> None:
+    spec = {"instance": {"emit_from_ms": 60_000}, "retired_watermark_ms": 45_000}
+    assert written_below(spec) == 60_000
