@@ -88,6 +88,10 @@ class LocalS3:
         return f"LocalS3({self.endpoint}, {self.home})"
 
     @property
+    def secret_key(self) -> str:
+        return self._secret_key
+
+    @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
