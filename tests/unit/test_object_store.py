@@ -4,6 +4,7 @@ and starts its local store (``medusa.stack.s3``)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from medusa.object_store import (
 from medusa.settings import StackSettings
 from medusa.stack.components import health_checks, storage_components
 from medusa.stack.layout import StackLayout
-from medusa.stack.s3 import LocalS3, s3a_jars_folder
+from medusa.stack.s3 import LocalS3, s3a_jars_folder, signed_headers
 
 pytestmark = pytest.mark.unit
 
@@ -93,7 +94,7 @@ def test_the_local_store_s_files_and_command(tmp_path: Path) -> None:
     assert "jclouds.provider=filesystem\n" in properties
     assert f"jclouds.filesystem.basedir={tmp_path / 's3' / 'data'}\n" in properties
     assert store.properties_file.stat().st_mode & 0o077 == 0  # it holds the secret key
-    assert store.bucket_dir("medusa").is_dir() and store.bucket_dir("other").is_dir()
+    assert store.data_dir.is_dir()
     command = store.command()
     assert command[0] == "java" and "org.gaul.s3proxy.Main" in command
     assert command[-2:] == ["--properties", str(store.properties_file)]
@@ -129,4 +130,17 @@ def test_the_stack_s_store_uses_the_stack_s_key(tmp_path: Path) -> None:
     assert stack is not None
     properties = (tmp_path / "run" / "s3" / "s3proxy.properties").read_text()
     assert f"s3proxy.credential={stack.secret(credentials.ADMIN).token}\n" in properties
-    assert (tmp_path / "run" / "s3" / "data" / "ck").is_dir()
+
+
+def test_requests_are_signed_with_signature_version_4() -> None:
+    """AWS's published example of a signed GET (the S3 API reference, "Signature
+    Calculations for the Authorization Header", GET Object): the same signature."""
+    headers = signed_headers(
+        "GET", "http://examplebucket.s3.amazonaws.com/?max-keys=2&prefix=J",
+        "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        now=datetime(2013, 5, 24, tzinfo=UTC))
+    assert headers["x-amz-date"] == "20130524T000000Z"
+    assert headers["authorization"] == (
+        "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "
+        "SignedHeaders=host;x-amz-content-sha256;x-amz-date, "
+        "Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7")

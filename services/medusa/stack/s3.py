@@ -10,8 +10,11 @@ Spark's S3A client in ``<cache>/s3a-jars/<hadoop version>``.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -123,22 +126,62 @@ class LocalS3:
 
     def configure(self) -> None:
         """Write the properties (readable by the owner only: they hold the secret key) and
-        logback.xml, and create the buckets; safe to repeat."""
+        logback.xml; safe to repeat."""
         from medusa.credentials import write_private
 
         self.home.mkdir(parents=True, exist_ok=True)
         write_private(self.properties_file,
                       "".join(f"{key}={value}\n" for key, value in self.properties().items()))
         (self.home / "logback.xml").write_text(_LOGBACK)
-        for bucket in self.buckets:  # the backend lists a bucket for each folder
-            self.bucket_dir(bucket).mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
 
     def command(self) -> list[str]:
         return [self.java, self.heap, f"-Dlogback.configurationFile={self.home / 'logback.xml'}",
                 "-cp", f"{self.libs}/*", S3PROXY_MAIN, "--properties", str(self.properties_file)]
 
     def ready(self, timeout_s: float = 2.0) -> bool:
-        return s3_api_answers(self.endpoint, timeout_s)
+        """The S3 API answers, and the buckets exist (created at the first answer)."""
+        if not s3_api_answers(self.endpoint, timeout_s):
+            return False
+        for bucket in self.buckets:
+            if not self.bucket_dir(bucket).is_dir():
+                create_bucket(self.endpoint, self.access_key, self._secret_key, bucket,
+                              timeout_s=timeout_s)
+        return True
+
+
+def signed_headers(method: str, url: str, access_key: str, secret_key: str,
+                   region: str = "us-east-1", now: datetime | None = None) -> dict[str, str]:
+    """The headers of an S3 request with no body, signed with AWS Signature Version 4."""
+    parsed = httpx.URL(url)
+    host = parsed.host if parsed.port is None else f"{parsed.host}:{parsed.port}"
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    empty = hashlib.sha256(b"").hexdigest()
+    headers = {"host": host, "x-amz-content-sha256": empty, "x-amz-date": stamp}
+    names = ";".join(sorted(headers))
+    canonical = "\n".join([method, parsed.path or "/", parsed.query.decode(),
+                           *(f"{k}:{headers[k]}" for k in sorted(headers)), "", names, empty])
+    scope = f"{stamp[:8]}/{region}/s3/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", stamp, scope,
+                         hashlib.sha256(canonical.encode()).hexdigest()])
+    key = f"AWS4{secret_key}".encode()
+    for part in (stamp[:8], region, "s3", "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, "
+                                f"SignedHeaders={names}, Signature={signature}")
+    return headers
+
+
+def create_bucket(endpoint: str, access_key: str, secret_key: str, bucket: str,
+                  region: str = "us-east-1", timeout_s: float = 5.0) -> None:
+    """PUT /<bucket>; a bucket that exists already is fine."""
+    url = f"{endpoint.rstrip('/')}/{bucket}"
+    response = httpx.put(url, headers=signed_headers("PUT", url, access_key, secret_key, region),
+                         timeout=timeout_s)
+    if response.status_code not in (200, 409):
+        raise RuntimeError(f"creating the bucket {bucket} at {endpoint} failed: "
+                           f"{response.status_code} {response.text[:300]}")
 
 
 def s3_api_answers(endpoint: str, timeout_s: float = 2.0) -> bool:
