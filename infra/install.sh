@@ -18,6 +18,7 @@ trap 'kill "$go_tools" 2>/dev/null || true' EXIT
 "$here/install_registry.sh"
 "$here/install_spark_jars.sh"
 "$here/install_hdfs.sh"
+"$here/install_s3.sh"
 "$here/install_compose_schema.sh"
 if ! grep -q "cached" "$go_log" 2>/dev/null; then
   echo "[install] jaeger and toxiproxy: waiting for their build (a few minutes the first time)"

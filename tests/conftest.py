@@ -23,6 +23,7 @@ from medusa.settings import kafka_config as client_config
 from medusa.stack.layout import StackLayout
 from tests.federation_processes import NodeProcess, SharedNodes
 from tests.hdfs_fixtures import hdfs, installed_hdfs  # noqa: F401 (fixtures)
+from tests.s3_fixtures import installed_s3, s3_store  # noqa: F401 (fixtures)
 
 # Test ports stay clear of a developer's own `medusa up` on the default ports, and below
 # the kernel's ephemeral range (32768 and up), where outgoing connections take ports.

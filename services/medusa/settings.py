@@ -230,6 +230,23 @@ class StackSettings(BaseSettings):
     """Whether ``medusa up`` starts a local HDFS (a NameNode and a DataNode) for checkpoints."""
     hdfs_base_port: int = Field(18760, ge=1024, le=65000)
     """The first of the local HDFS's six ports."""
+    stack_s3: bool = False
+    """Whether ``medusa up`` starts a local S3-compatible object store (s3proxy) for
+    checkpoints on ``s3a://``."""
+    s3_port: int = Field(18750, ge=1024, le=65535)
+    """The local object store's S3 API, on 127.0.0.1."""
+    s3_bucket: str = "medusa"
+    """The bucket ``medusa up --s3`` creates for the checkpoints (``s3a://medusa/...``)."""
+    s3_endpoint: str | None = None
+    """The S3 API a node's ``s3a://`` checkpoints go to; the local store's
+    (``http://127.0.0.1:<s3_port>``) when unset."""
+    s3_region: str = "us-east-1"
+    """The region requests are signed for (the local store accepts any)."""
+    s3_access_key: str = "medusa"
+    """The access key id of the object store's one identity."""
+    s3_secret_key: SecretStr | None = None
+    """Its secret key; when unset, the stack's: the ``admin`` principal's token in the
+    credentials file (the local store is started with it)."""
 
     # Existing endpoints: when set, nothing is started for that component.
     # external_kafka: "alpha=host:9092,beta=host2:9092" (or a single bootstrap for one participant)

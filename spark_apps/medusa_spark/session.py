@@ -23,6 +23,20 @@ def connector_jars(settings: StackSettings | None = None) -> list[Path]:
     return jars
 
 
+def object_store_jars(settings: StackSettings | None = None) -> list[Path]:
+    """Spark's S3A file system (hadoop-aws and the AWS SDK modules it uses), for
+    checkpoints on ``s3a://``; installed by ``infra/install_s3.sh``."""
+    settings = settings or StackSettings()
+    from medusa.stack.s3 import s3a_jars_folder
+
+    folder = s3a_jars_folder(settings.cache_dir)
+    jars = sorted(folder.glob("*.jar"))
+    if not (folder / ".installed").is_file() or not jars:
+        raise RuntimeError(f"Spark's S3A client is not installed in {folder}; "
+                           "run `make setup` (or infra/install_s3.sh)")
+    return jars
+
+
 HDFS_CLIENT_CONF = {
     # Closing a file, the client asks the NameNode to complete it; the DataNode's report
     # of the block often comes just after, and the client would retry only after 400 ms,
@@ -88,25 +102,36 @@ def _log_to_file(log_file: Path) -> str:
 
 def spark_session(app_name: str, master: str = "local[2]",
                   settings: StackSettings | None = None,
-                  ui_port: int | None = None, log_file: Path | None = None) -> SparkSession:
+                  ui_port: int | None = None, log_file: Path | None = None,
+                  object_store: bool = False) -> SparkSession:
     """The project's SparkSession. ``ui_port``: run Spark's web UI on this port of the
     loopback interface, or on one of the next ones (``spark.port.maxRetries``) when it is
     taken; ``sparkContext.uiWebUrl`` then tells where. None or 0: no UI (the default:
     only nodes run one). ``log_file``: Spark's logs go there rather than to the terminal
-    (commands a user runs; a node's output is a log file already)."""
+    (commands a user runs; a node's output is a log file already). ``object_store``: with
+    the S3A file system, configured for the settings' object store (``s3a://``
+    checkpoints; see ``medusa.object_store``)."""
     # Everything this project runs binds to the loopback interface: the driver, and the web
     # UI, whose server binds to SPARK_LOCAL_IP (or to every interface when it is unset).
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers (process boxes) need this interpreter's packages (pandas, pyarrow).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    jars = ",".join(str(jar) for jar in connector_jars(settings))
+    settings = settings or StackSettings()
+    jar_files = connector_jars(settings)
+    hadoop_conf = dict(HDFS_CLIENT_CONF)  # checkpoints on a shared HDFS
+    if object_store:
+        from medusa.object_store import s3_access, s3a_conf
+
+        jar_files += object_store_jars(settings)
+        hadoop_conf.update(s3a_conf(s3_access(settings)))
+    jars = ",".join(str(jar) for jar in jar_files)
     # Stopping a query mid-batch logs its plan through a recursive regex, which can
     # overflow the default thread stack with the plans of larger boxes.
     java_options = ["-Xss16m"]
     if log_file is not None:
         java_options.append(_log_to_file(log_file))
     builder = SparkSession.builder
-    for key, value in HDFS_CLIENT_CONF.items():  # checkpoints on a shared HDFS
+    for key, value in hadoop_conf.items():
         builder = builder.config(f"spark.hadoop.{key}", value)
     if ui_port:
         builder = builder.config("spark.ui.enabled", "true").config("spark.ui.port",

@@ -160,6 +160,10 @@ def health_checks(layout: StackLayout) -> dict[str, tuple[str, Callable[[], bool
         checks["hdfs-namenode"] = (layout.hdfs_uri or "", lambda: http_ok(jmx))
         checks["hdfs-datanode"] = (f"127.0.0.1:{layout.settings.hdfs_base_port + 2}",
                                    lambda: http_ok(jmx))
+    if layout.settings.stack_s3 and layout.s3_endpoint:
+        from medusa.stack.s3 import s3_api_answers
+
+        checks["s3"] = (layout.s3_endpoint, partial(s3_api_answers, layout.s3_endpoint))
     return checks
 
 
@@ -429,15 +433,37 @@ def service_components(layout: StackLayout,
 
 
 def storage_components(layout: StackLayout) -> list[Component]:
-    """A local HDFS for checkpoints, when asked for (``medusa up --hdfs``)."""
-    if not layout.settings.stack_hdfs:
-        return []
-    from medusa.stack.hdfs import HdfsPorts, LocalHdfs, hdfs_components, hdfs_libs
+    """Shared stores for checkpoints, when asked for: a local HDFS (``medusa up --hdfs``),
+    a local S3-compatible object store (``medusa up --s3``)."""
+    found: list[Component] = []
+    if layout.settings.stack_hdfs:
+        from medusa.stack.hdfs import HdfsPorts, LocalHdfs, hdfs_components, hdfs_libs
 
-    libs = hdfs_libs(layout.settings.cache_dir)
-    hdfs = LocalHdfs(layout.run_dir / "hdfs", HdfsPorts.from_base(layout.settings.hdfs_base_port),
-                     java_binary(layout), libs)
-    return hdfs_components(hdfs)
+        libs = hdfs_libs(layout.settings.cache_dir)
+        hdfs = LocalHdfs(layout.run_dir / "hdfs",
+                         HdfsPorts.from_base(layout.settings.hdfs_base_port),
+                         java_binary(layout), libs)
+        found += hdfs_components(hdfs)
+    if layout.settings.stack_s3:
+        found.append(local_s3(layout))
+    return found
+
+
+def local_s3(layout: StackLayout) -> Component:
+    """s3proxy on ``s3_port``, its files in ``<run dir>/s3``; its one identity is the
+    settings' key, or the stack's (the ``admin`` principal's token)."""
+    from medusa.stack.s3 import LocalS3, s3_component, s3proxy_libs
+
+    settings = layout.settings
+    libs = s3proxy_libs(settings.cache_dir)
+    secret = settings.s3_secret_key.get_secret_value() if settings.s3_secret_key else None
+    if secret is None:
+        stack = credentials.ensure(layout.credentials_file,
+                                   [p.name for p in layout.participants])
+        secret = stack.secret(credentials.ADMIN).token
+    store = LocalS3(layout.run_dir / "s3", settings.s3_port, java_binary(layout), libs,
+                    settings.s3_access_key, secret, buckets=[settings.s3_bucket])
+    return s3_component(store)
 
 
 def agent_components(layout: StackLayout,

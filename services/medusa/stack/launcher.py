@@ -95,7 +95,8 @@ def _component_ports(layout: StackLayout, component: Component) -> list[int]:
         return [port for port, owner in owners.items() if owner == "local HDFS"]
     prefix = {"registry": "schema registry", "registry-gateway": "registry gateway",
               "jaeger": "Jaeger", "catalog": "catalog",
-              "detector": "failure detector", "toxiproxy": "toxiproxy"}[
+              "detector": "failure detector", "toxiproxy": "toxiproxy",
+              "s3": "local S3 object store"}[
         component.name]
     return [port for port, owner in owners.items() if owner.startswith(prefix)]
 

@@ -256,7 +256,14 @@ class StackLayout:
         if s.stack_hdfs:
             for port in range(s.hdfs_base_port, s.hdfs_base_port + 6):
                 ports[port] = "local HDFS"
+        if s.stack_s3:
+            ports[s.s3_port] = "local S3 object store"
         return ports
+
+    @property
+    def s3_endpoint(self) -> str | None:
+        """The local S3-compatible object store's API, when the stack runs one."""
+        return f"http://127.0.0.1:{self.settings.s3_port}" if self.settings.stack_s3 else None
 
     @property
     def hdfs_uri(self) -> str | None:

@@ -86,6 +86,7 @@ def chaos_settings(base: StackSettings) -> StackSettings:
     return base.model_copy(update={**shifted, **external, "run_dir": base.run_dir / "chaos",
                                    "stack_participants": 1, "kafka_brokers": 3,
                                    "stack_bpm_agents": False, "stack_hdfs": False,
+                                   "stack_s3": False,
                                    "credentials_file": None})
 
 

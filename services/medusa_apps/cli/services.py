@@ -50,10 +50,11 @@ def node(
     from medusa.catalog.client import CatalogClient
     from medusa.credentials import act_as
     from medusa.endpoints import resolve
+    from medusa.object_store import ObjectStoreSettingsError, s3_access, uses_object_store
     from medusa.registry import registry_client
     from medusa.settings import HaSettings
     from medusa_spark.node import Node
-    from medusa_spark.session import spark_session
+    from medusa_spark.session import object_store_jars, spark_session
 
     _service_logging()
     settings = StackSettings()
@@ -71,10 +72,18 @@ def node(
         catalog.close()
         raise _fail(f"the catalog at {endpoints.catalog_url} does not answer; "
                     "start the federation with `medusa up`")
-    spark = spark_session(f"medusa-node-{participant}-{name}", master=master,
-                          settings=settings, ui_port=settings.node_spark_ui_port)
-    spark.sparkContext.setLogLevel("WARN")
     root = checkpoint_root or str(settings.run_dir / "checkpoints" / participant / name)
+    if uses_object_store(root):
+        try:  # the store's key and Spark's S3A client, before Spark starts
+            s3_access(settings)
+            object_store_jars(settings)
+        except (ObjectStoreSettingsError, RuntimeError) as error:
+            catalog.close()
+            raise _fail(f"--checkpoint-root {root}: {error}") from None
+    spark = spark_session(f"medusa-node-{participant}-{name}", master=master,
+                          settings=settings, ui_port=settings.node_spark_ui_port,
+                          object_store=uses_object_store(root))
+    spark.sparkContext.setLogLevel("WARN")
     running = Node(name, participant, endpoints, registry_client(endpoints.registry_url), spark,
                    root, catalog, secondary,
                    heartbeat_interval_s=heartbeat_interval or ha.heartbeat_interval_s,

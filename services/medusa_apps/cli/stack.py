@@ -43,6 +43,9 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
        hdfs: Annotated[bool, typer.Option(
            "--hdfs", help="Also start a local HDFS (a NameNode and a DataNode) for the nodes' "
                           "checkpoints.")] = False,
+       s3: Annotated[bool, typer.Option(
+           "--s3", help="Also start a local S3-compatible object store (s3proxy) for the "
+                        "nodes' checkpoints on s3a://.")] = False,
        brokers: Annotated[int | None, typer.Option(
            min=1, max=5, help="Brokers per participant's Kafka cluster, each also a KRaft "
                               "controller; 3 gives every topic 3 replicas, 2 in sync "
@@ -57,7 +60,8 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
     settings = _stack_settings(participants=participants, kafka_base_port=kafka_base_port,
                                registry_port=registry_port, run_dir=run_dir,
                                stack_bpm_agents=None if bpm else False,
-                               stack_hdfs=True if hdfs else None, kafka_brokers=brokers)
+                               stack_hdfs=True if hdfs else None,
+                               stack_s3=True if s3 else None, kafka_brokers=brokers)
     layout = StackLayout.from_settings(settings)
     try:
         if not skip_install:
@@ -87,6 +91,10 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
     if layout.hdfs_uri:
         table.add_row("HDFS for checkpoints (medusa node --checkpoint-root)",
                       f"{layout.hdfs_uri}/medusa/checkpoints")
+    if layout.s3_endpoint:
+        table.add_row(f"S3 object store, API at {layout.s3_endpoint} "
+                      "(medusa node --checkpoint-root)",
+                      f"s3a://{settings.s3_bucket}/checkpoints")
     console.print(table)
 
 
