@@ -6,7 +6,6 @@ import base64
 import contextlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -30,6 +29,7 @@ from medusa.settings import (
     spark_kafka_options,
 )
 from medusa.stack.layout import BrokerLayout, ParticipantLayout, StackLayout
+from medusa.stack.pins import pinned
 from medusa.stack.services import ServiceCommands
 
 INFRA = REPO_ROOT / "infra"
@@ -55,13 +55,6 @@ class Component:
     """One-time set-up before the first start (e.g. formatting Kafka's storage)."""
 
 
-def _pinned(pom: Path, prop: str) -> str:
-    match = re.search(rf"<{re.escape(prop)}>([^<]+)</{re.escape(prop)}>", pom.read_text())
-    if not match:
-        raise RuntimeError(f"{pom} does not pin {prop}")
-    return match.group(1).strip()
-
-
 def java_binary(layout: StackLayout) -> str:
     java_home = layout.settings.java_home or (
         Path(os.environ["JAVA_HOME"]) if os.environ.get("JAVA_HOME") else None)
@@ -74,7 +67,7 @@ def java_binary(layout: StackLayout) -> str:
 
 
 def kafka_libs(layout: StackLayout) -> Path:
-    version = _pinned(INFRA / "maven" / "kafka" / "pom.xml", "kafka.version")
+    version = pinned(INFRA / "maven" / "kafka" / "pom.xml", "kafka.version")
     libs = layout.settings.cache_dir / "kafka" / version / "libs"
     if not (libs.parent / ".installed").is_file():
         raise ComponentMissingError(f"Kafka {version} is not installed in {libs}")
@@ -82,7 +75,7 @@ def kafka_libs(layout: StackLayout) -> Path:
 
 
 def registry_home(layout: StackLayout) -> Path:
-    version = _pinned(INFRA / "maven" / "registry" / "pom.xml", "apicurio.version")
+    version = pinned(INFRA / "maven" / "registry" / "pom.xml", "apicurio.version")
     home = layout.settings.cache_dir / "apicurio" / version
     if not (home / ".installed").is_file():
         raise ComponentMissingError(f"Apicurio Registry {version} is not installed in {home}")

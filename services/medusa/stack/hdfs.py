@@ -9,7 +9,6 @@ Installed by ``infra/install_hdfs.sh`` into ``<cache>/hadoop/<version>/libs``.
 
 from __future__ import annotations
 
-import re
 import secrets
 import subprocess
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from xml.sax.saxutils import escape
 import httpx
 
 from medusa.settings import REPO_ROOT
+from medusa.stack.pins import pinned
 
 if TYPE_CHECKING:
     from medusa.stack.components import Component
@@ -67,10 +67,7 @@ com.sun.jersey.level=SEVERE
 
 def hadoop_version(pom: Path = HDFS_POM) -> str:
     """The Hadoop version the pom pins (the install folder is named after it)."""
-    match = re.search(r"<hadoop\.version>([^<]+)</hadoop\.version>", pom.read_text())
-    if not match:
-        raise RuntimeError(f"{pom} does not pin hadoop.version")
-    return match.group(1).strip()
+    return pinned(pom, "hadoop.version")
 
 
 def hdfs_libs(cache_dir: Path) -> Path:

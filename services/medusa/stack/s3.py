@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from medusa.settings import REPO_ROOT
+from medusa.stack.pins import pinned
 
 if TYPE_CHECKING:
     from medusa.stack.components import Component
@@ -42,21 +42,13 @@ _LOGBACK = """\
 """
 
 
-def _pinned(pom: Path, property_name: str) -> str:
-    match = re.search(rf"<{re.escape(property_name)}>([^<]+)</{re.escape(property_name)}>",
-                      pom.read_text())
-    if not match:
-        raise RuntimeError(f"{pom} does not pin {property_name}")
-    return match.group(1).strip()
-
-
 def s3proxy_version() -> str:
-    return _pinned(S3PROXY_POM, "s3proxy.version")
+    return pinned(S3PROXY_POM, "s3proxy.version")
 
 
 def s3a_jars_folder(cache_dir: Path) -> Path:
     """Where ``infra/install_s3.sh`` puts Spark's S3A client (hadoop-aws and the SDK)."""
-    return cache_dir / "s3a-jars" / _pinned(S3A_POM, "hadoop.version")
+    return cache_dir / "s3a-jars" / pinned(S3A_POM, "hadoop.version")
 
 
 def s3proxy_libs(cache_dir: Path) -> Path:
