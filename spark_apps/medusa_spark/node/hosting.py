@@ -20,6 +20,7 @@ from medusa.errors import MedusaError
 from medusa.settings import kafka_config
 from medusa.sunion.service import positions_before
 from medusa.tracing import context_of
+from medusa_spark import state_stores
 from medusa_spark.checkpoints import (
     batch_offsets,
     batch_watermark_ms,
@@ -406,6 +407,8 @@ class Hosting:
         query redoes the corrected input (see ``reconcile``)."""
         run = hosted.run
         run.writer.close()
+        # Its pending state snapshots are written now, so that the roll-back removes them.
+        state_stores.release(self.node.spark, run.checkpoint, str(run.query.runId))
         record = DpcRecord.load(run.checkpoint)
         since = record.tentative_since_batch
         last = last_committed_batch(run.checkpoint)
