@@ -62,6 +62,27 @@ def _read_all(kafka_config: dict, topic: str, expected: int | None = None,
     return messages
 
 
+def test_values_are_written_as_confluent_kafkas_avro_serializer_writes_them(
+        kafka_config, registry, topic) -> None:
+    """The producer writes with fastavro itself; the bytes are the registry client's."""
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    from medusa.registry import SERDE_CONFIG
+
+    ensure_topics(kafka_config, [topic], partitions=1)
+    schema = load_schema("sensor_reading")
+    with TupleProducer(kafka_config, registry, topic, schema, "test-src",
+                       to_dict=to_dict) as producer:
+        serializer = AvroSerializer(registry, schema.text, to_dict,
+                                    conf={"auto.register.schemas": False, **SERDE_CONFIG})
+        context = SerializationContext(topic, MessageField.VALUE)
+        for reading in sensor_readings(sensors=3, start_ms=1_000_000, interval_ms=1000,
+                                       count=12):
+            assert producer.serialize(reading) == serializer(reading, context)
+        with pytest.raises(ValueError, match="does not fit the topic's schema"):
+            producer.serialize({"sensor_id": 7})
+
+
 def test_round_trip_through_the_registry_with_headers_and_boundaries(
         kafka_config, registry, topic) -> None:
     ensure_topics(kafka_config, [topic], partitions=3)

@@ -102,6 +102,7 @@ class _Figures:
     perf: Throughput | None = None
     bare: Throughput | None = None
     medusa: Throughput | None = None
+    avro_client: Throughput | None = None
     value_size: int | None = None
     sunion: dict[str, float] | None = None
     consumer_perf: Throughput | None = None
@@ -124,10 +125,12 @@ def _producers(bench: _Bench, got: _Figures) -> None:
     with _part("producers", bench.errors, bench.say):
         bench.say(f"producers: preparing {bench.records:,} Linear Road position reports")
         reports = producers.position_reports(bench.records)
-        bench.say("producers: Medusa's (Avro, envelope, BOUNDARY), bare confluent-kafka, "
-                  "Kafka's tool")
+        bench.say("producers: Medusa's (Avro, envelope, BOUNDARY), confluent-kafka's "
+                  "AvroSerializer, bare confluent-kafka, Kafka's tool")
         got.medusa, got.value_size = producers.medusa_producer(bench.bootstrap, bench.registry,
                                                                reports)
+        got.avro_client = producers.avro_client_producer(bench.bootstrap, bench.registry,
+                                                         reports)
         got.bare = producers.bare_producer(bench.bootstrap, bench.records, got.value_size)
         got.perf = producers.kafka_perf_tool(bench.layout, bench.bootstrap, bench.records,
                                              got.value_size)
@@ -351,14 +354,16 @@ def _passthrough_mean(got: _Figures, records: int) -> Throughput | None:
 
 def _runs(got: _Figures, records: int) -> list[Throughput]:
     """The throughputs measured, in the order the report lists them."""
-    return [run for run in (got.perf, got.bare, got.medusa, got.consumer_perf, got.passthrough,
-                            got.passthrough_again, got.filtered, got.direct) if run is not None]
+    return [run for run in (got.perf, got.bare, got.avro_client, got.medusa, got.consumer_perf,
+                            got.passthrough, got.passthrough_again, got.filtered, got.direct)
+            if run is not None]
 
 
 def _ratios(got: _Figures, records: int) -> dict[str, float | None]:
     passthrough_mean = _passthrough_mean(got, records)
     return {
         "medusa_producer_over_bare_producer": _ratio(got.medusa, got.bare),
+        "producer_over_avro_client": _ratio(got.medusa, got.avro_client),
         "bare_producer_over_kafka_producer_tool": _ratio(got.bare, got.perf),
         "filter_over_passthrough": _ratio(got.filtered, passthrough_mean),
         "filter_fragment_without_sunion_over_passthrough": _ratio(got.direct, passthrough_mean),
