@@ -24,13 +24,24 @@ from fastavro import parse_schema, schemaless_writer
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from medusa.envelope import TRACEPARENT_HEADER, Envelope, Headers, TupleType, boundary
+from medusa.envelope import (
+    ID_HEADER,
+    STIME_HEADER,
+    TRACEPARENT_HEADER,
+    TYPE_HEADER,
+    Headers,
+    TupleType,
+    boundary,
+)
 from medusa.registry import register
 from medusa.schemas import AvroSchema
 from medusa.topics import partition_count
 from medusa.tracing import Sampler, traceparent
 
 _MAGIC_BYTE = b"\x00"
+_POLL_EVERY = 100
+"""Records between two polls for delivery reports (only failures report)."""
+_TYPE_BYTES = {kind: kind.value.encode() for kind in TupleType}
 
 
 @dataclass
@@ -84,6 +95,7 @@ class TupleProducer:
             "delivery.report.only.error": True, "on_delivery": self._on_failure})
         self._partitions = partition_count(kafka_config, topic)
         self._last_stime: int | None = None
+        self._unpolled = 0
         self._next_boundary_at = time.monotonic() + boundary_interval_s
 
     def __enter__(self) -> TupleProducer:
@@ -107,17 +119,20 @@ class TupleProducer:
         extra_headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
         payload = self.serialize(value)
-        envelope = Envelope(tuple_type, tuple_id, stime)
-        extra = list(extra_headers or ())
-        if self._sampled():  # this tuple's way through the boxes to the sink is traced
+        # The envelope's headers (``Envelope.headers``), built inline: this runs per record.
+        headers: Headers = [(TYPE_HEADER, _TYPE_BYTES[tuple_type]), (ID_HEADER, tuple_id.encode()),
+                            (STIME_HEADER, str(stime).encode())]
+        if extra_headers:
+            headers.extend(extra_headers)
+        if self._sampled.every and self._sampled():  # its way to the sink is traced
             span = trace.get_tracer("medusa").start_span(
                 f"produce {self.topic}", kind=SpanKind.PRODUCER,
                 attributes={"medusa.id": tuple_id, "messaging.destination.name": self.topic})
             span.end()
             parent = traceparent(span)
             if parent is not None:
-                extra.append((TRACEPARENT_HEADER, parent.encode()))
-        self._send(key, payload, envelope.headers(extra), None)
+                headers.append((TRACEPARENT_HEADER, parent.encode()))
+        self._send(key, payload, headers, None)
         if self._last_stime is None or stime > self._last_stime:
             self._last_stime = stime
         if time.monotonic() >= self._next_boundary_at:
@@ -159,7 +174,10 @@ class TupleProducer:
                 self._producer.poll(0.1)  # queue full: let deliveries drain, then retry
         if value is not None:
             self.stats.sent += 1  # taken back if its delivery fails
-        self._producer.poll(0)
+        self._unpolled += 1
+        if self._unpolled >= _POLL_EVERY:  # serves the (failure) reports now and then
+            self._unpolled = 0
+            self._producer.poll(0)
 
     def _on_failure(self, error: KafkaError | None, message: Message) -> None:
         if error is None:

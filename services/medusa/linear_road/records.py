@@ -7,7 +7,7 @@ fields a type does not use are -1. The historical toll file has rows ``vid,day,x
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from medusa.errors import MedusaError
@@ -152,7 +152,7 @@ TOPICS = (*(record_type.TOPIC for record_type in RECORD_TYPES), HISTORICAL_TOLLS
 
 
 def to_dict(record: LinearRoadRecord, _context: Any = None) -> dict[str, Any]:
-    fields = asdict(record)
+    fields = dict(vars(record))  # flat fields: no deep copy (asdict's) per record
     if isinstance(record, HistoricalTolls):
         fields["tolls"] = list(record.tolls)
     return fields
