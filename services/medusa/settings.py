@@ -296,11 +296,14 @@ class HaSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="MEDUSA_HA_", extra="ignore")
 
-    heartbeat_interval_s: float = Field(0.5, gt=0, le=60)
+    heartbeat_interval_s: float = Field(0.25, gt=0, le=60)
     policy: Literal["timeout", "phi"] = "phi"
-    acceptable_pause_s: float = Field(3.0, ge=0, le=600)
-    """Silence a live but slow node may show before it can be declared failed."""
-    suspect_after_s: float = Field(1.5, gt=0, le=600)
+    acceptable_pause_s: float = Field(0.45, ge=0, le=600)
+    """Silence a live but slow node may show before it can be declared failed. Chosen
+    from the heartbeat gaps measured under load (``docs/concepts/high-availability.md``):
+    a dead node is declared failed about 1.2 s after its last heartbeat."""
+    suspect_after_s: float = Field(0.6, gt=0, le=600)
     """timeout policy: silence after which a node is suspected."""
-    phi_suspect: float = Field(3.0, gt=0)
+    phi_suspect: float = Field(7.0, gt=0)
+    """phi (without the pause) at which a node is suspected: about 0.5 s late."""
     phi_failed: float = Field(8.0, gt=0)

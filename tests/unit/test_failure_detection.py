@@ -9,7 +9,7 @@ import pytest
 from medusa.catalog.client import CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.detector.policy import DetectorConfig, Health, PhiAccrualPolicy, TimeoutPolicy, phi
-from medusa.detector.service import FailureDetector
+from medusa.detector.service import FailureDetector, HeartbeatGaps
 from medusa.detector.takeover import Takeover, choose_target, next_replica, take_over
 from medusa.endpoints import Endpoints
 
@@ -30,7 +30,10 @@ def test_a_silent_node_is_suspected_then_declared_failed(config) -> None:
     policy = config.policy_for_node()
     last = _beats(policy, config.interval_s, 50, jitter=0.05)
     assert policy.assess(last + 0.3) == Health.ALIVE
-    assert policy.assess(last + 2.0) == Health.SUSPECT
+    # Suspected once late by more than heartbeats ever were here (phi 7: about 0.5 s).
+    suspected_at = config.suspect_after_s if config.policy == "timeout" \
+        else config.interval_s + 0.6
+    assert policy.assess(last + suspected_at + 0.05) == Health.SUSPECT
     # Never failed within its acceptable pause, always failed well past it.
     assert policy.assess(last + config.interval_s + config.acceptable_pause_s - 0.1) != \
         Health.FAILED
@@ -60,6 +63,19 @@ def test_phi_grows_with_silence_and_adapts_to_jitter() -> None:
     last_steady = _beats(steady, 0.5, 100)
     last_jittery = _beats(jittery, 0.5, 100, jitter=0.3)
     assert steady.suspicion(last_steady + 0.9) > jittery.suspicion(last_jittery + 0.9)
+
+
+def test_heartbeat_gaps_keep_the_longest_and_the_percentiles() -> None:
+    gaps = HeartbeatGaps()
+    assert gaps.summary() == {"count": 0}
+    at = 0.0
+    for step in [0.5] * 98 + [1.2, 0.6]:
+        at += step
+        gaps.arrived(at)
+    gaps.arrived(at)  # the same moment again: no gap
+    summary = gaps.summary()
+    assert summary["count"] == 99 and summary["p50_s"] == 0.5
+    assert summary["longest_s"] == 1.2 and summary["p99_s"] == 1.2
 
 
 def test_the_policies_reject_inconsistent_thresholds() -> None:

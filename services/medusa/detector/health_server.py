@@ -16,9 +16,10 @@ def view(detector: FailureDetector) -> dict[str, Any]:
     return {
         "policy": detector.config.policy,
         "acceptable_pause_s": detector.config.acceptable_pause_s,
+        "heartbeat_interval_s": detector.config.interval_s,
         "watched": {name: {"incarnation": w.incarnation, "health": w.health.value,
                            "suspicion": round(w.policy.suspicion(now), 3),
-                           "heartbeats": w.heartbeats}
+                           "heartbeats": w.heartbeats, "gaps": w.gaps.summary()}
                     for name, w in list(detector.watched.items())},
         "failed": dict(detector.failed),
         "false_suspicions": detector.state.false_suspicions,

@@ -43,13 +43,13 @@ class Policy(Protocol):
 @dataclass(frozen=True)
 class DetectorConfig:
     policy: Literal["timeout", "phi"] = "phi"
-    interval_s: float = 0.5
+    interval_s: float = 0.25
     """How often nodes send heartbeats."""
-    acceptable_pause_s: float = 3.0
+    acceptable_pause_s: float = 0.45
     """Silence a live node may show (GC, CPU saturation) before it can be declared dead."""
-    suspect_after_s: float = 1.5
+    suspect_after_s: float = 0.6
     """timeout: silence after which the node is suspected."""
-    phi_suspect: float = 3.0
+    phi_suspect: float = 7.0
     phi_failed: float = 8.0
     window: int = 100
     min_std_s: float = 0.1

@@ -52,6 +52,33 @@ class Watched:
     """Wall-clock time of the last heartbeat, for the trace."""
     suspected_at_wall: float | None = None
     heartbeats: int = 0
+    gaps: HeartbeatGaps = field(default_factory=lambda: HeartbeatGaps())
+    """How far apart its heartbeats arrived: what the interval and the pause are set from."""
+
+
+@dataclass
+class HeartbeatGaps:
+    """The intervals between a node's heartbeats as they arrived here (its beat, Kafka and
+    this loop together): the longest, and the recent ones for percentiles."""
+
+    longest_s: float = 0.0
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=2000))
+    _last: float | None = None
+
+    def arrived(self, at: float) -> None:
+        if self._last is not None and at > self._last:
+            gap = at - self._last
+            self.recent.append(gap)
+            self.longest_s = max(self.longest_s, gap)
+        self._last = at
+
+    def summary(self) -> dict[str, float | int]:
+        gaps = sorted(self.recent)
+        if not gaps:
+            return {"count": 0}
+        return {"count": len(gaps), "p50_s": round(gaps[len(gaps) // 2], 3),
+                "p99_s": round(gaps[min(len(gaps) - 1, int(len(gaps) * 0.99))], 3),
+                "longest_s": round(self.longest_s, 3)}
 
 
 @dataclass(frozen=True)
@@ -113,6 +140,7 @@ class FailureDetector:
         if watched is None or watched.incarnation != incarnation:
             return  # not (yet) in the catalog as up, or a fenced incarnation
         watched.policy.heartbeat(now)
+        watched.gaps.arrived(now)
         watched.heartbeats += 1
         watched.last_heartbeat_wall = time.time()
 

@@ -49,6 +49,10 @@ class FalsePositives:
     """Suspicions raised and cleared again, of any node, while the load ran."""
     declared_failed: bool
     acceptable_pause_s: float
+    heartbeat_interval_s: float | None = None
+    heartbeat_gaps: dict[str, float | int] | None = None
+    """How far apart the loaded node's heartbeats arrived at the detector (p50, p99,
+    longest): what the interval and the acceptable pause are chosen from."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,8 +156,11 @@ def _false_positives(endpoints: Endpoints, registry: SchemaRegistryClient,
         suspicions=after["false_suspicions"] - before["false_suspicions"],
         # Declared failed, it would have rejoined as a new incarnation by now.
         declared_failed=entry is None or entry.spec.get("incarnation") != incarnation,
-        acceptable_pause_s=after["acceptable_pause_s"])
+        acceptable_pause_s=after["acceptable_pause_s"],
+        heartbeat_interval_s=after.get("heartbeat_interval_s"),
+        heartbeat_gaps=after.get("watched", {}).get(node, {}).get("gaps"))
     say(f"  under load: {result.suspicions} suspicion(s) raised and cleared, node declared "
-        f"failed: {'yes' if result.declared_failed else 'no'}")
+        f"failed: {'yes' if result.declared_failed else 'no'}; heartbeat gaps "
+        f"{result.heartbeat_gaps}")
     return result
 
