@@ -88,7 +88,8 @@ class Hosting:
         self._reporting = reporting
         self.moves = Moves(node, self)
         self.urgent = False
-        """A warm move or a quiet output: the catalog is read every ``URGENT_POLL_S``."""
+        """A warm move, a quiet output or an active standby: the catalog is read every
+        ``URGENT_POLL_S``."""
         self._plans: dict[str, NetworkPlan] = {}
         self._precopied: set[str] = set()
 
@@ -107,11 +108,13 @@ class Hosting:
             e.spec.get("reader_replica") == self.node.global_name)}
         by_name = {e.name: e for e in entries}
         # During a warm move both nodes follow the catalog closely: the pause is theirs; so
-        # does a reader-side replica whose output has gone quiet.
+        # does a reader-side replica whose output has gone quiet, and an active standby,
+        # whose promotion after its primary's failure waits for this pass.
         self.urgent = any(by_name[n].spec.get("warm_ready") for n in self.node.hosted
                           if n in by_name) or any(
             h.output_watch.silent_s() > 1.0 for h in self.node.hosted.values()
-            if h.output_watch is not None)
+            if h.output_watch is not None) or any(
+            h.run.standby and not h.yielded and not h.reader for h in self.node.hosted.values())
         for name in [n for n in self.node.hosted if n not in placed and n not in replicas]:
             gone = self.node.hosted[name]
             if (gone.run.standby and not gone.yielded) or gone.reader:
