@@ -7,7 +7,9 @@ of that batch and stops the query with ``ReconcileRequired``; the node then
 
 1. rolls the checkpoint back to the batch before the first one that read a record of the
    UP_FAILURE period (``DpcRecord.tentative_since_batch``): later offsets, commits and
-   state versions are deleted, so Spark replans from there with the state it had;
+   state versions are deleted, so Spark replans from there with the state it had (the
+   stopped query's pending state snapshots are written first, ``state_stores.release``,
+   so that none of an undone batch lands after the roll-back);
 2. records that the period's epoch is corrected (``skip_epoch``): the restarted query
    leaves out every source record marked with that epoch or an older one, so it reads the
    stable buckets it had, then the REDO's corrected ones;
