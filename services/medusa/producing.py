@@ -24,15 +24,7 @@ from fastavro import parse_schema, schemaless_writer
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from medusa.envelope import (
-    ID_HEADER,
-    STIME_HEADER,
-    TRACEPARENT_HEADER,
-    TYPE_HEADER,
-    Headers,
-    TupleType,
-    boundary,
-)
+from medusa.envelope import TRACEPARENT_HEADER, Headers, TupleType, boundary, envelope_headers
 from medusa.registry import register
 from medusa.schemas import AvroSchema
 from medusa.topics import partition_count
@@ -41,7 +33,6 @@ from medusa.tracing import Sampler, traceparent
 _MAGIC_BYTE = b"\x00"
 _POLL_EVERY = 100
 """Records between two polls for delivery reports (only failures report)."""
-_TYPE_BYTES = {kind: kind.value.encode() for kind in TupleType}
 
 
 @dataclass
@@ -119,12 +110,8 @@ class TupleProducer:
         extra_headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
         payload = self.serialize(value)
-        # The envelope's headers (``Envelope.headers``), built inline: this runs per record.
-        headers: Headers = [(TYPE_HEADER, _TYPE_BYTES[tuple_type]), (ID_HEADER, tuple_id.encode()),
-                            (STIME_HEADER, str(stime).encode())]
-        if extra_headers:
-            headers.extend(extra_headers)
-        if self._sampled.every and self._sampled():  # its way to the sink is traced
+        headers = envelope_headers(tuple_type, tuple_id, stime, extra_headers or ())
+        if self._sampled():  # this tuple's way through the boxes to the sink is traced
             span = trace.get_tracer("medusa").start_span(
                 f"produce {self.topic}", kind=SpanKind.PRODUCER,
                 attributes={"medusa.id": tuple_id, "messaging.destination.name": self.topic})

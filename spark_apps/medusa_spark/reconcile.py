@@ -27,14 +27,13 @@ that takes the fragment over in the middle of a failure or a reconciliation goes
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass
 
 from medusa.errors import MedusaError
 from medusa_spark import checkpoint_store as store
+from medusa_spark.state_stores import STATE_FILE
 
 RECORD_FILE = "medusa-dpc.json"
-_STATE_FILE = re.compile(r"^(\d+)(?:_[^.]*)?\.(changelog|zip|delta|snapshot)$")
 
 
 class ReconcileRequired(MedusaError, RuntimeError):
@@ -135,7 +134,7 @@ def rollback(checkpoint: str, to_batch: int) -> int:
         store.delete(state)
         return deleted + len(files)
     for relative in files:
-        match = _STATE_FILE.match(relative.rsplit("/", 1)[-1])
+        match = STATE_FILE.match(relative.rsplit("/", 1)[-1])
         if match and int(match.group(1)) > to_batch + 1:
             store.delete(f"{state}/{relative}")
             deleted += 1

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("medusa.node")
 
-_STATE_FILE = re.compile(r"^\d+(?:_[^.]*)?\.(changelog|zip|delta|snapshot)$")
+STATE_FILE = re.compile(r"^(\d+)(?:_[^.]*)?\.(changelog|zip|delta|snapshot)$")
+"""A state version's file (``<version>[_<id>].<kind>``): group 1 is the version."""
 _PACKAGE = "org.apache.spark.sql.execution.streaming.state"
 
 
@@ -36,7 +37,7 @@ def state_store_ids(checkpoint: str) -> set[tuple[int, int, str]]:
     ids = set()
     for relative in store.list_files(f"{checkpoint}/state"):
         parts = relative.split("/")
-        if len(parts) not in (3, 4) or not _STATE_FILE.match(parts[-1]) \
+        if len(parts) not in (3, 4) or not STATE_FILE.match(parts[-1]) \
                 or not (parts[0].isdigit() and parts[1].isdigit()):
             continue
         ids.add((int(parts[0]), int(parts[1]), parts[2] if len(parts) == 4 else "default"))
