@@ -17,7 +17,7 @@ from medusa_spark.fragment import FragmentWiring, start_query_frame
 from medusa_spark.fragment_writer import FragmentWriter
 from medusa_spark.network.validate import Plan
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired
-from medusa_spark.soutput import OutputFencedError
+from medusa_spark.soutput import OutputFencedError, SOutput
 
 AVAILABLE_NOW = "available-now"
 
@@ -149,6 +149,9 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
         duration_ms(interval)  # fail early on a malformed trigger
         stream = stream.trigger(processingTime=interval)
     query = _start(spark, stream, plan.network.state_partitions)
+    for output in writer.outputs if standby else ():
+        if isinstance(output, SOutput):
+            output.follow()  # so that a promotion reads back only the last moments
     if interval != AVAILABLE_NOW:
         threading.Thread(target=_write_boundaries_when_idle,
                          args=(query, writer, max(duration_ms(interval), 200) / 1000),

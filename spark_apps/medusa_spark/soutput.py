@@ -13,9 +13,11 @@ the recent tail of its topic (committed records only) and remembers the ids, and
 drops any result it is asked to write again. TENTATIVE results are not remembered:
 after a reconciliation their corrected STABLE versions come with the same ids.
 
-A standby SOutput (``ha: active``) writes nothing: it keeps its replica's recent
-results until ``promote``, which fences the primary and writes those of them the
-primary had not.
+A standby SOutput (``ha: active``, a warm move's replica) writes nothing: it keeps its
+replica's recent results until ``promote``, which fences the primary and writes those of
+them the primary had not. While it waits it follows the ids the primary commits
+(``follow``), so that the promotion reads back only the last moments' instead of the
+whole horizon's: the read-back is off the takeover's path.
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ class OutputStats:
     """Wall-clock time of the first record written by this SOutput."""
     recovered_ids: int = 0
     """Ids read back from the topic's tail at start."""
+    fence_s: float | None = None
+    """How long ``init_transactions`` took when it opened (fencing the previous writer)."""
+    read_back_s: float | None = None
+    """How long reading back the written ids took after that."""
     first_write_listeners: list[Callable[[int], None]] = field(default_factory=list)
 
 
@@ -106,6 +112,7 @@ class SOutput:
         self._producer: Producer | None = None
         self._buffer: deque[tuple[float, list[OutRecord]]] = deque()
         self._lock = threading.Lock()
+        self._follower: _TailFollower | None = None
         self.trace_context: Context | None = None
         """Set for a takeover: opening the output is then a span of the failure's trace."""
 
@@ -145,7 +152,18 @@ class SOutput:
             self._buffer.clear()
             return self._transaction(kept) if kept else 0
 
+    def follow(self) -> None:
+        """On a standby: reads the ids the primary commits as they come (see the module)."""
+        with self._lock:
+            if not self.standby or self._follower is not None:
+                return
+            self._follower = _TailFollower(self.owner, self.bootstrap, self.topics,
+                                           self.horizon_s, self._max_ids)
+        self._follower.start()
+
     def close(self) -> None:
+        if self._follower is not None:
+            self._follower.stop()
         with self._lock:
             if self._producer is not None:
                 self._producer.flush(10)
@@ -171,14 +189,24 @@ class SOutput:
             "queue.buffering.max.messages": 1_000_000,
             "transaction.timeout.ms": 60_000,
         }))
+        started = time.monotonic()
         # Aborts the previous writer's open transaction and fences it from now on.
         producer.init_transactions(60)
         self._producer = producer
-        recovered = [(topic, tuple_id) for topic in self.topics
-                     for tuple_id in self._read_tail(topic)]
-        self.stats.recovered_ids = len(recovered)
-        for topic, tuple_id in recovered:
-            self._remember(topic, tuple_id)
+        fenced = time.monotonic()
+        self.stats.fence_s = fenced - started
+        follower, self._follower = self._follower, None
+        followed = follower.finish() if follower is not None else None
+        if followed is not None:
+            self._seen = followed  # a standby has written nothing: nothing else is in it
+            self.stats.recovered_ids = len(followed)
+        else:
+            recovered = [(topic, tuple_id) for topic in self.topics
+                         for tuple_id in self._read_tail(topic)]
+            self.stats.recovered_ids = len(recovered)
+            for topic, tuple_id in recovered:
+                self._remember(topic, tuple_id)
+        self.stats.read_back_s = time.monotonic() - fenced
 
     def _transaction(self, records: Iterable[OutRecord]) -> int:
         producer = self._producer
@@ -289,6 +317,106 @@ class SOutput:
             return ids
         finally:
             consumer.close()
+
+
+class _TailFollower(threading.Thread):
+    """A standby output's reader of the ids its primary commits (``read_committed``), from
+    the horizon's start on; ``finish``, called once the primary is fenced, reads on to
+    the end and hands them over."""
+
+    FINISH_TIMEOUT_S = 30.0
+
+    def __init__(self, owner: str, bootstrap: str, topics: Sequence[str], horizon_s: float,
+                 max_ids: int) -> None:
+        super().__init__(name=f"soutput-follower {owner}", daemon=True)
+        self._kafka = bootstrap
+        self._topics = topics
+        self._horizon_s = horizon_s
+        self._max_ids = max_ids
+        self.ids: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._finishing = threading.Event()
+        self._stopping = threading.Event()
+        self._finished = threading.Event()
+        self.error: str | None = None
+
+    def finish(self) -> OrderedDict[tuple[str, str], None] | None:
+        """Every id committed up to now, or None if it could not tell (read back instead)."""
+        self._finishing.set()
+        if not self._finished.wait(self.FINISH_TIMEOUT_S) or self.error is not None:
+            self._stopping.set()
+            return None
+        return self.ids
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        try:
+            self._follow()
+        except KafkaException as error:
+            self.error = str(error)
+        finally:
+            self._finished.set()
+
+    def _follow(self) -> None:
+        consumer = Consumer(kafka_config(self._kafka, **{
+            "group.id": f"medusa.soutput.follower.{self._topics[0]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 50,
+        }))
+        try:
+            next_offset = self._assign(consumer)
+            waiting: set[tuple[str, int]] | None = None
+            while not self._stopping.is_set():
+                if waiting is None and self._finishing.is_set():
+                    # Fetched again from where it is, so each partition says its end anew.
+                    waiting = set(next_offset)
+                    for (topic, partition), offset in next_offset.items():
+                        consumer.seek(TopicPartition(topic, partition, offset))
+                    if not waiting:
+                        return
+                message = consumer.poll(0.1)
+                if message is None:
+                    continue
+                key = (message.topic() or "", message.partition() or 0)
+                error = message.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(error)
+                    if waiting is not None:
+                        waiting.discard(key)
+                        if not waiting:
+                            return
+                    continue
+                next_offset[key] = (message.offset() or 0) + 1
+                headers = cast(list[Header], message.headers() or [])
+                tuple_id = record_id(headers)
+                if tuple_id and not is_tentative(headers):
+                    self.ids[(key[0], tuple_id)] = None
+                    if len(self.ids) > self._max_ids:
+                        self.ids.popitem(last=False)
+            self.error = "stopped"
+        finally:
+            consumer.close()
+
+    def _assign(self, consumer: Consumer) -> dict[tuple[str, int], int]:
+        """From the first record of the horizon (or the end, if none is that recent)."""
+        since_ms = int((time.time() - self._horizon_s) * 1000)
+        starts: dict[tuple[str, int], int] = {}
+        for topic in self._topics:
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            found = consumer.offsets_for_times(
+                [TopicPartition(topic, p, since_ms) for p in partitions], timeout=10)
+            for start in found:
+                offset = start.offset
+                if offset < 0:
+                    offset = consumer.get_watermark_offsets(
+                        TopicPartition(topic, start.partition), timeout=10)[1]
+                starts[(topic, start.partition)] = offset
+        consumer.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
+        return starts
 
 
 def record_id(headers: Sequence[Header] | dict[str, str | bytes | None]) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from medusa.sunion.config import SUnionConfig, dump_config
+from medusa.sunion.service import FENCED_EXIT
 
 log = logging.getLogger("medusa.node")
 
@@ -49,8 +50,12 @@ class SUnionProcess:
         return self
 
     def go(self) -> None:
-        """Lets a SUnion started with ``wait_for_go`` open and run."""
+        """Lets a SUnion started with ``wait_for_go`` open and run (started anew if it has
+        died while it waited)."""
         self.waiting_for_go = False
+        if not self.alive():
+            self.start()
+            return
         self.go_path.touch()
 
     @property
@@ -60,9 +65,14 @@ class SUnionProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def fenced(self) -> bool:
+        """Whether another node's SUnion took its topic over (a move or a takeover)."""
+        return self.process is not None and self.process.poll() == FENCED_EXIT
+
     def keep_alive(self) -> bool:
-        """Starts it again if it died; says whether it had to."""
-        if self.process is not None and self.process.poll() is not None:
+        """Starts it again if it died; says whether it had to. A fenced one stays stopped:
+        started again, it would fence the SUnion that replaced it."""
+        if self.process is not None and self.process.poll() is not None and not self.fenced():
             log.warning("SUnion of %s exited with %s; starting it again (log: %s)",
                         self.config.fragment, self.process.returncode, self.log_path)
             self.start(wait_for_go=self.waiting_for_go)

@@ -89,6 +89,35 @@ def test_a_promoted_standby_writes_only_what_the_primary_had_not(kafka_config,
     assert sorted(ids) == sorted(f"t{i}" for i in range(14)) and len(ids) == len(set(ids))
 
 
+def test_a_following_standby_knows_what_the_primary_wrote_without_reading_it_back(
+        kafka_config, output_topic, monkeypatch) -> None:
+    """The standby follows the ids the primary commits (before it started and after), and
+    the promotion reads on only to the end: a transaction left open is aborted, not
+    counted."""
+    bootstrap = kafka_config["bootstrap.servers"]
+    primary = SOutput(output_topic, [output_topic], bootstrap)
+    primary.write(_records(output_topic, range(0, 10)))
+    standby = SOutput(output_topic, [output_topic], bootstrap, standby=True)
+    standby.follow()
+    primary.write(_records(output_topic, range(10, 20)))
+    dead = Producer(client_config(bootstrap,
+                                  {"transactional.id": transactional_id(output_topic)}))
+    dead.init_transactions(30)  # the primary's successor dies mid-batch
+    dead.begin_transaction()
+    for record in _records(output_topic, range(20, 25)):
+        dead.produce(output_topic, value=record.value, key=record.key, headers=record.headers)
+    dead.flush(10)
+    assert standby.write(_records(output_topic, range(0, 30))) == 0
+
+    def read_back(*_: object) -> list[str]:
+        raise AssertionError("the promotion read the horizon back instead of following it")
+    monkeypatch.setattr(SOutput, "_read_tail", read_back)
+    assert standby.promote() == 10
+    assert standby.stats.recovered_ids == 20
+    ids = _committed_ids(bootstrap, output_topic)
+    assert sorted(ids) == sorted(f"t{i}" for i in range(30)) and len(ids) == len(set(ids))
+
+
 def test_one_transaction_spans_the_fragments_output_topics(kafka_config, topic) -> None:
     bootstrap = kafka_config["bootstrap.servers"]
     first_topic, second_topic = f"{topic}.a", f"{topic}.b"

@@ -21,7 +21,7 @@ from types import FrameType
 
 from medusa import tracing
 from medusa.sunion.config import load_config
-from medusa.sunion.service import SUnion, SUnionError
+from medusa.sunion.service import FENCED_EXIT, SUnion, SUnionError, SUnionFencedError
 
 log = logging.getLogger("medusa.sunion")
 
@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with SUnion(config) as sunion:
             sunion.run(stop)
+    except SUnionFencedError as error:
+        log.warning("%s", error)
+        return FENCED_EXIT
     except SUnionError as error:
         log.error("%s", error)
         return 1

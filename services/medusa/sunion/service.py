@@ -130,6 +130,10 @@ class SUnionFencedError(SUnionError):
     """Another SUnion instance writes this output now; this one must stop."""
 
 
+FENCED_EXIT = 3
+"""The exit status of a fenced SUnion process: its node must not start it again."""
+
+
 def _retyped(headers: Sequence[Header]) -> list[Header]:
     """A tuple's headers with its type TENTATIVE (and no older tentative mark)."""
     kept: list[Header] = [(name, raw) for name, raw in headers

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -59,6 +62,10 @@ after this."""
 URGENT_POLL_S = 0.1
 """How often a node reads the catalog while it takes part in a warm move."""
 
+FRAGMENT_ERRORS = (MedusaError, CatalogError, RuntimeError, ValueError, Py4JError,
+                   KafkaException)
+"""What fails one fragment (a JVM call included), not the node."""
+
 log = logging.getLogger("medusa.node")
 
 
@@ -92,6 +99,8 @@ class Hosting:
         ``URGENT_POLL_S``."""
         self._plans: dict[str, NetworkPlan] = {}
         self._precopied: set[str] = set()
+        self._promotions: dict[str, Callable[[], None]] = {}
+        """Standby replicas to promote at the end of this pass, side by side."""
 
     def reconcile(self) -> None:
         """One pass: start what is placed here, hand over what is placed elsewhere."""
@@ -132,6 +141,7 @@ class Hosting:
                 networks[network_name] = self._network(network_name, members)
             except (MedusaError, CatalogError, RuntimeError, ValueError) as error:
                 networks[network_name] = error
+        self._promotions = {}
         for name, entry in sorted(wanted.items()):
             try:
                 network = networks[entry.spec["network"]]
@@ -145,12 +155,29 @@ class Hosting:
                     self.moves.follow_reader(name, entry, network)
                 else:
                     self.moves.follow_replica(name, entry, network)
-            except (MedusaError, CatalogError, RuntimeError, ValueError, Py4JError,
-                    KafkaException) as error:
-                # One fragment's failure (a JVM call included) is its own, not the node's.
-                if self.node.errors.get(name) != str(error):
-                    log.error("%s: fragment %s: %s", self.node.global_name, name, error)
-                self.node.errors[name] = str(error)
+            except FRAGMENT_ERRORS as error:
+                self._failed(name, error)
+        self._promote_side_by_side()
+
+    def _failed(self, name: str, error: Exception) -> None:
+        if self.node.errors.get(name) != str(error):
+            log.error("%s: fragment %s: %s", self.node.global_name, name, error)
+        self.node.errors[name] = str(error)
+
+    def _promote_side_by_side(self) -> None:
+        """The pass's promotions (a failed node's fragments, say) run at the same time: each
+        waits on its clusters (fencing, reading back), not on this node's CPU."""
+        promotions, self._promotions = self._promotions, {}
+        if not promotions:
+            return
+        with ThreadPoolExecutor(len(promotions), thread_name_prefix="promote") as pool:
+            running = {name: pool.submit(promotion) for name, promotion in promotions.items()}
+        for name, future in running.items():
+            failure = future.exception()
+            if isinstance(failure, FRAGMENT_ERRORS):
+                self._failed(name, failure)
+            elif failure is not None:
+                raise failure
 
     def _network(self, network_name: str, members: list[Entry]) -> NetworkPlan:
         entry = self.node.catalog.get(Kind.NETWORKS, network_name)
@@ -197,11 +224,11 @@ class Hosting:
             hosted = None
         warm = entry.spec.get("warm_target") == self.node.global_name
         if hosted is not None and hosted.run.standby and not hosted.yielded:
-            if entry.spec.get("phase") != "moving":
-                self.moves.promote(name, entry, hosted, warm)
+            if entry.spec.get("phase") != "moving" or warm:
+                # A warm replica takes over at once: its SUnion and its outputs fence the
+                # old node's, which stops when it sees the move (make before break).
+                self._promotions[name] = partial(self.moves.promote, name, entry, hosted, warm)
                 return
-            if warm:
-                return  # the replica takes over once the old node has stopped at a batch
             # Moved here while its primary runs: the move restores it from that checkpoint.
             self.moves.abandon(name, "moved here; resuming from the primary's checkpoint instead")
             hosted = None
@@ -336,7 +363,10 @@ class Hosting:
         if hosted.failed:
             return
         if hosted.sunion is not None:
-            hosted.sunion.keep_alive()
+            if hosted.sunion.fenced():
+                self._restart_fenced_sunion(hosted)
+            else:
+                hosted.sunion.keep_alive()
         if not hosted.reader:
             self._reporting.publish_dpc_state(hosted)
         if hosted.run.fenced():
@@ -445,6 +475,20 @@ class Hosting:
                     "restarts": restarts,
                     **({"phase": phase} if phase else {})}
         self.node.catalog.update(Kind.FRAGMENTS, name, failed)
+
+    def _restart_fenced_sunion(self, hosted: HostedFragment) -> None:
+        """Another node's SUnion took this one's topic over: the fragment has moved on,
+        unless the catalog, read again now, still places it here (the other node acted on
+        an older placement); then this node's SUnion takes the topic back."""
+        entry = self.node.catalog.get(Kind.FRAGMENTS, hosted.name)
+        me = self.node.global_name
+        if entry is None or me not in (entry.spec["node"], entry.spec.get("reader_replica")) \
+                or entry.spec.get("phase") == "moving":
+            return  # the next pass hands it over
+        assert hosted.sunion is not None
+        log.warning("%s: the SUnion of %s was fenced by another node's, but the fragment is "
+                    "still placed here: starting it again", me, hosted.name)
+        hosted.sunion.start()
 
     def mark_running(self, name: str, checkpoint: str) -> None:
         def running(spec: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -83,8 +83,9 @@ class Moves:
             log.info("%s: %s: copied %d files (%d bytes) of its checkpoint for a replica",
                      self.node.global_name, name, stats.files, stats.bytes)
         run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True)
-        # A warm move's replica has its SUnion started and waiting, to go at the hand-over.
-        sunion = self._hosting.start_sunion(name, wiring, wait_for_go=True) if warm else None
+        # Its SUnion is started and waits, to go at the takeover (the process's start-up
+        # is then off the takeover's path).
+        sunion = self._hosting.start_sunion(name, wiring, wait_for_go=True)
         with self.node.lock:
             self.node.hosted[name] = HostedFragment(name, network.version, run, time.time(), sunion)
         log.info("%s: running the standby replica of %s%s", self.node.global_name, name,
@@ -170,7 +171,8 @@ class Moves:
 
     def promote(self, name: str, entry: Entry, hosted: HostedFragment, warm: bool) -> None:
         """The standby replica becomes the fragment: after its primary failed (``ha:
-        active``), or once its old node stopped it (a warm move)."""
+        active``), or as soon as it is placed here (a warm move: its SUnion and outputs
+        fence the old node's, which stops when it sees the move)."""
         failover = context_of(entry.spec.get("takeover_trace"))
         takeover = self.node.tracer.start_span(f"takeover {name}", context=failover, attributes={
             "medusa.fragment": name, "medusa.node": self.node.global_name,
@@ -194,8 +196,12 @@ class Moves:
         takeover.set_attribute("medusa.replica.results_caught_up", caught_up)
         hosted.takeover = pending
         self.trace_first_output(hosted.run, pending)
-        log.info("%s: promoted the replica of %s in %.1fs; it wrote %d results the primary "
-                 "had not", self.node.global_name, name, promoted_s, caught_up)
+        stats = [o.stats for o in hosted.run.writer.outputs if hasattr(o, "stats")]
+        log.info("%s: promoted the replica of %s in %.2fs (fencing %.2fs, reading back %d "
+                 "ids %.2fs); it wrote %d results the primary had not", self.node.global_name,
+                 name, promoted_s, sum(s.fence_s or 0 for s in stats),
+                 sum(s.recovered_ids for s in stats), sum(s.read_back_s or 0 for s in stats),
+                 caught_up)
         self._hosting.mark_running(name, hosted.run.checkpoint)
 
     def trace_first_output(self, run: FragmentRun, takeover: PendingTakeover) -> None:
