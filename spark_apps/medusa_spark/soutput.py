@@ -113,6 +113,7 @@ class SOutput:
         self._buffer: deque[tuple[float, list[OutRecord]]] = deque()
         self._lock = threading.Lock()
         self._follower: _TailFollower | None = None
+        self._producer_ahead: Producer | None = None
         self.trace_context: Context | None = None
         """Set for a takeover: opening the output is then a span of the failure's trace."""
 
@@ -159,12 +160,15 @@ class SOutput:
                 return
             self._follower = _TailFollower(self.owner, self.bootstrap, self.topics,
                                            self.horizon_s, self._max_ids)
+            # Connected ahead of the promotion, which then only fences.
+            self._producer_ahead = self._new_producer()
         self._follower.start()
 
     def close(self) -> None:
         if self._follower is not None:
             self._follower.stop()
         with self._lock:
+            self._producer_ahead = None
             if self._producer is not None:
                 self._producer.flush(10)
                 self._producer = None
@@ -180,8 +184,8 @@ class SOutput:
                 span.set_attribute("medusa.output.recovered_ids", self.stats.recovered_ids)
                 span.end()
 
-    def _open_producer(self) -> None:
-        producer = Producer(kafka_config(self.bootstrap, **{
+    def _new_producer(self) -> Producer:
+        return Producer(kafka_config(self.bootstrap, **{
             "transactional.id": transactional_id(self.owner),
             # Java's default for keyed records, so a key's results keep one partition.
             "partitioner": "murmur2_random",
@@ -189,6 +193,9 @@ class SOutput:
             "queue.buffering.max.messages": 1_000_000,
             "transaction.timeout.ms": 60_000,
         }))
+
+    def _open_producer(self) -> None:
+        producer, self._producer_ahead = self._producer_ahead or self._new_producer(), None
         started = time.monotonic()
         # Aborts the previous writer's open transaction and fences it from now on.
         producer.init_transactions(60)

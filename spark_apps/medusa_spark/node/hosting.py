@@ -130,7 +130,11 @@ class Hosting:
                 self.moves.abandon(name, "its replica is no longer placed here")
             else:
                 moved = by_name.get(name)
-                warm = moved is not None and moved.spec.get("warm_target") == moved.spec["node"]
+                # A warm replica takes over without this node's checkpoint: it may have
+                # done so already (then the fragment runs there).
+                warm = moved is not None and (
+                    moved.spec.get("warm_target") == moved.spec["node"] or
+                    moved.spec.get("phase") == "running")
                 self.moves.hand_over(name, at_once=warm)
         wanted = {**replicas, **placed}
         # Each network is read once a pass; one that cannot be read fails its fragments alone.
