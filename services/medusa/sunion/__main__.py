@@ -45,15 +45,16 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    if args.go_file:
-        log.info("%s: ready; waiting for %s", config.fragment, args.go_file)
-        while not Path(args.go_file).exists():
-            if stop.is_set():
-                return 0
-            time.sleep(0.02)
+    sunion = SUnion(config)
     try:
-        with SUnion(config) as sunion:
-            sunion.run(stop)
+        if args.go_file:
+            sunion.prepare()
+            log.info("%s: ready; waiting for %s", config.fragment, args.go_file)
+            while not Path(args.go_file).exists():
+                if stop.is_set():
+                    return 0
+                time.sleep(0.02)
+        sunion.run(stop)  # opens it, fencing the SUnion it replaces
     except SUnionFencedError as error:
         log.warning("%s", error)
         return FENCED_EXIT
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", error)
         return 1
     finally:
+        sunion.close()
         tracing.shutdown()  # the last period's trace goes out before the process ends
     return 0
 

@@ -255,6 +255,9 @@ class SUnion:
         self._lock = threading.Lock()
         self.counters = _Counters()
         self._producer: Producer | None = None
+        self._prepared: Producer | None = None
+        """Made by ``prepare``: the producer that ``open`` fences the older instance with."""
+        self._restore_consumer: Consumer | None = None
         self._clusters: list[_Cluster] = []
         self._buckets: Buckets | None = None
         self._restored: dict[str, Any] | None = None
@@ -286,7 +289,12 @@ class SUnion:
             self.close()
             raise
 
-    def _open(self) -> None:
+    def prepare(self) -> None:
+        """Everything opening takes that does not touch an older instance: topics, clients
+        and their connections. A SUnion waiting to take over (``--go-file``) does this
+        first, so that its ``open`` is only the fencing and the reading back."""
+        if self._prepared is not None or self._producer is not None:
+            return
         config = self.config
         output_admin = self._client_config(config.output_bootstrap)
         ensure_topics(output_admin, [config.output_topic], partitions=config.output_partitions)
@@ -294,25 +302,15 @@ class SUnion:
         # hold up a takeover while an input's cluster is cut off.
         threading.Thread(target=self._ensure_dead_letter_topics, daemon=True,
                          name="sunion-dead-letter-topics").start()
-        producer = Producer(self._client_config(
+        self._prepared = Producer(self._client_config(
             config.output_bootstrap,
             **{"transactional.id": transactional_id(config.output_topic),
                "linger.ms": 5,
                "queue.buffering.max.messages": 500_000,
                "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000)}))
-        # Aborts what an older instance left open and fences it from now on.
-        producer.init_transactions(TRANSACTION_TIMEOUT_S)
-        self._producer = producer
         self._output_partition_count = self._partition_count(
             config.output_bootstrap, config.output_topic)
-        # A fragment moved from another cluster brings the positions its last batch read.
-        self._restored = config.resume_from or self._read_last_positions()
-        restored = self._restored or {}
-        released = restored.get("released_through")
-        self._buckets = Buckets(config.bucket_ms, {i.name: i.topic for i in config.inputs},
-                                released_through=released, max_delay_ms=config.max_delay_ms,
-                                tentative_through=restored.get("tentative_through"),
-                                epoch=int(restored.get("epoch") or 0))
+        self._restore_consumer = self._new_restore_consumer()
         by_bootstrap: dict[str, dict[str, SUnionInput]] = {}
         for spec in config.inputs:
             by_bootstrap.setdefault(spec.bootstrap, {})[spec.topic] = spec
@@ -328,6 +326,23 @@ class SUnion:
                               "auto.offset.reset": "earliest",
                               "fetch.wait.max.ms": 100}))
             self._clusters.append(_Cluster(bootstrap, consumer, inputs))
+
+    def _open(self) -> None:
+        config = self.config
+        self.prepare()
+        producer, self._prepared = self._prepared, None
+        assert producer is not None
+        # Aborts what an older instance left open and fences it from now on.
+        producer.init_transactions(TRANSACTION_TIMEOUT_S)
+        self._producer = producer
+        # A fragment moved from another cluster brings the positions its last batch read.
+        self._restored = config.resume_from or self._read_last_positions()
+        restored = self._restored or {}
+        released = restored.get("released_through")
+        self._buckets = Buckets(config.bucket_ms, {i.name: i.topic for i in config.inputs},
+                                released_through=released, max_delay_ms=config.max_delay_ms,
+                                tentative_through=restored.get("tentative_through"),
+                                epoch=int(restored.get("epoch") or 0))
         for cluster in self._clusters:
             self._assign_partitions(cluster)
         log.info("%s: SUnion open, %s; %d input partition(s), output %s (%d partition(s))",
@@ -352,6 +367,10 @@ class SUnion:
                 cluster.dead_letter_producer.flush(30)
             cluster.consumer.close()
         self._clusters = []
+        self._prepared = None
+        if self._restore_consumer is not None:
+            self._restore_consumer.close()
+            self._restore_consumer = None
         if self._producer is not None:
             if not self._fenced:  # a fenced producer has nothing it may still deliver
                 self._producer.flush(30)
@@ -708,10 +727,8 @@ class SUnion:
         windows, since an aborted transaction may fill the log's tail.
         """
         topic = self.config.output_topic
-        consumer = Consumer(self._client_config(
-            self.config.output_bootstrap,
-            **{"group.id": f"medusa.sunion.restore.{topic}", "enable.auto.commit": False,
-               "isolation.level": "read_committed", "enable.partition.eof": True}))
+        consumer, self._restore_consumer = \
+            self._restore_consumer or self._new_restore_consumer(), None
         best: dict[str, Any] | None = None
         try:
             for partition in range(self._output_partition_count):
@@ -734,6 +751,13 @@ class SUnion:
         finally:
             consumer.close()
         return best
+
+    def _new_restore_consumer(self) -> Consumer:
+        return Consumer(self._client_config(
+            self.config.output_bootstrap,
+            **{"group.id": f"medusa.sunion.restore.{self.config.output_topic}",
+               "enable.auto.commit": False, "isolation.level": "read_committed",
+               "enable.partition.eof": True}))
 
     def _last_positions_between(self, consumer: Consumer, partition: int, start: int,
                                 end: int, timeout_s: float) -> dict[str, Any] | None:
@@ -831,8 +855,9 @@ class SUnion:
                                       **{"reconnect.backoff.max.ms": 500, **overrides})
 
     def _partition_count(self, bootstrap: str, topic: str) -> int:
-        assert self._producer is not None
-        metadata = self._producer.list_topics(topic, timeout=10).topics.get(topic)
+        producer = self._producer or self._prepared
+        assert producer is not None
+        metadata = producer.list_topics(topic, timeout=10).topics.get(topic)
         if metadata is None or metadata.error is not None or not metadata.partitions:
             raise SUnionError(f"{self.config.fragment}: output topic {topic} is missing on "
                               f"{bootstrap}")

@@ -130,11 +130,13 @@ class Hosting:
                 self.moves.abandon(name, "its replica is no longer placed here")
             else:
                 moved = by_name.get(name)
-                # A warm replica takes over without this node's checkpoint: it may have
-                # done so already (then the fragment runs there).
                 warm = moved is not None and (
                     moved.spec.get("warm_target") == moved.spec["node"] or
                     moved.spec.get("phase") == "running")
+                if warm and moved is not None and moved.spec.get("phase") == "moving" and \
+                        not gone.run.fenced() and gone.run.query.isActive:
+                    continue  # it writes until its warm replica takes over (fencing it)
+                # The replica takes over without this node's checkpoint.
                 self.moves.hand_over(name, at_once=warm)
         wanted = {**replicas, **placed}
         # Each network is read once a pass; one that cannot be read fails its fragments alone.
