@@ -207,6 +207,12 @@ def _watermark_ms(progress: dict[str, Any]) -> int | None:
     return millis if millis > 0 else None
 
 
+def progress_time(progress: dict[str, Any]) -> float | None:
+    """When a batch started (wall clock, seconds), from its progress."""
+    text = progress.get("timestamp")
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else None
+
+
 def _first_lines(text: str, limit: int = 1500) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     short = "\n".join(lines[:6])

@@ -186,6 +186,11 @@ class FragmentWriter:
             self._halted = True
             return self.last_written
 
+    def has_caught_up(self) -> bool:
+        """A standby: whether it has computed its primary's newest results (``SOutput``)."""
+        return all(output.has_caught_up() for output in self.outputs
+                   if isinstance(output, SOutput))
+
     def promote(self) -> int:
         # Tentative results kept from a failure period already reconciled are stale.
         current = self._tentative_epoch is not None or self.dpc.reconciling

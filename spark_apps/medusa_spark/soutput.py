@@ -164,6 +164,18 @@ class SOutput:
             self._producer_ahead = self._new_producer()
         self._follower.start()
 
+    def has_caught_up(self) -> bool:
+        """On a following standby: whether its replica has computed the newest result the
+        primary has committed, so that, promoted, its next results come no later than the
+        primary's would have."""
+        follower = self._follower
+        newest = follower.newest if follower is not None else None
+        if newest is None:
+            return True
+        with self._lock:
+            return any(record.tuple_id == newest[1] and record.topic == newest[0]
+                       for _, batch in reversed(self._buffer) for record in batch)
+
     def close(self) -> None:
         if self._follower is not None:
             self._follower.stop()
@@ -341,6 +353,8 @@ class _TailFollower(threading.Thread):
         self._horizon_s = horizon_s
         self._max_ids = max_ids
         self.ids: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.newest: tuple[str, str] | None = None
+        """The last (topic, tuple id) read."""
         self._finishing = threading.Event()
         self._stopping = threading.Event()
         self._finished = threading.Event()
@@ -402,6 +416,7 @@ class _TailFollower(threading.Thread):
                 tuple_id = record_id(headers)
                 if tuple_id and not is_tentative(headers):
                     self.ids[(key[0], tuple_id)] = None
+                    self.newest = (key[0], tuple_id)
                     if len(self.ids) > self._max_ids:
                         self.ids.popitem(last=False)
             self.error = "stopped"

@@ -33,6 +33,8 @@ class SUnionProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.waiting_for_go = False
+        self.went_at: float | None = None
+        """When ``go`` was called (wall clock)."""
 
     def start(self, wait_for_go: bool = False) -> SUnionProcess:
         """Starts the process; ``wait_for_go``: it starts up, then waits for ``go``."""
@@ -53,10 +55,17 @@ class SUnionProcess:
         """Lets a SUnion started with ``wait_for_go`` open and run (started anew if it has
         died while it waited)."""
         self.waiting_for_go = False
+        self.went_at = time.time()
         if not self.alive():
             self.start()
             return
         self.go_path.touch()
+
+    def running_since(self) -> float | None:
+        """When it opened after ``go`` (fencing the SUnion it replaces), or None before."""
+        opened = self.state().get("opened_at")
+        return opened if self.went_at is not None and opened is not None and \
+            opened >= self.went_at else None
 
     @property
     def pid(self) -> int | None:

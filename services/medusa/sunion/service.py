@@ -258,6 +258,8 @@ class SUnion:
         self._prepared: Producer | None = None
         """Made by ``prepare``: the producer that ``open`` fences the older instance with."""
         self._restore_consumer: Consumer | None = None
+        self._opened_at: float | None = None
+        """When it fenced the older instance and took the output over (wall clock)."""
         self._clusters: list[_Cluster] = []
         self._buckets: Buckets | None = None
         self._restored: dict[str, Any] | None = None
@@ -335,6 +337,7 @@ class SUnion:
         # Aborts what an older instance left open and fences it from now on.
         producer.init_transactions(TRANSACTION_TIMEOUT_S)
         self._producer = producer
+        self._opened_at = time.time()
         # A fragment moved from another cluster brings the positions its last batch read.
         self._restored = config.resume_from or self._read_last_positions()
         restored = self._restored or {}
@@ -823,6 +826,7 @@ class SUnion:
                 "failed_inputs": sorted(f"{name}[{partition}]" for name, partition in
                                         (buckets.failed if buckets else ())),
                 "max_delay_ms": self.config.max_delay_ms,
+                "opened_at": self._opened_at,
                 "tentative_releases": self.counters.tentative_releases,
                 "tentative_tuples": self.counters.tentative_tuples,
                 "redos": self.counters.redos,

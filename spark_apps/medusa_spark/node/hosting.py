@@ -231,8 +231,10 @@ class Hosting:
         warm = entry.spec.get("warm_target") == self.node.global_name
         if hosted is not None and hosted.run.standby and not hosted.yielded:
             if entry.spec.get("phase") != "moving" or warm:
-                # A warm replica takes over at once: its SUnion and its outputs fence the
-                # old node's, which stops when it sees the move (make before break).
+                # A warm replica takes over without a stop: its SUnion, then its outputs
+                # fence the old node's, which stops when it sees that (make before break).
+                if warm and not self.moves.ready_to_take_over(hosted):
+                    return
                 self._promotions[name] = partial(self.moves.promote, name, entry, hosted, warm)
                 return
             # Moved here while its primary runs: the move restores it from that checkpoint.

@@ -25,6 +25,7 @@ from medusa_spark.fragment_run import (
     REPLICA_SUFFIX,
     FragmentRun,
     checkpoint_location,
+    progress_time,
     start_fragment,
 )
 from medusa_spark.node.state import HostedFragment, NodeState, PendingTakeover, caught_up
@@ -33,6 +34,9 @@ from medusa_spark.output_watch import OutputWatch
 if TYPE_CHECKING:  # the hosting part owns this one and is given to it
     from medusa_spark.node.hosting import Hosting, NetworkPlan
 
+OUTPUT_SWITCH_WAIT_S = 10.0
+"""A warm move hands its output over this long after its input at the latest (a quiet
+input, or a replica that does not catch up with the old node's output)."""
 READER_SUFFIX = ".reader"
 """A reader-side replica's checkpoint: beside the one the fragment would have here."""
 
@@ -168,6 +172,29 @@ class Moves:
         self.node.catalog.update(Kind.FRAGMENTS, name, ready)
         log.info("%s: the replica of %s has caught up; ready to take it over",
                  self.node.global_name, name)
+
+    def ready_to_take_over(self, hosted: HostedFragment) -> bool:
+        """A warm move takes the input over first: the replica's SUnion goes (fencing the
+        old node's, whose query reads the same topic and goes on writing). The output
+        follows once a batch of the replica has read what the new SUnion released and
+        the replica has computed the newest result the old node wrote; or, at the latest,
+        ``OUTPUT_SWITCH_WAIT_S`` after the input."""
+        sunion = hosted.sunion
+        if sunion is None:
+            return True
+        if sunion.went_at is None:
+            sunion.go()
+            return False
+        running_since = sunion.running_since()
+        if running_since is None:
+            return False
+        if time.time() - running_since > OUTPUT_SWITCH_WAIT_S:
+            return True
+        progress: dict[str, Any] = hosted.run.query.lastProgress or {}
+        batch_started = progress_time(progress)
+        fed = batch_started is not None and batch_started > running_since and \
+            int(progress.get("numInputRows") or 0) > 0
+        return fed and hosted.run.writer.has_caught_up()
 
     def promote(self, name: str, entry: Entry, hosted: HostedFragment, warm: bool) -> None:
         """The standby replica becomes the fragment: after its primary failed (``ha:

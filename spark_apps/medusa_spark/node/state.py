@@ -40,8 +40,8 @@ class HostedFragment:
     run: FragmentRun
     started_at: float
     sunion: SUnionProcess | None = None
-    """None on an HA standby replica: it reads the primary's SUnion topic. A warm move's
-    replica has one started, waiting to go at the hand-over."""
+    """A standby replica's is started and waits to go at the takeover (it reads the
+    primary's SUnion topic until then)."""
     restarts: int = 0
     restart_at: float | None = None
     """When the failed query is started again (monotonic clock)."""
