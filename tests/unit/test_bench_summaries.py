@@ -37,3 +37,26 @@ def test_a_failover_part_not_run_leaves_its_figures_empty() -> None:
     summary = _failover_summary([])
     assert summary["detection_s"] is None and summary["lost"] is None
     assert summary["runs"] == []
+
+
+def test_a_moves_pause_is_counted_beyond_the_normal_gap_between_results() -> None:
+    from medusa_apps.bench.state_migration import Migration, summary
+
+    warm = Migration("warm", 1000, 1_050_000_000, 60.0, pause_s=3.2, gap_before_s=2.0,
+                     longest_gap_before_s=2.9, switch_gap_s=2.4)
+    cold = Migration("cold", 1000, 1_050_000_000, 9.0, pause_s=8.0, gap_before_s=2.0,
+                     longest_gap_before_s=2.9)
+    got = summary([Migration("warm", 10, 9_000_000, 20.0, 2.5, 2.0, 2.2, 2.1), warm, cold])
+    assert got["largest_state_mb"] == 1050.0
+    assert got["pause_at_largest_s"] == 1.2 and got["longest_gap_at_largest_s"] == 3.2
+    assert got["switch_beyond_normal_at_largest_s"] == 0.4
+    assert got["cold_pause_at_largest_s"] == 8.0
+
+
+def test_the_gap_at_a_switch_spans_the_old_nodes_last_result_and_the_new_nodes_next_two(
+        ) -> None:
+    from medusa_apps.bench.state_migration import _switch_gap
+
+    # Old node: 0, 2000; done at 3000; new node: 3100 (catch-up), 3200 (same burst), 5600.
+    assert _switch_gap([0, 2000, 3100, 3200, 5600, 7600], 3000) == 2.5
+    assert _switch_gap([0, 2000], 3000) is None
