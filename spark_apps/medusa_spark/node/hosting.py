@@ -99,8 +99,9 @@ class Hosting:
         ``URGENT_POLL_S``."""
         self._plans: dict[str, NetworkPlan] = {}
         self._precopied: set[str] = set()
-        self._promotions: dict[str, Callable[[], None]] = {}
-        """Standby replicas to promote at the end of this pass, side by side."""
+        self._takeovers: dict[str, Callable[[], None]] = {}
+        """Standby replicas to promote and fragments to take over from a failed node, at
+        the end of this pass, side by side."""
 
     def reconcile(self) -> None:
         """One pass: start what is placed here, hand over what is placed elsewhere."""
@@ -147,7 +148,7 @@ class Hosting:
                 networks[network_name] = self._network(network_name, members)
             except (MedusaError, CatalogError, RuntimeError, ValueError) as error:
                 networks[network_name] = error
-        self._promotions = {}
+        self._takeovers = {}
         for name, entry in sorted(wanted.items()):
             try:
                 network = networks[entry.spec["network"]]
@@ -155,6 +156,9 @@ class Hosting:
                     raise network
                 if name in placed and entry.spec.get("phase") in ("retiring", "retired"):
                     self._retire(name, entry)
+                elif name in placed and entry.spec.get("phase") == "released" and \
+                        name not in self.node.hosted:
+                    self._takeovers[name] = partial(self._follow, name, entry, network)
                 elif name in placed:
                     self._follow(name, entry, network)
                 elif entry.spec.get("reader_replica") == self.node.global_name:
@@ -163,21 +167,22 @@ class Hosting:
                     self.moves.follow_replica(name, entry, network)
             except FRAGMENT_ERRORS as error:
                 self._failed(name, error)
-        self._promote_side_by_side()
+        self._take_over_side_by_side()
 
     def _failed(self, name: str, error: Exception) -> None:
         if self.node.errors.get(name) != str(error):
             log.error("%s: fragment %s: %s", self.node.global_name, name, error)
         self.node.errors[name] = str(error)
 
-    def _promote_side_by_side(self) -> None:
-        """The pass's promotions (a failed node's fragments, say) run at the same time: each
-        waits on its clusters (fencing, reading back), not on this node's CPU."""
-        promotions, self._promotions = self._promotions, {}
-        if not promotions:
+    def _take_over_side_by_side(self) -> None:
+        """The pass's takeovers (a failed node's fragments, say) run at the same time: much
+        of each is waiting on its clusters (fencing, reading back) or on Spark's planning
+        of its query, not on this node's CPU."""
+        takeovers, self._takeovers = self._takeovers, {}
+        if not takeovers:
             return
-        with ThreadPoolExecutor(len(promotions), thread_name_prefix="promote") as pool:
-            running = {name: pool.submit(promotion) for name, promotion in promotions.items()}
+        with ThreadPoolExecutor(len(takeovers), thread_name_prefix="takeover") as pool:
+            running = {name: pool.submit(takeover) for name, takeover in takeovers.items()}
         for name, future in running.items():
             failure = future.exception()
             if isinstance(failure, FRAGMENT_ERRORS):
@@ -235,7 +240,7 @@ class Hosting:
                 # fence the old node's, which stops when it sees that (make before break).
                 if warm and not self.moves.ready_to_take_over(hosted):
                     return
-                self._promotions[name] = partial(self.moves.promote, name, entry, hosted, warm)
+                self._takeovers[name] = partial(self.moves.promote, name, entry, hosted, warm)
                 return
             # Moved here while its primary runs: the move restores it from that checkpoint.
             self.moves.abandon(name, "moved here; resuming from the primary's checkpoint instead")
