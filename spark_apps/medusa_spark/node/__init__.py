@@ -49,7 +49,7 @@ from medusa.load import DEFAULT_WINDOW_S
 from medusa.schemas import HEARTBEAT_TOPIC, HEARTBEAT_TOPIC_CONFIG
 from medusa.settings import StackSettings, kafka_config
 from medusa.topics import ensure_topics
-from medusa_spark.node.hosting import URGENT_POLL_S, Hosting, NetworkPlan, fragment_of
+from medusa_spark.node.hosting import Hosting, NetworkPlan, fragment_of
 from medusa_spark.node.membership import Membership
 from medusa_spark.node.reporting import Reporting
 from medusa_spark.node.state import (
@@ -154,8 +154,7 @@ class Node:
                     self.reconcile()
                 except CatalogError as error:  # keep running what runs; try again
                     log.warning("%s: %s", self.state.global_name, error)
-                self.state.stopping.wait(URGENT_POLL_S if self._hosting.urgent
-                                         else self.poll_interval_s)
+                self.state.stopping.wait(self._hosting.poll_interval(self.poll_interval_s))
         finally:
             for name in list(self.state.hosted):
                 hosted = self.state.hosted.pop(name)

@@ -61,6 +61,8 @@ behind it (its tentative boundaries may run ahead of the output's): it serves ag
 after this."""
 URGENT_POLL_S = 0.1
 """How often a node reads the catalog while it takes part in a warm move."""
+SECONDARY_POLL_S = 0.25
+"""How often, at least, the secondary of a node that runs fragments reads the catalog."""
 
 FRAGMENT_ERRORS = (MedusaError, CatalogError, RuntimeError, ValueError, Py4JError,
                    KafkaException)
@@ -97,6 +99,9 @@ class Hosting:
         self.urgent = False
         """A warm move, a quiet output or an active standby: the catalog is read every
         ``URGENT_POLL_S``."""
+        self.backing_up = False
+        """The secondary of a node that runs fragments: the catalog is read at least every
+        ``SECONDARY_POLL_S``, so that a passive takeover starts soon after the failure."""
         self._plans: dict[str, NetworkPlan] = {}
         self._precopied: set[str] = set()
         self._takeovers: dict[str, Callable[[], None]] = {}
@@ -105,12 +110,17 @@ class Hosting:
 
     def reconcile(self) -> None:
         """One pass: start what is placed here, hand over what is placed elsewhere."""
-        own = self.node.catalog.get(Kind.NODES, self.node.global_name)
+        nodes = {n.name: n for n in self.node.catalog.list(Kind.NODES)}
+        own = nodes.get(self.node.global_name)
         if own is not None and own.spec.get("status") == "failed" and \
                 own.spec.get("incarnation") == self.node.incarnation:
             self._membership.rejoin(self._abandon_all)
             return
         entries = self.node.catalog.list(Kind.FRAGMENTS)
+        # The secondary of a node that runs fragments takes them over when it fails.
+        backed_up = {name for name, n in nodes.items()
+                     if n.spec.get("secondary") == self.node.global_name}
+        self.backing_up = any(e.spec["node"] in backed_up for e in entries)
         placed = {e.name: e for e in entries if e.spec["node"] == self.node.global_name}
         replicas = {e.name: e for e in entries if e.name not in placed and (
             (e.spec.get("replica") == self.node.global_name and e.spec.get("ha") == "active") or
@@ -168,6 +178,12 @@ class Hosting:
             except FRAGMENT_ERRORS as error:
                 self._failed(name, error)
         self._take_over_side_by_side()
+
+    def poll_interval(self, usual_s: float) -> float:
+        """How long until the next pass."""
+        if self.urgent:
+            return URGENT_POLL_S
+        return min(usual_s, SECONDARY_POLL_S) if self.backing_up else usual_s
 
     def _failed(self, name: str, error: Exception) -> None:
         if self.node.errors.get(name) != str(error):
