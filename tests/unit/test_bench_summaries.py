@@ -60,3 +60,29 @@ def test_the_gap_at_a_switch_spans_the_old_nodes_last_result_and_the_new_nodes_n
     # Old node: 0, 2000; done at 3000; new node: 3100 (catch-up), 3200 (same burst), 5600.
     assert _switch_gap([0, 2000, 3100, 3200, 5600, 7600], 3000) == 2.5
     assert _switch_gap([0, 2000], 3000) is None
+
+
+def test_a_run_of_some_parts_keeps_the_latest_figures_of_the_others() -> None:
+    from medusa_apps.bench.run import keep_unmeasured
+
+    previous = {
+        "records": 100, "value_size": 16, "parts": ["dpc-matrix", "producers"],
+        "runs": [{"name": "bare", "per_second": 9.0}, {"name": "spark", "per_second": 3.0}],
+        "ratios": {"a": 1.5, "b": None}, "failover": {"detection_s": 1.3},
+        "dpc": {"gap_over_delay_s": 0.4, "matrix": [1]},
+        "measured_at": {"producers": "then"}, "errors": {"producers": "x"}}
+    result = {
+        "records": 200, "value_size": 16, "parts": ["failover"],
+        "runs": [{"name": "bare", "per_second": 10.0}], "ratios": {"a": None, "b": 2.0},
+        "failover": {"detection_s": 1.2}, "dpc": {"gap_over_delay_s": None, "matrix": None},
+        "measured_at": {"failover": "now"}, "errors": {}}
+    merged = keep_unmeasured(previous, result, {"failover"})
+    assert merged["records"] == 100  # the producers did not run this time
+    assert merged["failover"] == {"detection_s": 1.2}
+    assert merged["ratios"] == {"a": 1.5, "b": 2.0}
+    assert merged["runs"] == [{"name": "spark", "per_second": 3.0},
+                              {"name": "bare", "per_second": 10.0}]
+    assert merged["dpc"] == {"gap_over_delay_s": 0.4, "matrix": [1]}
+    assert merged["parts"] == ["dpc-matrix", "failover", "producers"]
+    assert merged["measured_at"] == {"producers": "then", "failover": "now"}
+    assert merged["errors"] == {"producers": "x"}

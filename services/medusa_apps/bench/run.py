@@ -13,7 +13,9 @@ figures null.
 
 from __future__ import annotations
 
+import json
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -344,6 +346,10 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     for run in runs:
         say(f"  {run.name:<52} {run.per_second:>12,.0f} records/s")
     result = _result(got, runs, records, hold_s, parts, bench.errors)
+    result["measured_at"] = dict.fromkeys(sorted(parts), time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                        time.gmtime()))
+    if only and (out / "bench.json").exists():
+        result = keep_unmeasured(json.loads((out / "bench.json").read_text()), result, parts)
     write_json(out / "bench.json", result)
     _plot(out, got, runs, records, say)
     _say_ratios(result["ratios"], got, parts, result["linear_road"]["l_rating"], say)
@@ -425,6 +431,41 @@ def _result(got: _Figures, runs: list[Throughput], records: int, hold_s: int, pa
         if spike is not None else {"moves": None, "seconds_to_acceptable": None},
         "errors": errors,
     }
+
+
+PART_KEYS = {"producers": ("records", "value_size"), "sunion": ("sunion",),
+             "linear-road": ("linear_road", "highest_xways_met"),
+             "move": ("move_pause", "migration"),
+             "failover": ("failover", "false_positives_under_load"), "bpm": ("bpm",)}
+"""The keys of ``bench.json`` each part alone measures (``runs``, ``ratios`` and ``dpc``
+are shared, and merged finer)."""
+
+
+def keep_unmeasured(previous: dict[str, Any], result: dict[str, Any], parts: set[str]
+                    ) -> dict[str, Any]:
+    """``result`` of a run of some parts, with the figures of the parts it did not run kept
+    from ``previous``: ``bench.json`` holds the latest figure of every part."""
+    merged = dict(result)
+    for part, keys in PART_KEYS.items():
+        if part not in parts:
+            merged.update({key: previous[key] for key in keys if key in previous})
+    names = {run["name"] for run in result["runs"]}
+    merged["runs"] = [r for r in previous.get("runs", []) if r["name"] not in names] + \
+        result["runs"]
+    merged["ratios"] = {**result["ratios"], **{
+        k: v for k, v in (previous.get("ratios") or {}).items()
+        if v is not None and result["ratios"].get(k) is None}}
+    dpc, before = dict(result["dpc"]), previous.get("dpc") or {}
+    if "dpc" not in parts:
+        dpc.update({k: v for k, v in before.items() if k != "matrix"})
+    if "dpc-matrix" not in parts and "matrix" in before:
+        dpc["matrix"] = before["matrix"]
+    merged["dpc"] = dpc
+    merged["parts"] = sorted(set(previous.get("parts", [])) | parts)
+    merged["measured_at"] = {**previous.get("measured_at", {}), **result["measured_at"]}
+    merged["errors"] = {**{k: v for k, v in previous.get("errors", {}).items()
+                           if k not in parts}, **result["errors"]}
+    return merged
 
 
 def _failover_summary(outcomes: list[Any]) -> dict[str, Any]:
