@@ -36,13 +36,17 @@ def local_path(location: str) -> Path:
 
 def _hadoop(location: str, spark: SparkSession | None) -> tuple[Any, Any]:
     """The Hadoop FileSystem and Path of a non-local location, through the session's JVM
-    (the process's active session when none is given: a node has exactly one)."""
+    (the process's session when none is given: a node has exactly one; a thread of its
+    own, such as a takeover's, has no active session but the default one)."""
     if spark is None:
+        from pyspark.errors import PySparkRuntimeError
         from pyspark.sql import SparkSession
 
-        spark = SparkSession.getActiveSession()
-    if spark is None:
-        raise ValueError(f"{location} is not a local path: reading it needs a SparkSession")
+        try:
+            spark = SparkSession.active()
+        except PySparkRuntimeError:
+            raise ValueError(f"{location} is not a local path: reading it needs a "
+                             "SparkSession") from None
     jvm = spark._jvm
     if jvm is None:  # a Spark Connect session has no JVM in this process
         raise ValueError(f"{location}: the SparkSession has no JVM gateway (Spark Connect?)")
