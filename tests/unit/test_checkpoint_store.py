@@ -64,5 +64,6 @@ def test_another_file_system_needs_a_spark_session(call: Callable[[str], object]
 
     # None given and none active in this process (another test may have started one).
     monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda cls: None))
+    monkeypatch.setattr(SparkSession, "_instantiatedSession", None)
     with pytest.raises(ValueError, match="needs a SparkSession"):
         call("hdfs://127.0.0.1:1/ck")
