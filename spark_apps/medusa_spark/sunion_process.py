@@ -53,7 +53,10 @@ class SUnionProcess:
 
     def go(self) -> None:
         """Lets a SUnion started with ``wait_for_go`` open and run (started anew if it has
-        died while it waited)."""
+        died while it waited). Once gone, a second call (the promotion after a warm move's
+        input switch) changes nothing."""
+        if self.went_at is not None and self.alive():
+            return
         self.waiting_for_go = False
         self.went_at = time.time()
         if not self.alive():
