@@ -77,13 +77,10 @@ class FragmentRun:
     def standby(self) -> bool:
         return self.writer.standby
 
-    def promote(self) -> int:
-        """A standby replica becomes the fragment's writer; returns the results it caught up.
-
-        It does not wait for a batch in progress: that batch's results, written after the
-        promotion, go through the same deduplication.
-        """
-        return self.writer.promote()
+    def promote(self, emit_from_ms: int | None = None) -> int:
+        """A standby replica becomes the fragment's writer; returns the results it caught up
+        (from ``emit_from_ms`` on, for a scale step's new instance)."""
+        return self.writer.promote(emit_from_ms)
 
     def abandon(self) -> None:
         """Stops at once, writing nothing more: the fragment belongs to another node now."""

@@ -101,7 +101,8 @@ class RecordSink(Protocol):
 
     def write(self, records: Sequence[OutRecord]) -> int: ...
 
-    def promote(self, keep_tentative: bool = True) -> int: ...
+    def promote(self, keep_tentative: bool = True, from_stime_ms: int | None = None
+                ) -> int: ...
 
     def close(self) -> None: ...
 
@@ -167,6 +168,16 @@ class FragmentWriter:
         self._halted = False
         self.last_written: int | None = None
         """The id of the last batch written in full."""
+        self.emit_from_ms: int | None = wiring.instance.emit_from_ms if wiring.instance \
+            else None
+        """An instance of a scaled-out fragment: the results below this stime are written
+        by the instances before it (it rebuilt their windows only to finish the open ones).
+        Raised when a scale step's new instances take over (see ``scaling``)."""
+        self.emit_until_ms: int | None = None
+        """During a scale step: the results from this stime on are the new instances'
+        (see ``cut``); its boundaries promise no further."""
+        self._written_through_ms: int | None = None
+        """The largest stime of a result written."""
         self.batches = 0
         self.results_written = 0
         self.error: Exception | None = None
@@ -191,10 +202,40 @@ class FragmentWriter:
         return all(output.has_caught_up() for output in self.outputs
                    if isinstance(output, SOutput))
 
-    def promote(self) -> int:
+    def promote(self, emit_from_ms: int | None = None) -> int:
+        """The standby writes from now on; ``emit_from_ms`` raises ``emit_from_ms`` first
+        (a scale step's new instance: the cut the old instances agreed to)."""
+        if emit_from_ms is None:
+            # No wait for a batch in progress: its results, written after the promotion,
+            # go through the same deduplication.
+            return self._promote_outputs()
+        with self.lock:  # no batch in progress filters by the old bound
+            self.emit_from_ms = emit_from_ms
+            return self._promote_outputs()
+
+    def _promote_outputs(self) -> int:
         # Tentative results kept from a failure period already reconciled are stale.
         current = self._tentative_epoch is not None or self.dpc.reconciling
-        return sum(output.promote(current) for output in self.outputs)
+        return sum(output.promote(current, self.emit_from_ms) for output in self.outputs)
+
+    def cut(self, at_least_ms: int | None) -> int | None:
+        """A scale step's switch: from the returned stime on, this writer writes no result
+        (its replacements do); it is ``at_least_ms``, or past every result written already
+        if that is further. None lifts the cut (a step given up)."""
+        with self.lock:
+            if at_least_ms is None:
+                self.emit_until_ms = None
+                return None
+            written = self._written_through_ms
+            self.emit_until_ms = at_least_ms if written is None else \
+                max(at_least_ms, written + 1)
+            return self.emit_until_ms
+
+    def wrote_all_before_cut(self) -> bool:
+        """Whether every output has promised the cut: all its results below it are out."""
+        cut = self.emit_until_ms
+        return cut is not None and all(self._emitted.get(box, -1) >= cut
+                                       for box in self.wiring.outputs)
 
     @property
     def newest_promise_ms(self) -> int | None:
@@ -270,9 +311,7 @@ class FragmentWriter:
         invalid_rows: list[int] = []
         stray = 0
         rows = zip(outputs, types, ids, stimes, keys, values, traces, strict=True)
-        # An instance of a scaled-out fragment: the results below this stime were written
-        # by the instances before it (it rebuilt their windows only to finish the open ones).
-        emit_from = self.wiring.instance.emit_from_ms if self.wiring.instance else None
+        emit_from, emit_until = self.emit_from_ms, self.emit_until_ms
         # One pass in plain Python per result: kept to the minimum (header values as str,
         # which the producer encodes; no per-row lookups beyond the topic).
         for row, (box, kind, tuple_id, stime, key, value, parent) in enumerate(rows):
@@ -282,8 +321,11 @@ class FragmentWriter:
                 elif kind == INVALID:
                     invalid_rows.append(row)
                 continue
-            if emit_from is not None and stime is not None and int(stime) < emit_from:
-                continue
+            if stime is not None and (emit_from is not None or emit_until is not None):
+                at = int(stime)
+                if (emit_from is not None and at < emit_from) or \
+                        (emit_until is not None and at >= emit_until):
+                    continue
             if tentative:
                 kind = _TENTATIVE
             elif kind == _TENTATIVE:
@@ -319,6 +361,10 @@ class FragmentWriter:
             records[:0] = self._marks(TupleType.UNDO)
         # Every output, even with nothing to write: a batch opens (and fences) its outputs.
         self.results_written += self._write_then_rec_done(records, every_output=True)
+        through = None if self.standby else _newest_result(table, emit_from, emit_until)
+        if through is not None and (self._written_through_ms is None or
+                                    through > self._written_through_ms):
+            self._written_through_ms = through
         if tentative:
             self.tentative_written += sum(record.tentative for record in records)
         self._undo_written = self._undo_written or undo
@@ -414,7 +460,9 @@ class FragmentWriter:
 
     def _promise(self, box: str, promise: int) -> list[OutRecord]:
         """A BOUNDARY at ``promise`` on every partition of the box's output, unless it
-        promised as much already."""
+        promised as much already (nor past a scale step's cut)."""
+        if self.emit_until_ms is not None:
+            promise = min(promise, self.emit_until_ms)
         if promise <= self._emitted.get(box, -1):
             return []
         self._emitted[box] = promise
@@ -507,6 +555,18 @@ def redo_traceparent(table: pa.Table, epoch: int) -> str | None:
     marked = table.filter(pc.and_(pc.equal(table.column(REDO), epoch),
                                   pc.is_valid(table.column(TRACE))))
     return str(marked.column(TRACE)[0].as_py()) if marked.num_rows else None
+
+
+def _newest_result(table: pa.Table, emit_from: int | None, emit_until: int | None
+                   ) -> int | None:
+    """The largest stime of the batch's results that were written (within the bounds)."""
+    stimes = pc.cast(table.filter(pc.is_valid(table.column(OUTPUT))).column(STIME), pa.int64())
+    if emit_from is not None:
+        stimes = stimes.filter(pc.greater_equal(stimes, emit_from))
+    if emit_until is not None:
+        stimes = stimes.filter(pc.less(stimes, emit_until))
+    value = pc.max(stimes).as_py() if len(stimes) else None
+    return None if value is None else int(value)
 
 
 def _largest(table: pa.Table, name: str) -> int | None:

@@ -2,22 +2,28 @@
 keys that hash to it.
 
 Spark cannot change a running query's parallelism, nor split or merge the state in its
-checkpoint, so a scale step replaces the fragment's instances by new ones and rebuilds
-their state from the input, the way upstream backup recovers a box:
+checkpoint, so a scale step replaces the fragment's instances by new ones, which rebuild
+their state from the input the way upstream backup recovers a box. It makes the new
+instances before it breaks the old ones, so the output does not pause:
 
-1. Each running instance stops at a batch boundary (phase ``retiring``); its node records
-   the watermark of its last committed batch: every result below it is written.
-2. W is the smallest of those watermarks, and S0 = W minus the fragment's window span
-   (the longest a result waits for its inputs, summed along its stateful boxes). Every
-   window still open at W began at or after S0.
-3. Each new instance gets its own SUnion, topic and checkpoint. Its SUnion starts at the
-   inputs' positions of S0, read back from the old instances' SUnion topics (their
-   released buckets carry the positions), and its query keeps only the rows whose key
-   hashes to it (xxhash64 of the key fields, modulo N): its state holds its keys alone.
-4. It writes its results from W on; those below W were written by the old instances (the
-   windows it rebuilt that closed before W are dropped, and a result it shares with an
-   old instance between W and that instance's own watermark has the same tuple id and is
-   dropped by the SOutput's deduplication).
+1. X is the newest stime the old instances' SUnions have released, and S0 = X minus the
+   fragment's window span (the longest a result waits for its inputs, summed along its
+   stateful boxes): every window still open at X or later began at or after S0.
+2. Each new instance gets its own SUnion, topic and checkpoint (phase ``warming``). Its
+   SUnion starts at the inputs' positions of S0, read back from the old instances'
+   SUnion topics (their released buckets carry the positions), and its query keeps only
+   the rows whose key hashes to it (xxhash64 of the key fields, modulo N): its state
+   holds its keys alone. It runs as a standby beside the old instances, writing nothing,
+   until it has caught up with its input (``warm_ready``).
+3. The cut: each old instance is asked to write no result from X on (``emit_until_ms``);
+   its node answers with the stime from which it writes none (``emit_cut_ms``: X, or past
+   what it has written already). W is the largest answer, and every old instance's cut
+   is raised to W.
+4. The new instances take over: each writes its results from W on (the ones it holds
+   already at once, then as they come); the old instances write theirs below W until
+   their outputs have promised W, then stop (``retiring``, ``retired``). Every result
+   is written by exactly one side, and the SOutput's deduplication by tuple id stands
+   behind that.
 
 Each instance is a fragment entry of its own (``<fragment>--g<step>-<index>``), so it is
 placed, moved, reported on and taken over after a node failure like any fragment.
@@ -25,12 +31,15 @@ placed, moved, reported on and taken over after a node failure like any fragment
 
 from __future__ import annotations
 
+import contextlib
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from medusa.catalog.client import CatalogClient, CatalogError
@@ -44,6 +53,8 @@ from medusa_spark.network.model import NetworkSpec, parse_network
 
 Report = Callable[[str], None]
 MAX_INSTANCES = 16
+SWITCH_POLL_S = 0.05
+"""How often a scale step reads the catalog while it switches (the switch's gap)."""
 
 
 class ScaleError(CatalogError):
@@ -158,6 +169,10 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
     old = instances_of(catalog, network, fragment)
     if not old:
         raise ScaleError(f"no fragment {network}/{fragment} in the catalog")
+    busy = [e for e in old if e.spec.get("phase") != "running"]
+    if busy:
+        raise ScaleError(f"fragment {busy[0].name} is {busy[0].spec.get('phase')}; wait until "
+                         "it runs")
     boxes = list(old[0].spec["boxes"])
     key = fragment_key(spec, boxes, fragment)
     span = window_span_ms(spec, boxes) + duration_ms(spec.bucket)
@@ -169,41 +184,118 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
            + ("reads its share of the input's partitions" if by_partition else
               "reads all the input and keeps its keys' rows"))
 
-    retired = _retire(catalog, old, started + timeout_s, report)
-    emit_from = min(written_below(e.spec) for e in retired)
-    replay_from = max(0, emit_from - span)
-    positions = _positions_at(endpoints, retired, replay_from)
-    report(f"  results up to stime {emit_from} are written; the new instances rebuild "
-           f"their state from stime {replay_from}")
+    deadline = started + timeout_s
+    sources = [_sunion_source(endpoints, e) for e in old]
+    switch_from = max((newest_stime(bootstrap, topic) for bootstrap, topic in sources),
+                      default=0)
+    replay_from = max(0, switch_from - span)
+    positions = _positions_at(sources, replay_from)
+    report(f"  the new instances rebuild their state from stime {replay_from} beside the "
+           f"old ones, to write from stime {switch_from} or later")
 
     template = {k: v for k, v in old[0].spec.items()
-                if k in ("network", "boxes", "ha", "dpc_state")}
+                if k in ("network", "boxes", "ha", "dpc_state", "dpc_delay_ms", "reads",
+                         "writes")}
+    base_topic = re.sub(r"--g\d+-\d+$", "", str(old[0].spec.get("source_topic") or ""))
     created = []
     for index, node in enumerate(placed):
         instance = {"of": fragment, "index": index, "count": count, "generation": generation,
-                    "key": key, "emit_from_ms": emit_from, "start_positions": positions,
+                    "key": key, "emit_from_ms": switch_from, "start_positions": positions,
                     "by_partition": by_partition}
         entry_name = f"{network}/{fragment}--g{generation}-{index}"
-        catalog.put(Kind.FRAGMENTS, entry_name, {**template, "node": node, "phase": "placed",
-                                                 "instance": instance})
+        topic = {"source_topic": f"{base_topic}--g{generation}-{index}"} if base_topic else {}
+        catalog.put(Kind.FRAGMENTS, entry_name, {**template, **topic, "node": node,
+                                                 "phase": "warming", "instance": instance})
         created.append(entry_name)
-    for gone in retired:
+    try:
+        _wait_for(catalog, created, lambda spec: bool(spec.get("warm_ready")), deadline,
+                  "the new instances did not catch up with their input in time")
+        report(f"  caught up: {', '.join(created)}")
+        cut = _cut(catalog, old, switch_from, deadline)
+    except BaseException:
+        _give_up(catalog, created, old)
+        raise
+    # The switch: the new instances write from the cut on, the old ones below it.
+    for entry_name in created:
+        catalog.update(Kind.FRAGMENTS, entry_name, partial(_take_over, cut))
+    report(f"  the new instances write the results from stime {cut} on")
+    _retire(catalog, old, deadline, report)
+    for gone in old:
         catalog.delete(Kind.FRAGMENTS, gone.name)
-    _wait_running(catalog, created, started + timeout_s, report)
+    _wait_running(catalog, created, deadline, report)
     return ScaleResult(f"{network}/{fragment}", [f"{e.name} on {e.spec['node']}" for e in old],
                        [f"{n} on {node}" for n, node in zip(created, placed, strict=True)],
-                       emit_from, replay_from, time.monotonic() - started)
+                       cut, replay_from, time.monotonic() - started)
 
 
-def written_below(spec: dict[str, Any]) -> int:
-    """The stime below which every result of a retired instance's keys is written: by the
-    instance itself up to its last committed batch's watermark, and below its own
-    ``emit_from_ms`` by the instances before it. An instance retired before its first batch
-    wrote nothing, so its keys are written only below its ``emit_from_ms`` (0 for a
-    fragment that was never scaled)."""
-    mark = spec.get("retired_watermark_ms")
-    start = int((spec.get("instance") or {}).get("emit_from_ms", 0))
-    return start if mark is None else max(start, int(mark))
+def _sunion_source(endpoints: Endpoints, entry: Entry) -> tuple[str, str]:
+    """The cluster and topic of an instance's SUnion."""
+    topic = entry.spec.get("source_topic")
+    if not topic:
+        raise ScaleError(f"fragment {entry.name}: the catalog does not say its SUnion's "
+                         "topic (deployed by an older version); redeploy the network")
+    return endpoints.bootstrap(str(entry.spec["node"]).split("/")[0]), str(topic)
+
+
+def _take_over(cut: int, spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    if spec is None or spec.get("phase") != "warming":
+        raise ScaleError("a new instance was withdrawn or failed during the scale step")
+    return {**spec, "phase": "placed", "instance": {**spec["instance"], "emit_from_ms": cut}}
+
+
+def _cut(catalog: CatalogClient, old: list[Entry], at_least: int, deadline: float) -> int:
+    """Asks the old instances to write no result from ``at_least`` on; returns the cut they
+    agreed to (the furthest answer, to which every old instance is raised)."""
+    def ask(stime: int, spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        if spec is None:
+            raise ScaleError("an instance was withdrawn during the scale step")
+        return {**spec, "emit_until_ms": stime, "emit_cut_ms": None}
+    for entry in old:
+        catalog.update(Kind.FRAGMENTS, entry.name, partial(ask, at_least))
+    answers = _wait_for(catalog, [e.name for e in old],
+                        lambda spec: spec.get("emit_cut_ms") is not None, deadline,
+                        "the old instances' nodes did not answer the scale step's cut")
+    cut = max(int(spec["emit_cut_ms"]) for spec in answers.values())
+    for name, spec in answers.items():
+        if int(spec["emit_cut_ms"]) < cut:  # a raised cut: its node applies it on retiring
+            catalog.update(Kind.FRAGMENTS, name, partial(ask, cut))
+    return cut
+
+
+def _give_up(catalog: CatalogClient, created: list[str], old: list[Entry]) -> None:
+    """A scale step that failed before its switch: the new instances go, the old ones
+    write on as before."""
+    for name in created:
+        with contextlib.suppress(CatalogError):
+            catalog.delete(Kind.FRAGMENTS, name)
+
+    def lifted(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        if spec is None or spec.get("emit_until_ms") is None:
+            return None
+        return {**spec, "emit_until_ms": None, "emit_cut_ms": None}
+    for entry in old:
+        with contextlib.suppress(CatalogError):
+            catalog.update(Kind.FRAGMENTS, entry.name, lifted)
+
+
+def _wait_for(catalog: CatalogClient, names: list[str],
+              done: Callable[[dict[str, Any]], bool], deadline: float, failure: str
+              ) -> dict[str, dict[str, Any]]:
+    """Every entry's spec once ``done`` holds for all of them."""
+    specs: dict[str, dict[str, Any]] = {}
+    while time.monotonic() < deadline:
+        for name in names:
+            entry = catalog.get(Kind.FRAGMENTS, name)
+            if entry is None:
+                raise ScaleError(f"{name} was withdrawn during the scale step")
+            if entry.spec.get("phase") == "failed":
+                raise ScaleError(f"{name} failed during the scale step: "
+                                 f"{entry.spec.get('error')}")
+            specs[name] = entry.spec
+        if all(done(spec) for spec in specs.values()):
+            return specs
+        time.sleep(SWITCH_POLL_S)
+    raise TimeoutError(f"{failure}; see the nodes' logs and medusa status")
 
 
 def _wait_running(catalog: CatalogClient, names: list[str], deadline: float,
@@ -258,16 +350,12 @@ def _retire(catalog: CatalogClient, old: list[Entry], deadline: float,
     raise TimeoutError("the old instances did not stop in time; see the nodes' logs")
 
 
-def _positions_at(endpoints: Endpoints, retired: list[Entry], stime_ms: int
+def _positions_at(sources: list[tuple[str, str]], stime_ms: int
                   ) -> dict[str, dict[str, int]]:
     """Input -> partition -> offset from which the inputs hold every tuple of stime
     ``stime_ms`` or later: the earliest over the old instances' SUnion topics."""
     positions: dict[str, dict[str, int]] = {}
-    for entry in retired:
-        topic = entry.spec.get("sunion_topic")
-        if not topic:
-            continue
-        bootstrap = endpoints.bootstrap(entry.spec["node"].split("/")[0])
+    for bootstrap, topic in sources:
         offset = first_offset_at(bootstrap, topic, stime_ms)
         found = positions_before(bootstrap, topic, {0: offset}) if offset else None
         for name, described in ((found or {}).get("inputs") or {}).items():
@@ -276,6 +364,43 @@ def _positions_at(endpoints: Endpoints, retired: list[Entry], stime_ms: int
                 mine = positions.setdefault(name, {})
                 mine[str(partition)] = min(resume, mine.get(str(partition), resume))
     return positions
+
+
+def newest_stime(bootstrap: str, topic: str, records: int = 200) -> int:
+    """The newest stime among the last committed records of a SUnion topic (0 if none)."""
+    consumer = Consumer(kafka_config(bootstrap, **{
+        "group.id": f"medusa.scale.{time.time_ns()}", "enable.auto.commit": False,
+        "isolation.level": "read_committed", "enable.partition.eof": True}))
+    newest = 0
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        if high <= low:
+            return 0
+        consumer.assign([TopicPartition(topic, 0, max(low, high - records))])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    break
+                raise KafkaException(error)
+            stime = _stime_of(message)
+            newest = max(newest, stime or 0)
+        return newest
+    finally:
+        consumer.close()
+
+
+def _stime_of(message: Any) -> int | None:
+    raw = message.headers() or []
+    headers = list(raw.items()) if isinstance(raw, dict) else list(raw)
+    for name, value in headers:
+        if name == STIME_HEADER and value:
+            return int(value.decode() if isinstance(value, bytes) else str(value))
+    return None
 
 
 def first_offset_at(bootstrap: str, topic: str, stime_ms: int) -> int:
@@ -308,12 +433,6 @@ def _stime_at(consumer: Consumer, topic: str, offset: int) -> tuple[int, int] | 
             continue
         if message.error():
             raise KafkaException(message.error())
-        offset = int(message.offset() or 0)
-        raw = message.headers() or []
-        headers = list(raw.items()) if isinstance(raw, dict) else list(raw)
-        for name, value in headers:
-            if name == STIME_HEADER and value:
-                text = value.decode() if isinstance(value, bytes) else str(value)
-                return offset, int(text)
-        return offset, 0
+        stime = _stime_of(message)
+        return int(message.offset() or 0), stime or 0
     return None

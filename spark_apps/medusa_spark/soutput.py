@@ -40,7 +40,7 @@ from confluent_kafka import (
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from medusa.envelope import ID_HEADER, TENTATIVE_HEADER, TYPE_HEADER
+from medusa.envelope import ID_HEADER, STIME_HEADER, TENTATIVE_HEADER, TYPE_HEADER
 from medusa.errors import MedusaError
 from medusa.settings import kafka_config
 
@@ -135,12 +135,13 @@ class SOutput:
                 self._open()
             return self._transaction(records)
 
-    def promote(self, keep_tentative: bool = True) -> int:
+    def promote(self, keep_tentative: bool = True, from_stime_ms: int | None = None) -> int:
         """The standby becomes the writer: fences the primary, then writes what it missed.
 
         A tentative result whose stable version is written already is stale, and so is
         every tentative record when ``keep_tentative`` is off (its writer is past the
-        failure period they belong to): written now, no UNDO would follow them.
+        failure period they belong to): written now, no UNDO would follow them. A result
+        below ``from_stime_ms`` is another writer's (a scale step's old instances).
         """
         with self._lock:
             if not self.standby:
@@ -148,8 +149,9 @@ class SOutput:
             self.standby = False
             self._open()
             kept = [record for _, batch in self._buffer for record in batch
-                    if not record.tentative or (
-                        keep_tentative and (record.topic, record.tuple_id) not in self._seen)]
+                    if (not record.tentative or (
+                        keep_tentative and (record.topic, record.tuple_id) not in self._seen))
+                    and (from_stime_ms is None or not _result_below(record, from_stime_ms))]
             self._buffer.clear()
             return self._transaction(kept) if kept else 0
 
@@ -439,6 +441,16 @@ class _TailFollower(threading.Thread):
                 starts[(topic, start.partition)] = offset
         consumer.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
         return starts
+
+
+def _result_below(record: OutRecord, stime_ms: int) -> bool:
+    """A result (not a control record) whose stime is below ``stime_ms``."""
+    if record.partition is not None:  # BOUNDARY, UNDO, REC_DONE: on every partition
+        return False
+    stime = next((v for k, v in record.headers if k == STIME_HEADER), None)
+    if stime is None:
+        return False
+    return int(stime.decode() if isinstance(stime, bytes) else stime) < stime_ms
 
 
 def record_id(headers: Sequence[Header] | dict[str, str | bytes | None]) -> str:

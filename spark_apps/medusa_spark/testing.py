@@ -22,7 +22,7 @@ import json
 import struct
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -112,7 +112,7 @@ class CollectingSink:
         self.records.extend(records)
         return len(records)
 
-    def promote(self, keep_tentative: bool = True) -> int:
+    def promote(self, keep_tentative: bool = True, from_stime_ms: int | None = None) -> int:
         return 0
 
     def close(self) -> None:
@@ -182,9 +182,12 @@ class FragmentHarness:
                                 self.streams[tuple_.input].schema_id)
         return (None, value, headers)
 
-    def run(self, batches: Sequence[Sequence[Tuple]]) -> dict[str, list[Result]]:
+    def run(self, batches: Sequence[Sequence[Tuple]],
+            prepare: Callable[[FragmentWriter], None] | None = None
+            ) -> dict[str, list[Result]]:
         """Each inner sequence is one micro-batch; returns each output's results and
-        BOUNDARY records, in the order they would be written."""
+        BOUNDARY records, in the order they would be written. ``prepare`` is given the
+        writer before the first batch (to set a scale step's cut, say)."""
         with tempfile.TemporaryDirectory(prefix="medusa-testing-") as scratch:
             folder = Path(scratch) / "in"
             folder.mkdir()
@@ -205,6 +208,8 @@ class FragmentHarness:
                    .parquet(str(folder)))
             sink = CollectingSink(sorted(s.topic for s in self.streams.values()))
             writer = FragmentWriter(self.plan, self.wiring, sinks=[sink])
+            if prepare is not None:
+                prepare(writer)
             query = (build_fragment(self.plan, self.wiring, raw).writeStream
                      .foreachBatch(writer)
                      .option("checkpointLocation", str(Path(scratch) / "checkpoint"))
@@ -240,9 +245,11 @@ def harness(spark: SparkSession, network: NetworkSpec,
 
 def run_network(spark: SparkSession, network: NetworkSpec,
                 batches: Sequence[Sequence[Tuple]],
-                outputs: Sequence[str] | None = None) -> dict[str, list[Result]]:
+                outputs: Sequence[str] | None = None,
+                prepare: Callable[[FragmentWriter], None] | None = None
+                ) -> dict[str, list[Result]]:
     """The whole network as one fragment, fed ``batches``; see ``FragmentHarness.run``."""
-    return harness(spark, network, outputs=outputs).run(batches)
+    return harness(spark, network, outputs=outputs).run(batches, prepare)
 
 
 def data(results: Sequence[Result]) -> list[Result]:

@@ -17,11 +17,12 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer
 
 from medusa.consuming import TupleConsumer
-from medusa.envelope import Envelope, TupleType
+from medusa.envelope import STIME_HEADER, Envelope, TupleType
 from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
 from medusa.settings import kafka_config
 from medusa.topics import dead_letter_topic
+from medusa_spark.fragment_writer import FragmentWriter
 from medusa_spark.local_run import LocalNetworkRun
 from medusa_spark.network.model import NetworkSpec
 from medusa_spark.testing import (
@@ -76,6 +77,31 @@ def test_window_edges_and_boundary_driven_closing(spark) -> None:
     stimes = sorted(r.stime - BASE_MS for r in data(found))
     assert stimes == [59_999, 119_999], "a result's stime is the last millisecond of its window"
     assert len({r.id for r in data(found)}) == 2
+
+
+def test_a_scale_steps_cut_leaves_the_later_results_to_the_new_instances(spark) -> None:
+    """A cut asked for below what the writer has written is raised past it; no result
+    from the cut on is written, and no boundary promises beyond it."""
+    cuts: list[tuple[int | None, int]] = []
+
+    def cut_after_the_boundary(writer: FragmentWriter) -> None:
+        def cut(_fragment: str, batch_id: int) -> None:
+            if batch_id == 1:
+                written = max(int(dict(r.headers)[STIME_HEADER]) for r in
+                              writer.outputs[0].records if r.value is not None)
+                cuts.append((writer.cut(at(30)), written))
+        writer.on_batch = cut
+    found = run_network(spark, COUNT_PER_MINUTE, [
+        [report(10, 1), report(70, 2)],
+        [boundary(130)],  # closes [0, 60) at least; then the cut
+        [report(130, 3), report(190, 4)],
+        [boundary(250)],  # would close up to [180, 240)
+    ], prepare=cut_after_the_boundary)["per_minute"]
+    [(cut, written)] = cuts
+    assert cut == written + 1, "raised past the newest result written"
+    assert data(found) and all(r.stime < cut for r in data(found))
+    assert counts(found)[0] == (0, 1)
+    assert max(r.stime for r in found if r.type == "BOUNDARY") == cut
 
 
 def test_empty_windows_give_nothing_and_open_windows_wait(spark) -> None:

@@ -3,15 +3,18 @@ the scale steps themselves run in tests/e2e/test_scale.py."""
 
 from __future__ import annotations
 
+import time
+from typing import Any, cast
+
 import pytest
 import yaml
 from pydantic import ValidationError
 
-from medusa.catalog.model import InstanceSpec
+from medusa.catalog.model import Entry, InstanceSpec, Kind
 from medusa_spark.fragment import Instance
 from medusa_spark.network.model import parse_network
 from medusa_spark.networks import chain_network_yaml, network_yaml
-from medusa_spark.scaling import ScaleError, fragment_key, window_span_ms, written_below
+from medusa_spark.scaling import ScaleError, _cut, _give_up, fragment_key, window_span_ms
 
 pytestmark = pytest.mark.unit
 
@@ -70,21 +73,52 @@ def test_an_instance_has_names_of_its_own() -> None:
     assert instance.suffix == "--g2-1"
 
 
-def test_an_instance_retired_before_its_first_batch_wrote_only_below_where_it_began() -> None:
-    # Scaled in seconds after a scale out: one new instance had not run a batch yet, so
-    # its keys' results from its emit_from on were never written and must be rebuilt.
-    began = {"instance": {"emit_from_ms": 86_426_999}}
-    assert written_below({**began, "retired_watermark_ms": None}) == 86_426_999
-    assert min(written_below(spec) for spec in (
-        {**began, "retired_watermark_ms": 86_474_999}, {**began, "retired_watermark_ms": None},
-    )) == 86_426_999
+class AnsweringCatalog:
+    """Fragment entries in memory; each old instance's node answers a cut at once, past
+    the newest result it has written."""
+
+    def __init__(self, written: dict[str, int]) -> None:
+        self.written = written
+        self.specs: dict[str, dict[str, Any]] = {name: {"phase": "running"} for name in written}
+        self.deleted: list[str] = []
+
+    def get(self, kind: Kind, name: str) -> Entry | None:
+        spec = self.specs.get(name)
+        if spec is None:
+            return None
+        wanted = spec.get("emit_until_ms")
+        if wanted is not None:  # the node's answer (``Hosting._apply_cut``)
+            spec["emit_cut_ms"] = max(wanted, spec.get("emit_cut_ms") or wanted,
+                                      self.written[name] + 1)
+        return Entry(kind=kind, name=name, version=1, updated_at=1, spec=dict(spec))
+
+    def update(self, kind: Kind, name: str, change: Any) -> Entry | None:
+        wanted = change(dict(self.specs[name]) if name in self.specs else None)
+        if wanted is not None:
+            self.specs[name] = wanted
+        return None
+
+    def delete(self, kind: Kind, name: str) -> None:
+        self.deleted.append(name)
+        self.specs.pop(name, None)
 
 
-def test_a_fragment_never_scaled_nor_run_wrote_nothing() -> None:
-    assert written_below({"retired_watermark_ms": None}) == 0
-    assert written_below({"retired_watermark_ms": 5_000}) == 5_000
+def _entries(names: list[str]) -> list[Entry]:
+    return [Entry(kind=Kind.FRAGMENTS, name=n, version=1, updated_at=1, spec={}) for n in names]
 
 
-def test_an_instance_still_rebuilding_its_windows_wrote_below_where_it_began() -> None:
-    spec = {"instance": {"emit_from_ms": 60_000}, "retired_watermark_ms": 45_000}
-    assert written_below(spec) == 60_000
+def test_the_cut_is_the_furthest_answer_and_every_old_instance_is_raised_to_it() -> None:
+    catalog = AnsweringCatalog({"a": 5_000, "b": 12_000})
+    cut = _cut(cast(Any, catalog), _entries(["a", "b"]), 10_000, time.monotonic() + 5)
+    assert cut == 12_001, "b had written up to 12,000 already"
+    assert catalog.specs["a"]["emit_until_ms"] == 12_001, "a writes on below the cut"
+    assert catalog.specs["b"]["emit_until_ms"] == 10_000, "b answered the cut itself"
+
+
+def test_a_step_given_up_removes_the_new_instances_and_lifts_the_cut() -> None:
+    catalog = AnsweringCatalog({"a": 5_000, "new-0": 0})
+    catalog.specs["a"].update(emit_until_ms=6_000, emit_cut_ms=6_000)
+    _give_up(cast(Any, catalog), ["new-0"], _entries(["a"]))
+    assert catalog.deleted == ["new-0"]
+    assert catalog.specs["a"].get("emit_until_ms") is None
+    assert catalog.specs["a"].get("emit_cut_ms") is None

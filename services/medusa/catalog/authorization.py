@@ -55,7 +55,7 @@ HOSTING_FIELDS = ("node", "replica", "warm_target", "released_by", "reader_repli
 HOST_REPORTED_FIELDS = frozenset({
     "phase", "checkpoint", "released_by", "takeover_trace", "error", "restarts",
     "warm_target", "warm_ready", "replica_ready", "retired_watermark_ms", "sunion_topic",
-    "dpc_state", "serving"})
+    "emit_cut_ms", "dpc_state", "serving"})
 """What the nodes running another's fragment write of it (``medusa_spark.node``); the
 other fields are its owner's."""
 

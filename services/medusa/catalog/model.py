@@ -88,8 +88,8 @@ class NetworkSpec(Spec):
     definition: str = Field(min_length=1, max_length=1_000_000)
 
 
-FragmentPhase = Literal["placed", "running", "moving", "released", "failed", "retiring",
-                        "retired"]
+FragmentPhase = Literal["placed", "running", "moving", "released", "failed", "warming",
+                        "retiring", "retired"]
 
 
 class InstanceSpec(Spec):
@@ -139,7 +139,10 @@ class FragmentSpec(Spec):
     while the old node still runs it (the new node copies the checkpoint ahead);
     ``released``: the old node stopped it at a batch boundary, and its state is at
     ``checkpoint``, from which the new node resumes it; ``failed``: its query failed
-    more often than its node restarts it (``error`` says why).
+    more often than its node restarts it (``error`` says why). A scale step's new
+    instance is ``warming`` while it rebuilds its state beside the old instances, writing
+    nothing; the old ones are ``retiring`` once the new ones write, and ``retired`` when
+    stopped.
 
     A move within one cluster is warm: first ``warm_target`` runs a standby replica from
     a copy of the checkpoint until it has caught up (``warm_ready``), with the state loaded;
@@ -177,6 +180,12 @@ class FragmentSpec(Spec):
     retired_watermark_ms: int | None = None
     """Set by its node once a ``retiring`` instance has stopped: the watermark of its last
     committed batch (its results below it are written)."""
+    emit_until_ms: int | None = None
+    """Set by ``medusa scale`` on the instances it replaces: they write no result from this
+    stime on (at least), their replacements do."""
+    emit_cut_ms: int | None = None
+    """Set by its node in answer to ``emit_until_ms``: the stime from which it writes no
+    result (``emit_until_ms``, or past what it had written already if that is further)."""
     sunion_topic: str | None = Field(None, max_length=500)
     """Set with ``retired_watermark_ms``: its SUnion's topic, on its node's cluster, whose
     buckets say where the inputs stood at each stime."""

@@ -79,8 +79,8 @@ class MeteredSink:
         """The batches written and the seconds their Kafka transactions took."""
         return {"batches_written": self.writes, "kafka_transactions_s": round(self.write_s, 3)}
 
-    def promote(self, keep_tentative: bool = True) -> int:
-        return self.inner.promote(keep_tentative)
+    def promote(self, keep_tentative: bool = True, from_stime_ms: int | None = None) -> int:
+        return self.inner.promote(keep_tentative, from_stime_ms)
 
     def close(self) -> None:
         self.inner.close()

@@ -59,6 +59,9 @@ REFENCED_HOLD_S = 10.0
 """After its primary took the output back, a reader-side replica's restarted query replays
 behind it (its tentative boundaries may run ahead of the output's): it serves again only
 after this."""
+RETIRE_WAIT_S = 60.0
+"""How long an instance a scale step replaces waits for its outputs to promise the cut
+before it stops anyway (an input that stays quiet)."""
 URGENT_POLL_S = 0.1
 """How often a node reads the catalog while it takes part in a warm move."""
 SECONDARY_POLL_S = 0.25
@@ -128,13 +131,16 @@ class Hosting:
             e.spec.get("reader_replica") == self.node.global_name)}
         by_name = {e.name: e for e in entries}
         # During a warm move both nodes follow the catalog closely: the pause is theirs; so
-        # does a reader-side replica whose output has gone quiet, and an active standby,
-        # whose promotion after its primary's failure waits for this pass.
+        # does a reader-side replica whose output has gone quiet, an active standby, whose
+        # promotion after its primary's failure waits for this pass, and both sides of a
+        # scale step.
         self.urgent = any(by_name[n].spec.get("warm_ready") for n in self.node.hosted
                           if n in by_name) or any(
             h.output_watch.silent_s() > 1.0 for h in self.node.hosted.values()
             if h.output_watch is not None) or any(
-            h.run.standby and not h.yielded and not h.reader for h in self.node.hosted.values())
+            h.run.standby and not h.yielded and not h.reader for h in self.node.hosted.values()
+        ) or any(by_name[n].spec.get("emit_until_ms") is not None
+                 for n in self.node.hosted if n in by_name)
         for name in [n for n in self.node.hosted if n not in placed and n not in replicas]:
             gone = self.node.hosted[name]
             if (gone.run.standby and not gone.yielded) or gone.reader:
@@ -250,6 +256,9 @@ class Hosting:
             self.moves.abandon(name, "placed here; its reader-side replica gives way to it")
             hosted = None
         warm = entry.spec.get("warm_target") == self.node.global_name
+        if entry.spec.get("phase") == "warming":
+            self._warm_instance(name, entry, network)
+            return
         if hosted is not None and hosted.run.standby and not hosted.yielded:
             if entry.spec.get("phase") != "moving" or warm:
                 # A warm replica takes over without a stop: its SUnion, then its outputs
@@ -266,6 +275,7 @@ class Hosting:
                 self.moves.hand_over(name, keep_placement=True)
                 hosted = None
             else:
+                self._apply_cut(hosted, entry)
                 self.watch(hosted, entry, network)
                 return
         if entry.spec.get("phase") == "failed":
@@ -327,14 +337,80 @@ class Hosting:
                  f", taken over from {entry.spec.get('released_by')}" if takeover else "")
         self.mark_running(name, mine)
 
+    def _warm_instance(self, name: str, entry: Entry, network: NetworkPlan) -> None:
+        """A scale step's new instance, before it takes over: its SUnion reads the inputs
+        from where the step says, its query rebuilds the state as a standby (writing
+        nothing), and ``warm_ready`` tells ``medusa scale`` once it has caught up."""
+        hosted = self.node.hosted.get(name)
+        if hosted is None:
+            wiring = self.wiring(network, name, entry)
+            mine = checkpoint_location(self.node.checkpoint_root, wiring)
+            sunion = self.start_sunion(name, wiring)
+            run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True)
+            with self.node.lock:
+                self.node.hosted[name] = HostedFragment(name, network.version, run, time.time(),
+                                                        sunion, warming=True)
+            log.info("%s: rebuilding the state of %s beside the instances it replaces",
+                     self.node.global_name, name)
+            return
+        self.watch(hosted, entry, network)
+        if not entry.spec.get("warm_ready") and hosted.run.writer.batches > 0 and \
+                caught_up(hosted.run):
+            def ready(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+                if spec is None or spec.get("node") != self.node.global_name or \
+                        spec.get("phase") != "warming":
+                    return None
+                return {**spec, "warm_ready": True}
+            self.node.catalog.update(Kind.FRAGMENTS, name, ready)
+            log.info("%s: %s has caught up with its input; ready to take over",
+                     self.node.global_name, name)
+
+    def _apply_cut(self, hosted: HostedFragment, entry: Entry) -> None:
+        """A scale step's switch on an instance it replaces (``emit_until_ms``): the writer
+        stops writing results from the cut on, and the cut goes back to the catalog. A
+        cut is never lowered: results below it may be written already."""
+        wanted = entry.spec.get("emit_until_ms")
+        writer = hosted.run.writer
+        if wanted is None:
+            if writer.emit_until_ms is not None:
+                writer.cut(None)  # the step was given up
+            return
+        floor = max(int(wanted), int(entry.spec.get("emit_cut_ms") or wanted),
+                    writer.emit_until_ms or int(wanted))
+        if writer.emit_until_ms == floor and entry.spec.get("emit_cut_ms") == floor:
+            return
+        cut = writer.cut(floor)
+
+        def answered(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("node") != self.node.global_name or \
+                    spec.get("emit_until_ms") != wanted:
+                return None
+            return {**spec, "emit_cut_ms": cut}
+        self.node.catalog.update(Kind.FRAGMENTS, hosted.name, answered)
+        log.info("%s: %s writes no result from stime %s on: a scale step's new instances do",
+                 self.node.global_name, hosted.name, cut)
+
     def _retire(self, name: str, entry: Entry) -> None:
-        """A scale step replaces this fragment (or instance): stops it at a batch boundary
-        and records how far its results go (see ``scaling``)."""
+        """A scale step replaces this fragment (or instance): once its outputs have
+        promised the step's cut (its results below it are out), stops it at a batch
+        boundary and records how far its results go (see ``scaling``)."""
         if entry.spec.get("phase") == "retired":
             return
         hosted = self.node.hosted.get(name)
         checkpoint = entry.spec.get("checkpoint")
         topic = None
+        if hosted is not None and entry.spec.get("emit_until_ms") is not None and \
+                not hosted.run.standby:
+            self._apply_cut(hosted, entry)
+            now = time.monotonic()
+            if hosted.retiring_since is None:
+                hosted.retiring_since = now
+            if hosted.run.query.isActive and not hosted.run.writer.wrote_all_before_cut():
+                if now - hosted.retiring_since < RETIRE_WAIT_S:
+                    return
+                log.warning("%s: %s has not promised the scale step's cut %s after %.0fs; "
+                            "stopping it anyway", self.node.global_name, name,
+                            hosted.run.writer.emit_until_ms, RETIRE_WAIT_S)
         if hosted is not None:
             checkpoint, topic = hosted.run.checkpoint, hosted.run.wiring.source.topic
             self.moves.hand_over(name, keep_placement=True)
@@ -448,7 +524,7 @@ class Hosting:
         # A reader-side replica restarts as a standby: it serves again if the output is
         # still quiet.
         self._restart_query(hosted, network, "after its failure",
-                            standby=hosted.reader or hosted.yielded)
+                            standby=hosted.reader or hosted.yielded or hosted.warming)
 
     def _restart_query(self, hosted: HostedFragment, network: NetworkPlan, why: str,
                        standby: bool = False) -> None:

@@ -198,12 +198,14 @@ class Moves:
 
     def promote(self, name: str, entry: Entry, hosted: HostedFragment, warm: bool) -> None:
         """The standby replica becomes the fragment: after its primary failed (``ha:
-        active``), or as soon as it is placed here (a warm move: its SUnion and outputs
-        fence the old node's, which stops when it sees the move)."""
+        active``), as soon as it is placed here (a warm move: its SUnion and outputs
+        fence the old node's, which stops when it sees the move), or when a scale step
+        switches over to its new instances (they write from the step's cut on)."""
         failover = context_of(entry.spec.get("takeover_trace"))
+        kind = "warm move" if warm else "scale step" if hosted.warming else "active"
         takeover = self.node.tracer.start_span(f"takeover {name}", context=failover, attributes={
             "medusa.fragment": name, "medusa.node": self.node.global_name,
-            "medusa.ha": "warm move" if warm else "active",
+            "medusa.ha": kind,
             "medusa.failed_node": entry.spec.get("released_by") or ""})
         restored = last_committed_batch(hosted.run.checkpoint)
         takeover.set_attribute("medusa.checkpoint.batch_restored",
@@ -218,15 +220,18 @@ class Moves:
             hosted.sunion.go()
         else:
             hosted.sunion = self._hosting.start_sunion(name, hosted.run.wiring)
-        caught_up = hosted.run.promote()
+        emit_from = (entry.spec.get("instance") or {}).get("emit_from_ms") \
+            if hosted.warming else None
+        caught_up = hosted.run.promote(emit_from)
+        hosted.warming = False
         promoted_s = time.monotonic() - started
         takeover.set_attribute("medusa.replica.results_caught_up", caught_up)
         hosted.takeover = pending
         self.trace_first_output(hosted.run, pending)
         stats = [o.stats for o in hosted.run.writer.outputs if hasattr(o, "stats")]
-        log.info("%s: promoted the replica of %s in %.2fs (fencing %.2fs, reading back %d "
-                 "ids %.2fs); it wrote %d results the primary had not", self.node.global_name,
-                 name, promoted_s, sum(s.fence_s or 0 for s in stats),
+        log.info("%s: promoted the replica of %s (%s) in %.2fs (fencing %.2fs, reading back "
+                 "%d ids %.2fs); it wrote %d results the primary had not",
+                 self.node.global_name, name, kind, promoted_s, sum(s.fence_s or 0 for s in stats),
                  sum(s.recovered_ids for s in stats), sum(s.read_back_s or 0 for s in stats),
                  caught_up)
         self._hosting.mark_running(name, hosted.run.checkpoint)

@@ -63,6 +63,12 @@ class HostedFragment:
     yielded: bool = False
     """Its reader-side replica took the output over: it runs as a standby until it has
     caught up and is stable, then takes the output back."""
+    warming: bool = False
+    """A scale step's new instance: it rebuilds its state beside the old instances, as a
+    standby, until the step switches the output over to it."""
+    retiring_since: float | None = None
+    """When (monotonic clock) a scale step asked it to stop: it stops once its outputs
+    have promised the step's cut."""
 
     @property
     def reader(self) -> bool:
