@@ -15,10 +15,11 @@ instances before it breaks the old ones, so the output does not pause:
    the rows whose key hashes to it (xxhash64 of the key fields, modulo N): its state
    holds its keys alone. It runs as a standby beside the old instances, writing nothing,
    until it has caught up with its input (``warm_ready``).
-3. The cut: each old instance is asked to write no result from X on (``emit_until_ms``);
-   its node answers with the stime from which it writes none (``emit_cut_ms``: X, or past
-   what it has written already). W is the largest answer, and every old instance's cut
-   is raised to W.
+3. The cut: each old instance is asked to write no result from X' on (``emit_until_ms``),
+   X' a little past the newest stime its SUnion has released by then; its node answers
+   with the stime from which it writes none (``emit_cut_ms``: X', or past what it has
+   written already). W is the largest answer, and every old instance's cut is raised
+   to W.
 4. The new instances take over: each writes its results from W on (the ones it holds
    already at once, then as they come); the old instances write theirs below W until
    their outputs have promised W, then stop (``retiring``, ``retired``). Every result
@@ -53,6 +54,10 @@ from medusa_spark.network.model import NetworkSpec, parse_network
 
 Report = Callable[[str], None]
 MAX_INSTANCES = 16
+SWITCH_AHEAD_MS = 3000
+"""The cut is this far past the newest stime the old instances have read when it is asked
+for: longer than the switch takes (the old nodes' answer, the new ones' promotion), so
+the new instances write before the input reaches it."""
 SWITCH_POLL_S = 0.05
 """How often a scale step reads the catalog while it switches (the switch's gap)."""
 
@@ -169,12 +174,12 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
     old = instances_of(catalog, network, fragment)
     if not old:
         raise ScaleError(f"no fragment {network}/{fragment} in the catalog")
+    boxes = list(old[0].spec["boxes"])
+    key = fragment_key(spec, boxes, fragment)
     busy = [e for e in old if e.spec.get("phase") != "running"]
     if busy:
         raise ScaleError(f"fragment {busy[0].name} is {busy[0].spec.get('phase')}; wait until "
                          "it runs")
-    boxes = list(old[0].spec["boxes"])
-    key = fragment_key(spec, boxes, fragment)
     span = window_span_ms(spec, boxes) + duration_ms(spec.bucket)
     by_partition = keyed_input_partitions(spec, boxes, key, endpoints) >= count
     placed = _nodes_for(catalog, old[0].spec["node"].split("/")[0], count, nodes)
@@ -211,7 +216,11 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
         _wait_for(catalog, created, lambda spec: bool(spec.get("warm_ready")), deadline,
                   "the new instances did not catch up with their input in time")
         report(f"  caught up: {', '.join(created)}")
-        cut = _cut(catalog, old, switch_from, deadline)
+        # A little ahead of the input: the old instances write on while the new ones are
+        # told to take over, so neither side pauses.
+        ahead = max(switch_from, *(newest_stime(bootstrap, topic)
+                                   for bootstrap, topic in sources)) + SWITCH_AHEAD_MS
+        cut = _cut(catalog, old, ahead, deadline)
     except BaseException:
         _give_up(catalog, created, old)
         raise

@@ -104,6 +104,31 @@ def failover_plot(path: Path, title: str,
     plt.close(figure)
 
 
+def scale_plot(path: Path, title: str, written_ms: list[int],
+               steps: list[tuple[str, int, int]]) -> None:
+    """Results written per half second over a run of scale steps, each step shaded from
+    its request until it was done."""
+    if not written_ms:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    origin = steps[0][1] if steps else written_ms[0]
+    seconds = [(t - origin) / 1000 for t in written_ms]
+    low, high = max(min(seconds), -60.0), max(seconds)
+    figure, axes = plt.subplots(figsize=(10, 3.2))
+    bins = [low + 0.5 * i for i in range(int((high - low) / 0.5) + 2)]
+    axes.hist([s for s in seconds if s >= low], bins=bins, color="#4c72b0")
+    for label, asked_ms, done_ms in steps:
+        axes.axvspan((asked_ms - origin) / 1000, (done_ms - origin) / 1000, color="orange",
+                     alpha=0.3, label=f"scale {label}")
+    axes.set_xlabel("seconds since the first step's request")
+    axes.set_ylabel("results / 0.5 s")
+    axes.legend(loc="upper right", fontsize=8)
+    axes.set_title(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 BATCH_PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit",
                 "commitOffsets")
 

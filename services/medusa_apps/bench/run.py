@@ -42,10 +42,11 @@ from medusa_apps.bench.report import (
     failover_plot,
     latency_plot,
     pause_plot,
+    scale_plot,
     write_json,
 )
 
-PARTS = ("producers", "spark", "sunion", "linear-road", "move", "failover", "dpc",
+PARTS = ("producers", "spark", "sunion", "linear-road", "move", "scale", "failover", "dpc",
          "dpc-matrix", "bpm")
 WARM_UP_RECORDS = 3000
 
@@ -115,6 +116,7 @@ class _Figures:
     steps: list[Any] = field(default_factory=list)
     floor: Any = None
     moves: list[Any] = field(default_factory=list)
+    scale: Any = None
     outcomes: list[Any] = field(default_factory=list)
     load: Any = None
     dpc: Any = None
@@ -222,6 +224,16 @@ def _move(bench: _Bench, got: _Figures) -> None:
                                             bench.layout, migrations, bench.say)
 
 
+def _scale(bench: _Bench, got: _Figures) -> None:
+    from medusa_apps.bench import scale_steps
+
+    bench.say("scale steps under steady input: a keyed window fragment out to two "
+              "instances on two nodes, then back in to one")
+    with _part("scale", bench.errors, bench.say):
+        got.scale = scale_steps.measure(bench.endpoints, bench.registry, bench.spark,
+                                        bench.layout, bench.say)
+
+
 def _failover(bench: _Bench, got: _Figures) -> None:
     from medusa_apps.bench import failover as failover_bench
 
@@ -278,6 +290,7 @@ STEPS = (
     _Step("spark", _spark_paths, spark=True, scratch=True),
     _Step("linear-road", _linear_road, spark=True, scratch=True),
     _Step("move", _move, spark=True),
+    _Step("scale", _scale, spark=True),
     _Step("failover", _failover, spark=True),
     _Step("dpc", _dpc, spark=True),
     _Step("dpc-matrix", _dpc_matrix, spark=True),
@@ -413,6 +426,9 @@ def _result(got: _Figures, runs: list[Throughput], records: int, hold_s: int, pa
         # The largest state moved warm, and the output pause of that move (goal: under 2 s,
         # flat in size); cold_over_warm_at_largest: the pause of a cold move of it, over.
         "migration": state_migration.summary(got.moves),
+        # Scale out (1 -> 2 instances) and in under steady input: the longest output gap
+        # of each step beyond the normal gap (goal: at most 1 s), lost and duplicated.
+        "scale": got.scale.summary() if got.scale is not None else {"pause_s": None},
         # The kill -9 of a node per HA mode (goals: detection at most 1.5 s, first output
         # at most 2 s active and 5 s passive, nothing lost or duplicated), each run in full.
         "failover": _failover_summary(got.outcomes),
@@ -435,7 +451,7 @@ def _result(got: _Figures, runs: list[Throughput], records: int, hold_s: int, pa
 
 PART_KEYS = {"producers": ("records", "value_size"), "sunion": ("sunion",),
              "linear-road": ("linear_road", "highest_xways_met"),
-             "move": ("move_pause", "migration"),
+             "move": ("move_pause", "migration"), "scale": ("scale",),
              "failover": ("failover", "false_positives_under_load"), "bpm": ("bpm",)}
 """The keys of ``bench.json`` each part alone measures (``runs``, ``ratios`` and ``dpc``
 are shared, and merged finer)."""
@@ -493,6 +509,11 @@ def _plot(out: Path, got: _Figures, runs: list[Throughput], records: int,
         _plot_linear_road(out, got)
     if got.moves:
         _plot_moves(out, got)
+    if got.scale is not None:
+        scale_plot(out / "scale_steps.png", "Results written through scale steps "
+                   + ", ".join(f"{s.label}: {s.pause_s} s beyond the normal gap"
+                               for s in got.scale.steps),
+                   got.scale.result_times_ms, got.scale.step_times_ms)
     if got.outcomes:
         failover_plot(out / "failover_timeline.png",
                       "Results written around a node's kill -9",

@@ -208,7 +208,7 @@ class BallastInput:
             producer.flush(30)
 
 
-def _start_nodes(layout: StackLayout, catalog: CatalogClient) -> list[processes.RunningProcess]:
+def start_nodes(layout: StackLayout, catalog: CatalogClient) -> list[processes.RunningProcess]:
     started = []
     for node in NODES:
         participant, name = node.split("/")
@@ -242,7 +242,7 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
     results = []
     with CatalogClient(endpoints.catalog_url) as catalog:
         say(f"  starting nodes {', '.join(NODES)}")
-        nodes = _start_nodes(layout, catalog)
+        nodes = start_nodes(layout, catalog)
         try:
             for mode, ballast_mb in runs:
                 results.append(_one(endpoints, registry, spark, catalog, mode, ballast_mb, say))

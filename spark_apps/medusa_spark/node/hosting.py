@@ -165,13 +165,14 @@ class Hosting:
             except (MedusaError, CatalogError, RuntimeError, ValueError) as error:
                 networks[network_name] = error
         self._takeovers = {}
+        retiring = []
         for name, entry in sorted(wanted.items()):
             try:
                 network = networks[entry.spec["network"]]
                 if isinstance(network, Exception):
                     raise network
                 if name in placed and entry.spec.get("phase") in ("retiring", "retired"):
-                    self._retire(name, entry)
+                    retiring.append(entry)
                 elif name in placed and entry.spec.get("phase") == "released" and \
                         name not in self.node.hosted:
                     self._takeovers[name] = partial(self._follow, name, entry, network)
@@ -184,6 +185,12 @@ class Hosting:
             except FRAGMENT_ERRORS as error:
                 self._failed(name, error)
         self._take_over_side_by_side()
+        # After the takeovers: a scale step's new instances write before the old ones stop.
+        for entry in retiring:
+            try:
+                self._retire(entry.name, entry)
+            except FRAGMENT_ERRORS as error:
+                self._failed(entry.name, error)
 
     def poll_interval(self, usual_s: float) -> float:
         """How long until the next pass."""
