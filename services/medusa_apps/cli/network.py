@@ -118,7 +118,8 @@ def scale(
                        ] = 300.0,
 ) -> None:
     """Scale a keyed stateful fragment out or in: N instances, each owning the keys that
-    hash to it, with their state rebuilt from the input; no result is lost or doubled."""
+    hash to it, with their state rebuilt from the input beside the running instances,
+    which write until the new ones take over; no result is lost or doubled."""
     from medusa.catalog.client import CatalogClient, CatalogError
     from medusa.endpoints import resolve
     from medusa_spark.scaling import MAX_INSTANCES
