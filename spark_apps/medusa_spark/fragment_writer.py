@@ -178,6 +178,11 @@ class FragmentWriter:
         (see ``cut``); its boundaries promise no further."""
         self._written_through_ms: int | None = None
         """The largest stime of a result written."""
+        self.redo_requested: ReconcileRequired | None = None
+        """The newest REDO read that this query has not redone: the node starts a query
+        that redoes it beside this one, which writes on (see ``reconcile``)."""
+        self._rec_done_untraced: tuple[str | None, dict[str, str | int]] | None = None
+        """A standby wrote REC_DONE into its buffer: traced when it is promoted."""
         self.batches = 0
         self.results_written = 0
         self.error: Exception | None = None
@@ -216,7 +221,12 @@ class FragmentWriter:
     def _promote_outputs(self) -> int:
         # Tentative results kept from a failure period already reconciled are stale.
         current = self._tentative_epoch is not None or self.dpc.reconciling
-        return sum(output.promote(current, self.emit_from_ms) for output in self.outputs)
+        written = sum(output.promote(current, self.emit_from_ms) for output in self.outputs)
+        if self._rec_done_untraced is not None:  # a redo that took over, REC_DONE written
+            parent, attributes = self._rec_done_untraced
+            self._rec_done_untraced = None
+            self._span_rec_done(parent, attributes)
+        return written
 
     def cut(self, at_least_ms: int | None) -> int | None:
         """A scale step's switch: from the returned stime on, this writer writes no result
@@ -377,9 +387,15 @@ class FragmentWriter:
         redo = _largest(table, REDO)
         dpc = self.dpc
         if redo is not None and redo > dpc.skip_epoch:
-            dpc.redo_traceparent = redo_traceparent(table, redo)
-            self._save_dpc()  # the roll-back and the restarted query join that trace
-            raise ReconcileRequired(self.wiring.global_name, redo, batch_id)
+            request = ReconcileRequired(self.wiring.global_name, redo, batch_id)
+            if self.redo_requested is None or self.redo_requested.epoch < redo:
+                dpc.redo_traceparent = redo_traceparent(table, redo)
+                self._save_dpc()  # the roll-back and the redoing query join that trace
+                self.redo_requested = request
+            if self.standby:
+                raise request  # a standby writes nothing: it stops, rolls back, restarts
+            # Otherwise the query writes on, tentative, while a query that redoes the
+            # period runs beside it (see ``reconcile``); it never reads the REDO's tuples.
         if redo == dpc.skip_epoch and dpc.reconciling and dpc.redo_traceparent is None:
             dpc.redo_traceparent = redo_traceparent(table, redo)
             self._save_dpc()
@@ -411,15 +427,19 @@ class FragmentWriter:
     def _trace_rec_done(self) -> None:
         """The reconciliation's last stage, in the trace of the period it corrects: from
         the query's restart until its REC_DONE is written."""
-        if self.standby:
-            return
         dpc = self.dpc
         attributes: dict[str, str | int] = {"medusa.fragment": self.wiring.global_name,
                                             "medusa.dpc.epoch": dpc.skip_epoch}
         if dpc.rolled_back_batches is not None:
             attributes["medusa.dpc.rolled_back_batches"] = dpc.rolled_back_batches
+        if self.standby:  # written when it takes over
+            self._rec_done_untraced = (dpc.redo_traceparent, attributes)
+            return
+        self._span_rec_done(dpc.redo_traceparent, attributes)
+
+    def _span_rec_done(self, parent: str | None, attributes: dict[str, str | int]) -> None:
         trace.get_tracer("medusa").start_span(
-            f"REC_DONE {self.wiring.global_name}", context=context_of(dpc.redo_traceparent),
+            f"REC_DONE {self.wiring.global_name}", context=context_of(parent),
             start_time=self._started_ns, attributes=attributes).end()
 
     def _marks(self, kind: TupleType) -> list[OutRecord]:

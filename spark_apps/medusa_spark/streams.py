@@ -71,10 +71,14 @@ def envelope_of(raw: DataFrame) -> DataFrame:
 
 def without_redone(source: DataFrame, skip_epoch: int) -> DataFrame:
     """The SUnion's records less those of the UP_FAILURE periods up to ``skip_epoch``,
-    which its REDO releases replaced (see ``reconcile``)."""
+    which its REDO releases replaced, and less the tuples of the REDOs of later periods:
+    the query read those periods' tentative tuples and goes on from them until a query
+    that redoes the period takes over (see ``reconcile``)."""
+    redone = F.col(REDO).isNull() | (F.col(TYPE) == F.lit(BOUNDARY)) | \
+        (F.col(REDO) <= F.lit(skip_epoch))
     if skip_epoch <= 0:
-        return source
-    return source.where(F.col(EPOCH).isNull() | (F.col(EPOCH) > F.lit(skip_epoch)))
+        return source.where(redone)
+    return source.where((F.col(EPOCH).isNull() | (F.col(EPOCH) > F.lit(skip_epoch))) & redone)
 
 
 def _decoded(stream: KafkaStream) -> Column:

@@ -601,11 +601,15 @@ class SUnion:
         input_names = self._input_name_bytes
         produce = producer.produce
         tentative = release.kind is ReleaseKind.TENTATIVE
+        redo = release.kind is ReleaseKind.REDO
         epoch = str(release.epoch).encode()
         producer.begin_transaction()
         for held in release.tuples:
             if tentative:
                 headers = [*_retyped(held.headers), (TENTATIVE_HEADER, epoch),
+                           (INPUT_HEADER, input_names[held.input])]
+            elif redo:  # read only by a query that redoes the period (``without_redone``)
+                headers = [*held.headers, (REDO_HEADER, epoch),
                            (INPUT_HEADER, input_names[held.input])]
             else:
                 headers = [*held.headers, (INPUT_HEADER, input_names[held.input])]

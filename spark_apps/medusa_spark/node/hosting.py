@@ -27,6 +27,7 @@ from medusa_spark import state_stores
 from medusa_spark.checkpoints import (
     batch_offsets,
     batch_watermark_ms,
+    delete_checkpoint,
     drop_uncommitted,
     is_local,
     last_committed_batch,
@@ -37,7 +38,12 @@ from medusa_spark.checkpoints import (
     write_resume,
 )
 from medusa_spark.fragment import FragmentWiring, Instance
-from medusa_spark.fragment_run import checkpoint_location, same_definition, start_fragment
+from medusa_spark.fragment_run import (
+    FragmentRun,
+    checkpoint_location,
+    same_definition,
+    start_fragment,
+)
 from medusa_spark.network.fragments import Fragment, fragment_delays, fragments_of
 from medusa_spark.network.model import NetworkError, parse_network
 from medusa_spark.network.validate import Plan, validate
@@ -59,6 +65,9 @@ REFENCED_HOLD_S = 10.0
 """After its primary took the output back, a reader-side replica's restarted query replays
 behind it (its tentative boundaries may run ahead of the output's): it serves again only
 after this."""
+REDO_SUFFIX = ".redo-"
+"""A query that redoes an UP_FAILURE period beside the fragment's: its checkpoint, beside
+the one the fragment has here, with the period's number."""
 RETIRE_WAIT_S = 60.0
 """How long an instance a scale step replaces waits for its outputs to promise the cut
 before it stops anyway (an input that stays quiet)."""
@@ -501,6 +510,8 @@ class Hosting:
         if request is not None:
             self._reconcile(hosted, network, request)
             return
+        if hosted.run.writer.redo_requested is not None and self._redo_beside(hosted, network):
+            return
         failure = hosted.run.failure()
         if failure is None:
             if hosted.yielded and caught_up(hosted.run) and dpc_state(hosted) == "STABLE":
@@ -578,6 +589,90 @@ class Hosting:
         log.info("%s: %s reconciles UP_FAILURE period %d: checkpoint back to batch %d "
                  "(%d files dropped), redoing", self.node.global_name, hosted.name, request.epoch,
                  to_batch, deleted)
+
+    def _redo_beside(self, hosted: HostedFragment, network: NetworkPlan) -> bool:
+        """DPC's reconciliation without a stop: a query that redoes the UP_FAILURE period
+        runs beside the fragment's, which writes on (tentative), and takes the output over
+        once it has written REC_DONE into its buffer and caught up with the input: the
+        outputs get UNDO, the corrections, REC_DONE and what came since, at once. Returns
+        whether the fragment's query is left to this (a failure of it is not restarted)."""
+        request = hosted.run.writer.redo_requested
+        assert request is not None
+        redo = hosted.redo
+        if redo is not None and redo.writer.dpc.skip_epoch < request.epoch:
+            self._drop_redo(hosted, "a newer UP_FAILURE period was redone")
+            redo = None
+        if redo is None:
+            hosted.redo = self._start_redo(hosted, network, request)
+            return True
+        failure = redo.failure()
+        if failure is not None or redo.reconcile_requested() is not None:
+            # It cannot redo beside: the fragment stops and reconciles in place, as before.
+            self._drop_redo(hosted, f"it failed: {failure or 'a newer REDO'}")
+            hosted.run.abandon()
+            self._reconcile(hosted, network, request)
+            return True
+        old_stopped = not hosted.run.query.isActive
+        if old_stopped or (redo.writer.dpc.rec_done_epoch >= request.epoch and
+                           caught_up(redo)):
+            self._switch_to_redo(hosted, request)
+        return True
+
+    def _start_redo(self, hosted: HostedFragment, network: NetworkPlan,
+                    request: ReconcileRequired) -> FragmentRun:
+        run = hosted.run
+        copy = checkpoint_location(self.node.checkpoint_root, run.wiring) + \
+            f"{REDO_SUFFIX}{request.epoch}"
+        delete_checkpoint(copy)
+        stats = sync_checkpoint(run.checkpoint, copy)
+        drop_uncommitted(copy)  # copied while it ran: the batch in progress is replanned
+        record = DpcRecord.load(copy)
+        since = record.tentative_since_batch
+        last = last_committed_batch(copy)
+        to_batch = (since - 1) if since is not None else (last if last is not None else -1)
+        attributes: dict[str, str | int] = {
+            "medusa.fragment": hosted.name, "medusa.node": self.node.global_name,
+            "medusa.dpc.epoch": request.epoch, "medusa.checkpoint.rolled_back_to": to_batch,
+            "medusa.checkpoint.last_committed": -1 if last is None else last,
+            "medusa.dpc.beside": 1}
+        with self.node.tracer.start_as_current_span(
+                f"reconcile {hosted.name}", attributes=attributes,
+                context=context_of(record.redo_traceparent)):
+            deleted = rollback(copy, to_batch)
+            record.skip_epoch = max(record.skip_epoch, request.epoch)
+            record.tentative_since_batch = None
+            record.rolled_back_batches = (last - to_batch) if last is not None else 0
+            record.save(copy)
+            redo = start_fragment(self.node.spark, network.plan, run.wiring, copy, standby=True)
+        log.info("%s: %s reconciles UP_FAILURE period %d beside its query, which writes on: "
+                 "a copy of its checkpoint (%d bytes) back to batch %d (%d files dropped), "
+                 "redoing", self.node.global_name, hosted.name, request.epoch, stats.bytes,
+                 to_batch, deleted)
+        return redo
+
+    def _switch_to_redo(self, hosted: HostedFragment, request: ReconcileRequired) -> None:
+        redo, old = hosted.redo, hosted.run
+        assert redo is not None
+        started = time.monotonic()
+        written = redo.promote()  # fences the old query's outputs (the same writer id)
+        hosted.run, hosted.redo = redo, None
+        old.abandon()
+        hosted.reconciliations += 1
+        self.mark_running(hosted.name, redo.checkpoint)
+        if old.checkpoint != redo.checkpoint:
+            delete_checkpoint(old.checkpoint)
+        log.info("%s: %s: the query that redid UP_FAILURE period %d took the output over in "
+                 "%.2fs (UNDO, %d corrections and results, REC_DONE)", self.node.global_name,
+                 hosted.name, request.epoch, time.monotonic() - started, written)
+
+    def _drop_redo(self, hosted: HostedFragment, why: str) -> None:
+        redo, hosted.redo = hosted.redo, None
+        if redo is None:
+            return
+        redo.abandon()
+        delete_checkpoint(redo.checkpoint)
+        log.warning("%s: %s: stopped the query redoing beside it: %s", self.node.global_name,
+                    hosted.name, why)
 
     def _record_failure(self, name: str, error: str, restarts: int, phase: str | None) -> None:
         def failed(spec: dict[str, Any] | None) -> dict[str, Any] | None:

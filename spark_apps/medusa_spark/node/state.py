@@ -66,6 +66,9 @@ class HostedFragment:
     warming: bool = False
     """A scale step's new instance: it rebuilds its state beside the old instances, as a
     standby, until the step switches the output over to it."""
+    redo: FragmentRun | None = None
+    """DPC: the query that redoes an UP_FAILURE period beside this one, from a copy of its
+    checkpoint rolled back, as a standby, until it takes the output over."""
     retiring_since: float | None = None
     """When (monotonic clock) a scale step asked it to stop: it stops once its outputs
     have promised the step's cut."""
@@ -93,8 +96,8 @@ def dpc_state(hosted: HostedFragment, sunion_state: dict[str, Any] | None = None
     tentative? are they all back?) and the query (are its results tentative? is it
     redoing?). ``sunion_state``: the SUnion's state when already read."""
     writer = hosted.run.writer.dpc_state
-    if writer == "STABILIZATION":
-        return writer
+    if writer == "STABILIZATION" or hosted.redo is not None:
+        return "STABILIZATION"
     if sunion_state is None:
         sunion_state = hosted.sunion.state() if hosted.sunion is not None else {}
     sunion = sunion_state.get("dpc_state")
