@@ -121,6 +121,15 @@ def drop_uncommitted(location: str) -> int | None:
     return batch
 
 
+def forget_query_id(location: str) -> None:
+    """Drops the query id Spark keeps in a checkpoint (``metadata``): a copy then runs as a
+    query of its own beside the one it was copied from, in the same session (Spark stops
+    a running query whose id another run resumes)."""
+    for name in ("metadata", ".metadata.crc"):
+        if store.exists(f"{location}/{name}"):
+            store.delete(f"{location}/{name}")
+
+
 def rebase_source(location: str, topic: str, offsets: dict[int, int]) -> int | None:
     """Makes a checkpoint resume reading ``topic`` at ``offsets`` (partition -> offset).
 

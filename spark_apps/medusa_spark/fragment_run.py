@@ -124,18 +124,20 @@ class FragmentRun:
 
 def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, checkpoint: str,
                    trigger: str | None = None, standby: bool = False,
-                   on_batch: Callable[[str, int], None] | None = None) -> FragmentRun:
+                   on_batch: Callable[[str, int], None] | None = None,
+                   role: str | None = None) -> FragmentRun:
     """Starts a fragment's query, resuming from ``checkpoint`` when it holds one.
 
     A ``standby`` fragment (an active replica) computes everything and writes nothing
-    until promoted (see ``soutput``).
+    until promoted (see ``soutput``). ``role`` names a query that runs beside the
+    fragment's own in this session (a query's name is unique in it).
     """
     skip_epoch = DpcRecord.load(checkpoint).skip_epoch
     frame = start_query_frame(spark, plan, wiring, skip_epoch)
     interval = trigger or plan.network.trigger
     writer = FragmentWriter(plan, wiring, standby=standby, on_batch=on_batch,
                             checkpoint=checkpoint)
-    suffix = "/standby" if standby else ""
+    suffix = f"/{role}" if role else "/standby" if standby else ""
     stream = (frame.writeStream.queryName(f"{wiring.topic_prefix}{wiring.global_name}{suffix}")
               .outputMode("append")
               .foreachBatch(writer)

@@ -241,6 +241,24 @@ class FragmentWriter:
                 max(at_least_ms, written + 1)
             return self.emit_until_ms
 
+    @property
+    def lowest_promise_ms(self) -> int | None:
+        """The smallest stime its outputs' boundaries have promised: every result below it
+        is written (None before each output has promised one)."""
+        if any(box not in self._emitted for box in self.wiring.outputs):
+            return None
+        return min(self._emitted[box] for box in self.wiring.outputs)
+
+    def written_below_ms(self) -> int | None:
+        """Every result below this stime is written: what the outputs promised, or past the
+        newest result written (results come out in watermark order), within the cut."""
+        marks = [m for m in (self.lowest_promise_ms, None if self._written_through_ms is None
+                             else self._written_through_ms + 1) if m is not None]
+        if not marks:
+            return None
+        mark = max(marks)
+        return mark if self.emit_until_ms is None else min(mark, self.emit_until_ms)
+
     def wrote_all_before_cut(self) -> bool:
         """Whether every output has promised the cut: all its results below it are out."""
         cut = self.emit_until_ms

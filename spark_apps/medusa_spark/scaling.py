@@ -228,7 +228,16 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
     for entry_name in created:
         catalog.update(Kind.FRAGMENTS, entry_name, partial(_take_over, cut))
     report(f"  the new instances write the results from stime {cut} on")
-    _retire(catalog, old, deadline, report)
+    retired = _retire(catalog, old, deadline, report)
+    # An old instance whose input went quiet stops short of the cut: the new instances
+    # write the results it left (their windows close once the input comes).
+    short = min((int(e.spec["retired_watermark_ms"]) for e in retired
+                 if e.spec.get("retired_watermark_ms") is not None), default=cut)
+    if short < cut:
+        for entry_name in created:
+            catalog.update(Kind.FRAGMENTS, entry_name, partial(_start_at, short))
+        report(f"  the input is quiet: the new instances write the results from stime "
+               f"{short} on")
     for gone in old:
         catalog.delete(Kind.FRAGMENTS, gone.name)
     _wait_running(catalog, created, deadline, report)
@@ -250,6 +259,12 @@ def _take_over(cut: int, spec: dict[str, Any] | None) -> dict[str, Any] | None:
     if spec is None or spec.get("phase") != "warming":
         raise ScaleError("a new instance was withdrawn or failed during the scale step")
     return {**spec, "phase": "placed", "instance": {**spec["instance"], "emit_from_ms": cut}}
+
+
+def _start_at(stime: int, spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    if spec is None:
+        return None
+    return {**spec, "instance": {**spec["instance"], "emit_from_ms": stime}}
 
 
 def _cut(catalog: CatalogClient, old: list[Entry], at_least: int, deadline: float) -> int:

@@ -29,6 +29,7 @@ from medusa_spark.checkpoints import (
     batch_watermark_ms,
     delete_checkpoint,
     drop_uncommitted,
+    forget_query_id,
     is_local,
     last_committed_batch,
     read_resume,
@@ -68,9 +69,9 @@ after this."""
 REDO_SUFFIX = ".redo-"
 """A query that redoes an UP_FAILURE period beside the fragment's: its checkpoint, beside
 the one the fragment has here, with the period's number."""
-RETIRE_WAIT_S = 60.0
-"""How long an instance a scale step replaces waits for its outputs to promise the cut
-before it stops anyway (an input that stays quiet)."""
+RETIRE_IDLE_S = 5.0
+"""An instance a scale step replaces stops without promising the cut once it has run no
+batch this long (a quiet input)."""
 URGENT_POLL_S = 0.1
 """How often a node reads the catalog while it takes part in a warm move."""
 SECONDARY_POLL_S = 0.25
@@ -292,6 +293,11 @@ class Hosting:
                 hosted = None
             else:
                 self._apply_cut(hosted, entry)
+                start = (entry.spec.get("instance") or {}).get("emit_from_ms")
+                if start is not None and not hosted.run.standby and \
+                        start < (hosted.run.writer.emit_from_ms or start):
+                    # A scale step's old instance stopped short of the cut (quiet input).
+                    hosted.run.writer.emit_from_ms = start
                 self.watch(hosted, entry, network)
                 return
         if entry.spec.get("phase") == "failed":
@@ -415,24 +421,33 @@ class Hosting:
         hosted = self.node.hosted.get(name)
         checkpoint = entry.spec.get("checkpoint")
         topic = None
+        written_below: int | None = None
         if hosted is not None and entry.spec.get("emit_until_ms") is not None and \
                 not hosted.run.standby:
             self._apply_cut(hosted, entry)
+            writer = hosted.run.writer
             now = time.monotonic()
-            if hosted.retiring_since is None:
-                hosted.retiring_since = now
-            if hosted.run.query.isActive and not hosted.run.writer.wrote_all_before_cut():
-                if now - hosted.retiring_since < RETIRE_WAIT_S:
-                    return
-                log.warning("%s: %s has not promised the scale step's cut %s after %.0fs; "
-                            "stopping it anyway", self.node.global_name, name,
-                            hosted.run.writer.emit_until_ms, RETIRE_WAIT_S)
+            if hosted.retiring_since is None or hosted.retiring_batches != writer.batches:
+                hosted.retiring_since, hosted.retiring_batches = now, writer.batches
+            if writer.wrote_all_before_cut():
+                written_below = writer.emit_until_ms
+            elif hosted.run.query.isActive and now - hosted.retiring_since < RETIRE_IDLE_S:
+                return
+            else:
+                # A quiet input: its results are written below what its outputs promised;
+                # the new instances write the rest (``scaling`` lowers their start to it).
+                written_below = writer.written_below_ms()
+                log.info("%s: %s ran no batch for %.0fs before the scale step's cut %s; it "
+                         "stops with its results written below %s", self.node.global_name,
+                         name, RETIRE_IDLE_S, writer.emit_until_ms, written_below)
         if hosted is not None:
             checkpoint, topic = hosted.run.checkpoint, hosted.run.wiring.source.topic
             self.moves.hand_over(name, keep_placement=True)
         batch = last_committed_batch(checkpoint) if checkpoint else None
         watermark = batch_watermark_ms(checkpoint, batch) if checkpoint and batch is not None \
             else None
+        if written_below is not None:
+            watermark = written_below
 
         def retired(spec: dict[str, Any] | None) -> dict[str, Any] | None:
             if spec is None or spec.get("node") != self.node.global_name or \
@@ -626,6 +641,8 @@ class Hosting:
         delete_checkpoint(copy)
         stats = sync_checkpoint(run.checkpoint, copy)
         drop_uncommitted(copy)  # copied while it ran: the batch in progress is replanned
+        # A query of its own: Spark would stop a running query whose id it resumes.
+        forget_query_id(copy)
         record = DpcRecord.load(copy)
         since = record.tentative_since_batch
         last = last_committed_batch(copy)
@@ -643,7 +660,8 @@ class Hosting:
             record.tentative_since_batch = None
             record.rolled_back_batches = (last - to_batch) if last is not None else 0
             record.save(copy)
-            redo = start_fragment(self.node.spark, network.plan, run.wiring, copy, standby=True)
+            redo = start_fragment(self.node.spark, network.plan, run.wiring, copy, standby=True,
+                                  role=f"redo-{request.epoch}")
         log.info("%s: %s reconciles UP_FAILURE period %d beside its query, which writes on: "
                  "a copy of its checkpoint (%d bytes) back to batch %d (%d files dropped), "
                  "redoing", self.node.global_name, hosted.name, request.epoch, stats.bytes,

@@ -70,8 +70,9 @@ class HostedFragment:
     """DPC: the query that redoes an UP_FAILURE period beside this one, from a copy of its
     checkpoint rolled back, as a standby, until it takes the output over."""
     retiring_since: float | None = None
-    """When (monotonic clock) a scale step asked it to stop: it stops once its outputs
-    have promised the step's cut."""
+    """When (monotonic clock) a scale step asked it to stop, or it last ran a batch since:
+    it stops once its outputs have promised the step's cut, or once its input is quiet."""
+    retiring_batches: int = 0
 
     @property
     def reader(self) -> bool:
