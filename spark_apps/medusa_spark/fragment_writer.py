@@ -22,10 +22,12 @@ DPC (see ``reconcile``): from the first batch that reads a record of an UP_FAILU
 until the reconciliation, every result is TENTATIVE (a window closed by a tentative
 boundary may lack the failed input's tuples even when none of its own was tentative),
 and the outputs' boundaries are marked with the period, so downstream SUnions take
-them as tentative. A batch that holds a REDO not yet redone stops the query with
-``ReconcileRequired``. After the roll-back, the writer writes UNDO on every output
-partition first, and REC_DONE once every output has promised the REDO's boundary (the
-corrections of everything it re-released are out by then). The REDO's traceparent is kept
+them as tentative. A batch that holds a REDO not yet redone sets ``redo_requested``: the
+node starts a query that redoes the period beside this one, which writes on (a standby
+stops with ``ReconcileRequired`` instead, to be rolled back in place). A writer whose
+query redoes writes UNDO on every output partition first, and REC_DONE once every output
+has promised the REDO's boundary (the corrections of everything it re-released are out
+by then). The REDO's traceparent is kept
 in the DPC record, and the span ``REC_DONE <fragment>`` (from the query's restart until
 REC_DONE is written) joins the period's trace.
 

@@ -1,21 +1,31 @@
-"""DPC's checkpoint/redo: a fragment's query goes back to the batch before its first
-tentative input and redoes the corrected input, skipping the tentative records.
+"""DPC's checkpoint/redo: a query that goes back to the batch before the fragment's first
+tentative input and redoes the corrected input, skipping the tentative records, beside
+the fragment's query, which writes on until the redo takes its output over.
 
 The fragment's SUnion asks for it: its REDO release carries ``medusa.redo: <epoch>`` on
-its BOUNDARY records (the REC_REQUEST). The query's writer, on seeing it, writes nothing
-of that batch and stops the query with ``ReconcileRequired``; the node then
+its records (the REC_REQUEST on its BOUNDARY records). A query that is not redoing that
+period never reads the REDO's tuples (``streams.without_redone``); its writer, on seeing
+the REDO's boundaries, records the request (``FragmentWriter.redo_requested``) and
+writes on, tentative. The node then (``node.hosting``)
 
-1. rolls the checkpoint back to the batch before the first one that read a record of the
-   UP_FAILURE period (``DpcRecord.tentative_since_batch``): later offsets, commits and
-   state versions are deleted, so Spark replans from there with the state it had (the
-   stopped query's pending state snapshots are written first, ``state_stores.release``,
-   so that none of an undone batch lands after the roll-back);
-2. records that the period's epoch is corrected (``skip_epoch``): the restarted query
-   leaves out every source record marked with that epoch or an older one, so it reads the
-   stable buckets it had, then the REDO's corrected ones;
-3. restarts the query. Its writer writes UNDO on every output first (the outputs drop
-   their tentative results), the corrected results as they come, and REC_DONE after the
-   batch that holds the REDO's boundaries.
+1. copies the checkpoint and rolls the copy back to the batch before the first one that
+   read a record of the UP_FAILURE period (``DpcRecord.tentative_since_batch``): later
+   offsets, commits and state versions are deleted, so Spark replans from there with
+   the state it had;
+2. records in the copy that the period's epoch is corrected (``skip_epoch``): a query
+   started from it leaves out every source record marked with that epoch or an older
+   one, so it reads the stable buckets it had, then the REDO's corrected ones;
+3. starts that query as a standby beside the fragment's. Its writer keeps UNDO on every
+   output first, the corrected results as they come, and REC_DONE after the batch that
+   holds the REDO's boundaries; once it has come to REC_DONE and caught up with the
+   input, it is promoted: it fences the first query's outputs and writes what it kept,
+   and the first query stops.
+
+A standby replica (which writes nothing) reconciles in place instead: its writer raises
+``ReconcileRequired``, and the node rolls its own checkpoint back and restarts it (after
+writing the stopped query's pending state snapshots, ``state_stores.release``, so that
+none of an undone batch lands after the roll-back). So does a fragment whose redoing
+query failed.
 
 The REDO's boundaries carry the SUnion's trace of the period (``redo_traceparent``): the
 node's ``reconcile`` span and the writer's ``REC_DONE`` span join it.
