@@ -86,3 +86,23 @@ def test_a_run_of_some_parts_keeps_the_latest_figures_of_the_others() -> None:
     assert merged["parts"] == ["dpc-matrix", "failover", "producers"]
     assert merged["measured_at"] == {"producers": "then", "failover": "now"}
     assert merged["errors"] == {"producers": "x"}
+
+
+def test_a_scale_steps_pause_is_its_longest_gap_beyond_the_normal_one() -> None:
+    from medusa_apps.bench.scale_steps import ScaleRun, ScaleStep
+
+    run = ScaleRun([ScaleStep("out", 30.0, 2.6, 2.0), ScaleStep("in", 25.0, 3.5, 2.0)],
+                   results=100, lost=0, duplicated=0, result_times_ms=[], step_times_ms=[])
+    got = run.summary()
+    assert got["pause_s"] == 1.5
+    assert [s["pause_s"] for s in got["steps"]] == [0.6, 1.5]
+
+
+def test_a_scale_run_counts_each_sensors_missing_windows_and_repeats() -> None:
+    from medusa_apps.bench.scale_steps import _lost_and_duplicated
+
+    ids = [f"per_sensor/{sensor}/{start}" for start in (0, 2000, 4000, 6000)
+           for sensor in ("s1", "s2")]
+    ids.remove("per_sensor/s2/2000")
+    ids.append("per_sensor/s1/4000")
+    assert _lost_and_duplicated(ids) == (1, 1)

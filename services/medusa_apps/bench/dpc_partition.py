@@ -146,6 +146,21 @@ class ScenarioRun:
         return max((delay for _, delay, touched in self.extra_delays_s() if touched),
                    default=0.0)
 
+    def reconciliation_gap_s(self) -> float | None:
+        """The largest extra delay of a result whose input was complete between a fault's
+        end and the REC_DONE after it (None: no REC_DONE): what the reconciliation cost
+        the readers, beside the failure itself."""
+        done = sorted(c.timestamp_ms for c in self.of(TupleType.REC_DONE))
+        gaps = []
+        for fault in self.faults:
+            later = [t for t in done if t >= fault.ended_ms]
+            if not later:
+                continue
+            gaps += [delay for consumed, (_, delay, _) in zip(
+                self.first_versions(), self.extra_delays_s(), strict=True)
+                if fault.ended_ms <= self.complete_ms(consumed) <= later[0]]
+        return max(gaps, default=0.0) if done else None
+
     def heal_to_rec_done_s(self) -> list[float | None]:
         """Per fault, seconds from its end to the first REC_DONE after it (None: none)."""
         done = sorted(c.timestamp_ms for c in self.of(TupleType.REC_DONE))
@@ -409,6 +424,7 @@ class DpcOutcome:
         lost, duplicated = self.run.lost_and_duplicated()
         gap = self.run.largest_gap_s()
         heal_to_done = self.run.heal_to_rec_done_s()[0]
+        reconciling = self.run.reconciliation_gap_s()
         return {
             "partition_s": round((fault.ended_ms - fault.began_ms) / 1000, 1),
             "delay_s": self.delay_s,
@@ -419,6 +435,9 @@ class DpcOutcome:
             "undos": len(self.run.of(TupleType.UNDO)),
             "rec_dones": len(self.run.of(TupleType.REC_DONE)),
             "heal_to_rec_done_s": None if heal_to_done is None else round(heal_to_done, 1),
+            # The largest extra delay of a result that came out between the heal and
+            # REC_DONE (goal: at most D).
+            "reconciliation_gap_s": None if reconciling is None else round(reconciling, 2),
             "lost": len(lost),
             "duplicated": len(duplicated),
             "wrong_values": len(self.run.wrong_values()),
