@@ -209,6 +209,10 @@ class FragmentWriter:
         return all(output.has_caught_up() for output in self.outputs
                    if isinstance(output, SOutput))
 
+    def is_ahead(self) -> bool:
+        """A standby: whether it holds a result its primary has not written (``SOutput``)."""
+        return any(output.is_ahead() for output in self.outputs if isinstance(output, SOutput))
+
     def promote(self, emit_from_ms: int | None = None) -> int:
         """The standby writes from now on; ``emit_from_ms`` raises ``emit_from_ms`` first
         (a scale step's new instance: the cut the old instances agreed to)."""

@@ -178,6 +178,19 @@ class SOutput:
             return any(record.tuple_id == newest[1] and record.topic == newest[0]
                        for _, batch in reversed(self._buffer) for record in batch)
 
+    def is_ahead(self) -> bool:
+        """On a following standby: whether its newest result is one the primary has not
+        committed yet, so that, promoted now, its results come before the primary's
+        would have (a warm move waits a little for such a moment)."""
+        follower = self._follower
+        if follower is None:
+            return False
+        with self._lock:
+            newest = next((record for _, batch in reversed(self._buffer)
+                           for record in reversed(batch)
+                           if record.value is not None and not record.tentative), None)
+        return newest is not None and (newest.topic, newest.tuple_id) not in follower.ids
+
     def close(self) -> None:
         if self._follower is not None:
             self._follower.stop()

@@ -11,6 +11,7 @@ from medusa.envelope import ID_HEADER, TYPE_HEADER
 from medusa.settings import kafka_config as client_config
 from medusa.topics import ensure_topics
 from medusa_spark.soutput import OutputFencedError, OutRecord, SOutput, transactional_id
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -107,7 +108,12 @@ def test_a_following_standby_knows_what_the_primary_wrote_without_reading_it_bac
     for record in _records(output_topic, range(20, 25)):
         dead.produce(output_topic, value=record.value, key=record.key, headers=record.headers)
     dead.flush(10)
-    assert standby.write(_records(output_topic, range(0, 30))) == 0
+    assert standby.write(_records(output_topic, range(0, 15))) == 0
+    # Its newest, t14, is one the primary has written: not ahead once the follower has it.
+    wait_until("the follower reads t14", lambda: not standby.is_ahead(), 30,
+               interval_s=0.1)
+    assert standby.write(_records(output_topic, range(15, 30))) == 0
+    assert standby.is_ahead(), "t29 is not written yet: promoted now, it comes earlier"
 
     def read_back(*_: object) -> list[str]:
         raise AssertionError("the promotion read the horizon back instead of following it")

@@ -37,6 +37,9 @@ if TYPE_CHECKING:  # the hosting part owns this one and is given to it
 OUTPUT_SWITCH_WAIT_S = 10.0
 """A warm move hands its output over this long after its input at the latest (a quiet
 input, or a replica that does not catch up with the old node's output)."""
+AHEAD_WAIT_S = 4.0
+"""A warm move waits this long after its input switch for a moment when the replica is
+ahead of the old node before it takes the output over merely caught up."""
 READER_SUFFIX = ".reader"
 """A reader-side replica's checkpoint: beside the one the fragment would have here."""
 
@@ -177,7 +180,8 @@ class Moves:
         """A warm move takes the input over first: the replica's SUnion goes (fencing the
         old node's, whose query reads the same topic and goes on writing). The output
         follows once a batch of the replica has read what the new SUnion released and
-        the replica has computed the newest result the old node wrote; or, at the latest,
+        the replica holds a result the old node has not written yet (or, after
+        ``AHEAD_WAIT_S``, has computed the newest one it wrote); at the latest,
         ``OUTPUT_SWITCH_WAIT_S`` after the input."""
         sunion = hosted.sunion
         if sunion is None:
@@ -194,7 +198,14 @@ class Moves:
         batch_started = progress_time(progress)
         fed = batch_started is not None and batch_started > running_since and \
             int(progress.get("numInputRows") or 0) > 0
-        return fed and hosted.run.writer.has_caught_up()
+        if not fed:
+            return False
+        writer = hosted.run.writer
+        # Best when the replica is a batch ahead of the old node: no gap at all. Both run
+        # the same batches on their own clocks, so that may not come; then once it has
+        # computed what the old node wrote.
+        return writer.is_ahead() or (time.time() - running_since > AHEAD_WAIT_S and
+                                     writer.has_caught_up())
 
     def promote(self, name: str, entry: Entry, hosted: HostedFragment, warm: bool) -> None:
         """The standby replica becomes the fragment: after its primary failed (``ha:
