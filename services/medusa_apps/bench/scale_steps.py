@@ -38,7 +38,7 @@ from medusa_apps.bench.state_migration import (
     _window_start,
     start_nodes,
 )
-from medusa_spark.deploy import deploy, undeploy
+from medusa_spark.deploy import deploy, resolve_fragment, undeploy
 from medusa_spark.scaling import scale
 
 SLIDE_S = 2
@@ -117,12 +117,14 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
         say(f"  starting nodes {', '.join(NODES)}")
         nodes = start_nodes(layout, catalog)
         source = BallastInput(config, registry, f"{name}.{SENSOR_READINGS}", 0)
-        watch = OutputWatch(config, registry, [output]).start()
+        watch: OutputWatch | None = None
         try:
             deploy(network_yaml(name), name, endpoints, registry, spark, catalog,
                    {"per_sensor": NODES[0]}, report=lambda _: None)
             box = f"{network}/per_sensor"
             _wait_phase(catalog, box, "running", 300)
+            fragment = resolve_fragment(catalog, box).name
+            watch = OutputWatch(config, registry, [output]).start()
             source.start()
             say(f"  steady input; {BEFORE_S} s before the first step")
             time.sleep(BEFORE_S)
@@ -130,7 +132,7 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
             for label, count, on, wait_s in (("out", 2, list(NODES), BETWEEN_S),
                                              ("in", 1, [NODES[0]], AFTER_S)):
                 asked_ms = int(time.time() * 1000)
-                done = scale(catalog, endpoints, box, count, on, timeout_s=600,
+                done = scale(catalog, endpoints, fragment, count, on, timeout_s=600,
                              report=lambda line: say(f"  {line.strip()}"))
                 timeline.append((label, asked_ms, int(time.time() * 1000), done.seconds))
                 time.sleep(wait_s)
@@ -138,7 +140,8 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
             time.sleep(5)
         finally:
             source.stop.set()
-            watch.stop()
+            if watch is not None:
+                watch.stop()
             try:
                 undeploy(catalog, network, report=lambda _: None)
             finally:
