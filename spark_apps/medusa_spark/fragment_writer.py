@@ -216,13 +216,11 @@ class FragmentWriter:
     def promote(self, emit_from_ms: int | None = None) -> int:
         """The standby writes from now on; ``emit_from_ms`` raises ``emit_from_ms`` first
         (a scale step's new instance: the cut the old instances agreed to)."""
-        if emit_from_ms is None:
-            # No wait for a batch in progress: its results, written after the promotion,
-            # go through the same deduplication.
-            return self._promote_outputs()
-        with self.lock:  # no batch in progress filters by the old bound
+        # No wait for a batch in progress: its results, written after the promotion, go
+        # through the same deduplication (and the SOutput drops those below the new bound).
+        if emit_from_ms is not None:
             self.emit_from_ms = emit_from_ms
-            return self._promote_outputs()
+        return self._promote_outputs()
 
     def _promote_outputs(self) -> int:
         # Tentative results kept from a failure period already reconciled are stale.

@@ -16,7 +16,8 @@ instances before it breaks the old ones, so the output does not pause:
    holds its keys alone. It runs as a standby beside the old instances, writing nothing,
    until it has caught up with its input (``warm_ready``).
 3. The cut: each old instance is asked to write no result from X' on (``emit_until_ms``),
-   X' a little past the newest stime its SUnion has released by then; its node answers
+   X' as far past the newest stime its SUnion has released by then as the input goes in
+   ``SWITCH_AHEAD_S``; its node answers
    with the stime from which it writes none (``emit_cut_ms``: X', or past what it has
    written already). W is the largest answer, and every old instance's cut is raised
    to W.
@@ -54,10 +55,11 @@ from medusa_spark.network.model import NetworkSpec, parse_network
 
 Report = Callable[[str], None]
 MAX_INSTANCES = 16
-SWITCH_AHEAD_MS = 3000
-"""The cut is this far past the newest stime the old instances have read when it is asked
-for: longer than the switch takes (the old nodes' answer, the new ones' promotion), so
-the new instances write before the input reaches it."""
+SWITCH_AHEAD_S = 6.0
+"""The cut is as far past the newest stime the old instances have read as the input goes
+in this long (at its rate during the step): longer than the switch takes (the old
+nodes' answer, the new ones' promotion), so the new instances write before the input
+reaches it."""
 SWITCH_POLL_S = 0.05
 """How often a scale step reads the catalog while it switches (the switch's gap)."""
 
@@ -193,6 +195,7 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
     sources = [_sunion_source(endpoints, e) for e in old]
     switch_from = max((newest_stime(bootstrap, topic) for bootstrap, topic in sources),
                       default=0)
+    read_at = time.monotonic()
     replay_from = max(0, switch_from - span)
     positions = _positions_at(sources, replay_from)
     report(f"  the new instances rebuild their state from stime {replay_from} beside the "
@@ -216,11 +219,13 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
         _wait_for(catalog, created, lambda spec: bool(spec.get("warm_ready")), deadline,
                   "the new instances did not catch up with their input in time")
         report(f"  caught up: {', '.join(created)}")
-        # A little ahead of the input: the old instances write on while the new ones are
-        # told to take over, so neither side pauses.
-        ahead = max(switch_from, *(newest_stime(bootstrap, topic)
-                                   for bootstrap, topic in sources)) + SWITCH_AHEAD_MS
-        cut = _cut(catalog, old, ahead, deadline)
+        # Ahead of the input by what it brings in SWITCH_AHEAD_S: the old instances write
+        # on while the new ones are told to take over, so neither side pauses.
+        newest = max(switch_from, *(newest_stime(bootstrap, topic)
+                                    for bootstrap, topic in sources))
+        per_s = (newest - switch_from) / max(1.0, time.monotonic() - read_at)
+        cut = _cut(catalog, old, newest + max(duration_ms(spec.bucket),
+                                              int(per_s * SWITCH_AHEAD_S)), deadline)
     except BaseException:
         _give_up(catalog, created, old)
         raise

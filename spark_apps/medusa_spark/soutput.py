@@ -114,6 +114,7 @@ class SOutput:
         self._lock = threading.Lock()
         self._follower: _TailFollower | None = None
         self._producer_ahead: Producer | None = None
+        self._drop_below_once: int | None = None
         self.trace_context: Context | None = None
         """Set for a takeover: opening the output is then a span of the failure's trace."""
 
@@ -133,6 +134,9 @@ class SOutput:
                 return 0
             if self._producer is None:
                 self._open()
+            below, self._drop_below_once = self._drop_below_once, None
+            if below is not None:  # the batch that ran across the promotion
+                records = [r for r in records if not _result_below(r, below)]
             return self._transaction(records)
 
     def promote(self, keep_tentative: bool = True, from_stime_ms: int | None = None) -> int:
@@ -152,6 +156,9 @@ class SOutput:
                     if (not record.tentative or (
                         keep_tentative and (record.topic, record.tuple_id) not in self._seen))
                     and (from_stime_ms is None or not _result_below(record, from_stime_ms))]
+            # A batch in progress may have left out results below an older bound: its
+            # write, the first after this one, is held to the new bound too.
+            self._drop_below_once = from_stime_ms
             self._buffer.clear()
             return self._transaction(kept) if kept else 0
 
