@@ -112,6 +112,10 @@ class OutputReader:
         self._consumer.close()
 
 
+def _redo_boundary(record: OutRecord) -> bool:
+    return record.type == TupleType.BOUNDARY.value and REDO_HEADER in record.headers
+
+
 def _tuples(records: list[OutRecord]) -> list[OutRecord]:
     return [r for r in records if r.type != TupleType.BOUNDARY.value]
 
@@ -616,7 +620,7 @@ def test_an_up_failure_period_is_one_trace_in_jaeger(federation, clusters, regis
         reader = OutputReader(alpha, output)
         try:
             records = reader.read_until(
-                lambda rs: any(REDO_HEADER in r.headers for r in rs), "the REDO's boundary")
+                lambda rs: any(_redo_boundary(r) for r in rs), "the REDO's boundary")
         finally:
             reader.close()
     finally:
@@ -629,7 +633,7 @@ def test_an_up_failure_period_is_one_trace_in_jaeger(federation, clusters, regis
     assert exited == 0, (tmp_path / "sunion.log").read_text()[-2000:]
     assert not feeder.failure, f"feeding failed: {feeder.failure[0]!r}"
 
-    redo = [r for r in records if REDO_HEADER in r.headers][-1]
+    redo = [r for r in records if _redo_boundary(r)][-1]
     _, trace_id, root_id, _ = redo.headers[TRACEPARENT_HEADER].decode().split("-")
     stages = ["delay", "tentative release", "heal", "stabilization"]
     found = _partition_trace(federation.jaeger_query_url, int(trace_id, 16), stages)
