@@ -263,13 +263,16 @@ def _sunion_source(endpoints: Endpoints, entry: Entry) -> tuple[str, str]:
 def _take_over(cut: int, spec: dict[str, Any] | None) -> dict[str, Any] | None:
     if spec is None or spec.get("phase") != "warming":
         raise ScaleError("a new instance was withdrawn or failed during the scale step")
-    return {**spec, "phase": "placed", "instance": {**spec["instance"], "emit_from_ms": cut}}
+    return {**spec, **_instance_from(cut, spec), "phase": "placed"}
 
 
 def _start_at(stime: int, spec: dict[str, Any] | None) -> dict[str, Any] | None:
-    if spec is None:
-        return None
-    return {**spec, "instance": {**spec["instance"], "emit_from_ms": stime}}
+    return None if spec is None else {**spec, **_instance_from(stime, spec)}
+
+
+def _instance_from(stime: int, spec: dict[str, Any]) -> dict[str, Any]:
+    """The ``instance`` field of a new instance that writes its results from ``stime`` on."""
+    return {"instance": {**spec["instance"], "emit_from_ms": stime}}
 
 
 def _cut(catalog: CatalogClient, old: list[Entry], at_least: int, deadline: float) -> int:

@@ -36,6 +36,7 @@ from medusa_apps.bench.state_migration import (
     _gaps,
     _wait_phase,
     _window_start,
+    per_sensor_box,
     start_nodes,
 )
 from medusa_spark.deploy import deploy, resolve_fragment, undeploy
@@ -94,15 +95,7 @@ def network_yaml(name: str) -> str:
         "trigger": "1 second",
         "streams": {"readings": {"topic": SENSOR_READINGS, "participant": "alpha",
                                  "schema": "sensor_reading"}},
-        "boxes": {
-            "per_sensor": {
-                "type": "aggregate", "key": ["sensor_id"],
-                "params": {"window": {"type": "sliding", "size": f"{WINDOW_S} seconds",
-                                      "slide": f"{SLIDE_S} seconds"},
-                           "group_by": ["sensor_id"],
-                           "aggregates": {"readings": {"count": "value"},
-                                          "total": {"sum": "value"}}}},
-        },
+        "boxes": {"per_sensor": per_sensor_box(WINDOW_S, SLIDE_S)},
         "arrows": [{"from": "readings", "to": "per_sensor"}],
     }, sort_keys=False)
 

@@ -49,7 +49,7 @@ from medusa_spark.network.fragments import Fragment, fragment_delays, fragments_
 from medusa_spark.network.model import NetworkError, parse_network
 from medusa_spark.network.validate import Plan, validate
 from medusa_spark.node.membership import Membership
-from medusa_spark.node.moves import Moves
+from medusa_spark.node.moves import Moves, stop_redo
 from medusa_spark.node.reporting import Reporting
 from medusa_spark.node.state import (
     HostedFragment,
@@ -580,30 +580,42 @@ class Hosting:
         run.writer.close()
         # Its pending state snapshots are written now, so that the roll-back removes them.
         state_stores.release(self.node.spark, run.checkpoint, str(run.query.runId))
-        record = DpcRecord.load(run.checkpoint)
+        # A serving reader-side replica writes the corrections; a standby stays one.
+        hosted.run, to_batch, deleted = self._roll_back_and_start(
+            hosted, network, run.checkpoint, request, standby=run.standby)
+        hosted.reconciliations += 1
+        log.info("%s: %s reconciles UP_FAILURE period %d: checkpoint back to batch %d "
+                 "(%d files dropped), redoing", self.node.global_name, hosted.name, request.epoch,
+                 to_batch, deleted)
+
+    def _roll_back_and_start(self, hosted: HostedFragment, network: NetworkPlan,
+                             checkpoint: str, request: ReconcileRequired, standby: bool,
+                             role: str | None = None) -> tuple[FragmentRun, int, int]:
+        """Rolls ``checkpoint`` back to the batch before the UP_FAILURE period, records the
+        period as redone beside it, and starts the fragment's query from it; returns the
+        query, the batch gone back to and the files dropped."""
+        record = DpcRecord.load(checkpoint)
         since = record.tentative_since_batch
-        last = last_committed_batch(run.checkpoint)
+        last = last_committed_batch(checkpoint)
         to_batch = (since - 1) if since is not None else (last if last is not None else -1)
         attributes: dict[str, str | int] = {
             "medusa.fragment": hosted.name, "medusa.node": self.node.global_name,
             "medusa.dpc.epoch": request.epoch, "medusa.checkpoint.rolled_back_to": to_batch,
             "medusa.checkpoint.last_committed": -1 if last is None else last}
+        if role is not None:
+            attributes["medusa.dpc.beside"] = 1
         # A stage of the failure's trace, which the SUnion's REDO named.
         with self.node.tracer.start_as_current_span(
                 f"reconcile {hosted.name}", attributes=attributes,
                 context=context_of(record.redo_traceparent)):
-            deleted = rollback(run.checkpoint, to_batch)
+            deleted = rollback(checkpoint, to_batch)
             record.skip_epoch = max(record.skip_epoch, request.epoch)
             record.tentative_since_batch = None
             record.rolled_back_batches = (last - to_batch) if last is not None else 0
-            record.save(run.checkpoint)
-            # A serving reader-side replica writes the corrections; a standby stays one.
-            hosted.run = start_fragment(self.node.spark, network.plan, run.wiring, run.checkpoint,
-                                        standby=run.standby)
-        hosted.reconciliations += 1
-        log.info("%s: %s reconciles UP_FAILURE period %d: checkpoint back to batch %d "
-                 "(%d files dropped), redoing", self.node.global_name, hosted.name, request.epoch,
-                 to_batch, deleted)
+            record.save(checkpoint)
+            run = start_fragment(self.node.spark, network.plan, hosted.run.wiring, checkpoint,
+                                 standby=standby, role=role)
+        return run, to_batch, deleted
 
     def _redo_beside(self, hosted: HostedFragment, network: NetworkPlan) -> bool:
         """DPC's reconciliation without a stop: a query that redoes the UP_FAILURE period
@@ -643,25 +655,8 @@ class Hosting:
         drop_uncommitted(copy)  # copied while it ran: the batch in progress is replanned
         # A query of its own: Spark would stop a running query whose id it resumes.
         forget_query_id(copy)
-        record = DpcRecord.load(copy)
-        since = record.tentative_since_batch
-        last = last_committed_batch(copy)
-        to_batch = (since - 1) if since is not None else (last if last is not None else -1)
-        attributes: dict[str, str | int] = {
-            "medusa.fragment": hosted.name, "medusa.node": self.node.global_name,
-            "medusa.dpc.epoch": request.epoch, "medusa.checkpoint.rolled_back_to": to_batch,
-            "medusa.checkpoint.last_committed": -1 if last is None else last,
-            "medusa.dpc.beside": 1}
-        with self.node.tracer.start_as_current_span(
-                f"reconcile {hosted.name}", attributes=attributes,
-                context=context_of(record.redo_traceparent)):
-            deleted = rollback(copy, to_batch)
-            record.skip_epoch = max(record.skip_epoch, request.epoch)
-            record.tentative_since_batch = None
-            record.rolled_back_batches = (last - to_batch) if last is not None else 0
-            record.save(copy)
-            redo = start_fragment(self.node.spark, network.plan, run.wiring, copy, standby=True,
-                                  role=f"redo-{request.epoch}")
+        redo, to_batch, deleted = self._roll_back_and_start(
+            hosted, network, copy, request, standby=True, role=f"redo-{request.epoch}")
         log.info("%s: %s reconciles UP_FAILURE period %d beside its query, which writes on: "
                  "a copy of its checkpoint (%d bytes) back to batch %d (%d files dropped), "
                  "redoing", self.node.global_name, hosted.name, request.epoch, stats.bytes,
@@ -684,13 +679,9 @@ class Hosting:
                  hosted.name, request.epoch, time.monotonic() - started, written)
 
     def _drop_redo(self, hosted: HostedFragment, why: str) -> None:
-        redo, hosted.redo = hosted.redo, None
-        if redo is None:
-            return
-        redo.abandon()
-        delete_checkpoint(redo.checkpoint)
-        log.warning("%s: %s: stopped the query redoing beside it: %s", self.node.global_name,
-                    hosted.name, why)
+        if stop_redo(hosted):
+            log.warning("%s: %s: stopped the query redoing beside it: %s",
+                        self.node.global_name, hosted.name, why)
 
     def _record_failure(self, name: str, error: str, restarts: int, phase: str | None) -> None:
         def failed(spec: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -289,7 +289,7 @@ class Moves:
             hosted = self.node.hosted.pop(name)
         if hosted.output_watch is not None:
             hosted.output_watch.stop()
-        _stop_redo(hosted)
+        stop_redo(hosted)
         hosted.run.abandon()
         if hosted.sunion is not None:
             hosted.sunion.stop()
@@ -304,7 +304,7 @@ class Moves:
             hosted = self.node.hosted.pop(name)
         started = time.monotonic()
         # Its next node redoes the period again, from the checkpoint released to it.
-        _stop_redo(hosted)
+        stop_redo(hosted)
         if at_once:
             # Nothing more is written from here; the replica may take over at once, while
             # the query and the SUnion stop (the replica's SUnion fences this one).
@@ -334,9 +334,12 @@ class Moves:
         self.node.catalog.update(Kind.FRAGMENTS, name, released)
 
 
-def _stop_redo(hosted: HostedFragment) -> None:
-    """A query redoing an UP_FAILURE period beside the fragment's (``Hosting``) goes with it."""
+def stop_redo(hosted: HostedFragment) -> bool:
+    """A query redoing an UP_FAILURE period beside the fragment's (``Hosting``) goes with it;
+    says whether there was one."""
     redo, hosted.redo = hosted.redo, None
-    if redo is not None:
-        redo.abandon()
-        delete_checkpoint(redo.checkpoint)
+    if redo is None:
+        return False
+    redo.abandon()
+    delete_checkpoint(redo.checkpoint)
+    return True
