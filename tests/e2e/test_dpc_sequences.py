@@ -64,7 +64,7 @@ def sequence_run(federation, beta_node, links, spark, registry_module,
             network, topic):
         fragments = [e.name for e in catalog.list(Kind.FRAGMENTS, network=network)]
 
-        def stabilizing() -> bool:
+        def stabilizing(_: OutputLog) -> bool:
             entries = [catalog.get(Kind.FRAGMENTS, name) for name in fragments]
             return any(e is not None and e.spec.get("dpc_state") == "STABILIZATION"
                        for e in entries)

@@ -16,7 +16,14 @@ import pytest
 
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
-from medusa_apps.bench.dpc_partition import Fault, ScenarioRun, deployed_pair, run_scenario
+from medusa.envelope import TupleType
+from medusa_apps.bench.dpc_partition import (
+    Fault,
+    OutputLog,
+    ScenarioRun,
+    deployed_pair,
+    run_scenario,
+)
 from tests.federation_processes import SharedNodes
 from tests.waiting import wait_until
 
@@ -25,9 +32,16 @@ pytestmark = pytest.mark.e2e
 SECONDS = 25
 """At least; the input goes on until the fragment has reconciled from the cut."""
 BOUND = "4 seconds"
-CUT = (15.0, 12.0)
-"""(after, for) seconds: longer than D, once the primary's output flows (a replica serves
-only an output its primary has written since the replica began)."""
+CUT = (10.0, 12.0)
+"""(after, for) seconds: longer than D. It begins once the primary's output flows (a
+replica serves only an output its primary has written since the replica began), whenever
+that is after this."""
+
+
+def output_flows(log: OutputLog) -> bool:
+    """The primary's first batch has promised a BOUNDARY on the output (the deploy's own,
+    at stime 0, announces the topic only)."""
+    return any(c.record.stime > 0 for c in log.of(TupleType.BOUNDARY))
 
 
 class ServingLog:
@@ -70,7 +84,7 @@ def nodes(shared_nodes: SharedNodes) -> dict[str, str]:
 def cut_run(federation, nodes, links, spark,
             registry_module) -> Iterator[tuple[ScenarioRun, ServingLog]]:
     cut = Fault("partition alpha-beta", *CUT, lambda: links.partition("alpha", "beta"),
-                lambda: links.heal("alpha", "beta"))
+                lambda: links.heal("alpha", "beta"), once=output_flows)
     with CatalogClient(federation.catalog_url) as catalog, deployed_pair(
             federation, registry_module, spark, catalog, nodes["primary"], BOUND) as (
             network, topic):
@@ -90,8 +104,11 @@ def test_the_deploy_places_a_replica_where_the_output_is_read(cut_run, nodes) ->
 
 def test_the_replica_serves_tentative_results_during_the_cut(cut_run, nodes) -> None:
     run, serving = cut_run
-    assert nodes["reader"] in serving.seen, serving.seen
     fault = run.faults[0]
+    boundaries = [(c.timestamp_ms, c.record.stime) for c in run.of(TupleType.BOUNDARY)]
+    assert nodes["reader"] in serving.seen, (
+        f"serving {serving.seen}; cut {fault.began_ms}..{fault.ended_ms}; the output's first "
+        f"boundaries (written at, stime): {boundaries[:6]}")
     during = [ms for ms in run.tentative_output_ms() if fault.began_ms <= ms <= fault.ended_ms]
     assert during, "no tentative output reached beta's readers while the link was cut"
 

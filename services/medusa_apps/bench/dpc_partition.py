@@ -50,8 +50,9 @@ class Fault:
     for_s: float
     begin: Callable[[], object]
     end: Callable[[], object]
-    once: Callable[[], bool] | None = None
-    """Begins only once this holds (checked from ``at_s`` on, for at most a minute)."""
+    once: Callable[[OutputLog], bool] | None = None
+    """Begins only once the output so far shows this (checked from ``at_s`` on, for at most
+    a minute)."""
     until: Callable[[OutputLog], bool] | None = None
     """Ends as soon as the output so far shows what it was for (``for_s`` at most)."""
 
@@ -316,7 +317,7 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
         for fault in sorted(faults, key=lambda f: f.at_s):
             time.sleep(max(0.0, started + fault.at_s - time.monotonic()))
             waited_until = time.monotonic() + 60
-            while fault.once is not None and not fault.once() and \
+            while fault.once is not None and not fault.once(recorder.log) and \
                     time.monotonic() < waited_until:
                 time.sleep(0.2)
             say(f"{fault.label} for {fault.for_s:.0f}s ({fault.at_s:.0f}s into the input)")
