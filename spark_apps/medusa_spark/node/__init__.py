@@ -22,7 +22,10 @@ this node come back, it finds its incarnation marked ``failed``, stops every
 fragment without writing (their outputs are fenced anyway, see ``soutput``) and
 rejoins with a new incarnation and none. A node also runs the standby replicas
 of ``ha: active`` fragments whose replica it is (reading the primary's SUnion
-topic, writing nothing), and promotes one when the fragment is placed on it.
+topic, writing nothing), and promotes one when the fragment is placed on it. For the
+passive (upstream-backup) fragments of a node whose secondary it is, it keeps their
+SUnions started and waiting (``backups``), so that a takeover's inputs flow again while
+the query restores its checkpoint.
 
 The node's parts share one ``NodeState`` (``state``): ``hosting`` follows the placement,
 ``moves`` hands fragments over and takes them over, ``reporting`` publishes load and DPC
@@ -165,6 +168,7 @@ class Node:
                     log.warning("%s: stopping %s: %s", self.state.global_name, name, error)
                 if hosted.sunion is not None:
                     hosted.sunion.stop()
+            self._hosting.backups.stop()
             try:
                 self.mark_down()
             except CatalogError as error:

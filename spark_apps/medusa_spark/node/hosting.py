@@ -21,6 +21,7 @@ from medusa.catalog.client import CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.errors import MedusaError
 from medusa.settings import kafka_config
+from medusa.sunion.config import SUnionConfig
 from medusa.sunion.service import positions_before
 from medusa.tracing import context_of
 from medusa_spark import state_stores
@@ -48,6 +49,7 @@ from medusa_spark.fragment_run import (
 from medusa_spark.network.fragments import Fragment, fragment_delays, fragments_of
 from medusa_spark.network.model import NetworkError, parse_network
 from medusa_spark.network.validate import Plan, validate
+from medusa_spark.node.backups import Backups
 from medusa_spark.node.membership import Membership
 from medusa_spark.node.moves import Moves, stop_redo
 from medusa_spark.node.reporting import Reporting
@@ -115,6 +117,8 @@ class Hosting:
         self.backing_up = False
         """The secondary of a node that runs fragments: the catalog is read at least every
         ``SECONDARY_POLL_S``, so that a passive takeover starts soon after the failure."""
+        self.backups = Backups(node.global_name)
+        """The SUnions waiting here for the passive fragments this node backs up."""
         self._plans: dict[str, NetworkPlan] = {}
         self._precopied: set[str] = set()
         self._takeovers: dict[str, Callable[[], None]] = {}
@@ -134,6 +138,9 @@ class Hosting:
         backed_up = {name for name, n in nodes.items()
                      if n.spec.get("secondary") == self.node.global_name}
         self.backing_up = any(e.spec["node"] in backed_up for e in entries)
+        backing = {e.name: e for e in entries if e.spec["node"] in backed_up and
+                   e.spec.get("ha", "passive") != "active" and
+                   e.spec.get("phase") == "running" and e.name not in self.node.hosted}
         placed = {e.name: e for e in entries if e.spec["node"] == self.node.global_name}
         replicas = {e.name: e for e in entries if e.name not in placed and (
             (e.spec.get("replica") == self.node.global_name and e.spec.get("ha") == "active") or
@@ -168,7 +175,8 @@ class Hosting:
         wanted = {**replicas, **placed}
         # Each network is read once a pass; one that cannot be read fails its fragments alone.
         networks: dict[str, NetworkPlan | Exception] = {}
-        for network_name in {entry.spec["network"] for entry in wanted.values()}:
+        for network_name in {entry.spec["network"] for entry in [*wanted.values(),
+                                                                 *backing.values()]}:
             try:
                 members = [e for e in entries if e.spec["network"] == network_name]
                 networks[network_name] = self._network(network_name, members)
@@ -195,12 +203,23 @@ class Hosting:
             except FRAGMENT_ERRORS as error:
                 self._failed(name, error)
         self._take_over_side_by_side()
+        self.backups.keep(backing, partial(self._backup_sunion, networks))
         # After the takeovers: a scale step's new instances write before the old ones stop.
         for entry in retiring:
             try:
                 self._retire(entry.name, entry)
             except FRAGMENT_ERRORS as error:
                 self._failed(entry.name, error)
+
+    def _backup_sunion(self, networks: dict[str, NetworkPlan | Exception], entry: Entry
+                       ) -> tuple[SUnionConfig, Callable[[], SUnionProcess]]:
+        """A backed-up fragment's SUnion configuration here, and its start, waiting."""
+        network = networks[entry.spec["network"]]
+        if isinstance(network, Exception):
+            raise network
+        wiring = self.wiring(network, entry.name, entry)
+        return (wiring.sunion_config(None, self.node.endpoints.otlp_endpoint or None),
+                partial(self.start_sunion, entry.name, wiring, wait_for_go=True))
 
     def poll_interval(self, usual_s: float) -> float:
         """How long until the next pass."""
@@ -325,6 +344,13 @@ class Hosting:
             "medusa.fragment": name, "medusa.node": self.node.global_name, "medusa.ha": "passive",
             "medusa.failed_node": entry.spec.get("released_by") or ""})
             if failover is not None else None)
+        # The inputs first: the SUnion's positions are in its own topic, not in the
+        # checkpoint, so it opens while the checkpoint is copied (one from another cluster
+        # is rebased on the copy, and waits for it).
+        before = str(entry.spec.get("released_by") or "").split("/")[0]
+        rebased = bool(source and before and
+                       self.node.endpoints.bootstrap(before) != self.node.bootstrap)
+        sunion = None if rebased else self._sunion_for_takeover(name, wiring)
         if source and source != mine:
             stats = sync_checkpoint(source, mine)
             log.info("%s: %s: copied %d more files (%d bytes) of its checkpoint",
@@ -339,12 +365,10 @@ class Hosting:
                 "medusa.checkpoint.offsets_replayed_from":
                     (batch_offsets(mine, restored) if restored is not None else None) or
                     "the earliest offsets"})
-        resume = None
-        before = str(entry.spec.get("released_by") or "").split("/")[0]
-        if source and before and self.node.endpoints.bootstrap(before) != self.node.bootstrap:
+        if sunion is None:
             resume = self._rebase(name, mine, wiring, self.node.endpoints.bootstrap(before))
+            sunion = self.start_sunion(name, wiring, resume)
         drop_uncommitted(mine)  # a batch begun after the hand-over: planned anew here
-        sunion = self.start_sunion(name, wiring, resume)
         run = start_fragment(self.node.spark, network.plan, wiring, mine)
         pending = None
         if takeover is not None:
@@ -493,6 +517,17 @@ class Hosting:
         config = wiring.sunion_config(resume, self.node.endpoints.otlp_endpoint or None)
         folder = self.node.work_dir / "sunion" / f"{wiring.topic_prefix}{name}".replace("/", "_")
         return SUnionProcess(config, folder).start(wait_for_go)
+
+    def _sunion_for_takeover(self, name: str, wiring: FragmentWiring) -> SUnionProcess:
+        """The fragment's SUnion, started: the one waiting here if this node backs it up
+        (it goes at once), or a new one."""
+        waiting = self.backups.take(
+            name, wiring.sunion_config(None, self.node.endpoints.otlp_endpoint or None))
+        if waiting is None:
+            return self.start_sunion(name, wiring)
+        waiting.go()
+        log.info("%s: %s: its waiting SUnion goes", self.node.global_name, name)
+        return waiting
 
     def watch(self, hosted: HostedFragment, entry: Entry, network: NetworkPlan) -> None:
         """Keeps a hosted fragment going: its SUnion alive, its failed query restarted."""
@@ -720,4 +755,5 @@ class Hosting:
         """Declared failed: every fragment stops without writing; networks are read anew."""
         for name in list(self.node.hosted):
             self.moves.abandon(name, "this node was declared failed")
+        self.backups.stop()
         self._plans.clear()
