@@ -533,6 +533,9 @@ class Hosting:
         """Keeps a hosted fragment going: its SUnion alive, its failed query restarted."""
         if hosted.failed:
             return
+        pending = hosted.takeover
+        if pending is not None and pending.ended.is_set() and not pending.reported:
+            pending.reported = self.moves.report_first_batches(hosted)
         if hosted.sunion is not None:
             if hosted.sunion.fenced():
                 self._restart_fenced_sunion(hosted)

@@ -5,6 +5,7 @@ first output."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -40,6 +41,8 @@ input, or a replica that does not catch up with the old node's output)."""
 AHEAD_WAIT_S = 4.0
 """A warm move waits this long after its input switch for a moment when the replica is
 ahead of the old node before it takes the output over merely caught up."""
+FIRST_BATCHES_REPORTED = 3
+"""How many of a taken-over query's first batches the log breaks down."""
 READER_SUFFIX = ".reader"
 """A reader-side replica's checkpoint: beside the one the fragment would have here."""
 
@@ -271,6 +274,26 @@ class Moves:
                 first(0)
             else:
                 stats.first_write_listeners.append(first)
+
+    def report_first_batches(self, hosted: HostedFragment) -> bool:
+        """Logs where the time of a taken-over query's first batches went, by Spark's
+        phases (its start, the checkpoint's restore and the catch-up are in them), once the
+        first batch with input is done; says whether it has."""
+        done = [json.loads(p.json) for p in
+                list(hosted.run.query.recentProgress)[:FIRST_BATCHES_REPORTED]]
+        if len(done) < FIRST_BATCHES_REPORTED and \
+                not any(int(d.get("numInputRows") or 0) > 0 for d in done):
+            return False
+        batches = []
+        for detail in done:
+            phases = detail.get("durationMs") or {}
+            shown = ", ".join(f"{phase} {ms}" for phase, ms in sorted(
+                phases.items(), key=lambda item: -int(item[1])) if phase != "triggerExecution")
+            batches.append(f"batch {detail.get('batchId')}: {phases.get('triggerExecution')} ms "
+                           f"for {detail.get('numInputRows')} rows ({shown})")
+        log.info("%s: %s after its takeover, in ms: %s", self.node.global_name, hosted.name,
+                 "; ".join(batches))
+        return True
 
     def take_back(self, hosted: HostedFragment) -> None:
         """The primary, caught up and stable beside its serving reader-side replica, writes

@@ -30,6 +30,8 @@ class PendingTakeover:
     span: Any
     started_ns: int
     ended: threading.Event = field(default_factory=threading.Event)
+    reported: bool = False
+    """Whether the log has said where its first batches' time went."""
 
 
 @dataclass
