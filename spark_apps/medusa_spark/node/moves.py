@@ -291,8 +291,13 @@ class Moves:
                 phases.items(), key=lambda item: -int(item[1])) if phase != "triggerExecution")
             batches.append(f"batch {detail.get('batchId')}: {phases.get('triggerExecution')} ms "
                            f"for {detail.get('numInputRows')} rows ({shown})")
-        log.info("%s: %s after its takeover, in ms: %s", self.node.global_name, hosted.name,
-                 "; ".join(batches))
+        stats = [o.stats for o in hosted.run.writer.outputs if hasattr(o, "stats")]
+        opened = ", ".join(f"fencing {s.fence_s * 1000:.0f}, reading back {s.recovered_ids} ids "
+                           f"{(s.read_back_s or 0) * 1000:.0f}" for s in stats
+                           if s.fence_s is not None)
+        log.info("%s: %s after its takeover, in ms: %s%s", self.node.global_name, hosted.name,
+                 "; ".join(batches), f"; its outputs opened in the first: {opened}" if opened
+                 else "")
         return True
 
     def take_back(self, hosted: HostedFragment) -> None:
