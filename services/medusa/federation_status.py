@@ -20,7 +20,7 @@ from medusa.endpoints import Endpoints
 from medusa.load import cost_of_removing, participant_loads
 from medusa.registry import SERDE_CONFIG
 from medusa.schemas import NODE_LOAD_TOPIC, epoch_ms
-from medusa.settings import kafka_config
+from medusa.settings import END_OF_LOG_FETCH_WAIT_MS, kafka_config
 
 RECENT_REPORTS = 200
 """How far back each participant's load topic is read for the latest report per node."""
@@ -129,7 +129,8 @@ def latest_load_reports(endpoints: Endpoints, registry: SchemaRegistryClient,
     latest: dict[str, dict[str, Any]] = {}
     for bootstrap in endpoints.kafka.values():
         consumer = Consumer(kafka_config(bootstrap, {"log_level": 0}, group_id="medusa-status",
-                                         enable_auto_commit=False, enable_partition_eof=True))
+                                         enable_auto_commit=False, enable_partition_eof=True,
+                                         fetch_wait_max_ms=END_OF_LOG_FETCH_WAIT_MS))
         try:
             metadata = consumer.list_topics(NODE_LOAD_TOPIC, timeout=timeout_s)
             described = metadata.topics.get(NODE_LOAD_TOPIC)

@@ -107,6 +107,12 @@ def kafka_config(bootstrap: str, librdkafka_keys: Mapping[str, Any] | None = Non
     return config
 
 
+END_OF_LOG_FETCH_WAIT_MS = 10
+"""``fetch.wait.max.ms`` of a consumer that reads a log to its end: it learns it got there
+only from an empty fetch, which the broker holds this long for more records to come (the
+client's default, 500 ms, would be paid on every read-back)."""
+
+
 CONSUMER_ONLY_KEYS = frozenset({
     "group.id", "group.instance.id", "isolation.level", "auto.offset.reset",
     "enable.auto.commit", "enable.auto.offset.store", "auto.commit.interval.ms",

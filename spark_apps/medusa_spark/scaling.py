@@ -48,7 +48,7 @@ from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.endpoints import Endpoints
 from medusa.envelope import STIME_HEADER
-from medusa.settings import kafka_config
+from medusa.settings import END_OF_LOG_FETCH_WAIT_MS, kafka_config
 from medusa.sunion.service import positions_before
 from medusa_spark.durations import duration_ms
 from medusa_spark.network.model import NetworkSpec, parse_network
@@ -402,7 +402,8 @@ def newest_stime(bootstrap: str, topic: str, records: int = 200) -> int:
     """The newest stime among the last committed records of a SUnion topic (0 if none)."""
     consumer = Consumer(kafka_config(bootstrap, **{
         "group.id": f"medusa.scale.{time.time_ns()}", "enable.auto.commit": False,
-        "isolation.level": "read_committed", "enable.partition.eof": True}))
+        "isolation.level": "read_committed", "enable.partition.eof": True,
+        "fetch.wait.max.ms": END_OF_LOG_FETCH_WAIT_MS}))
     newest = 0
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)

@@ -42,7 +42,7 @@ from opentelemetry.context import Context
 
 from medusa.envelope import ID_HEADER, STIME_HEADER, TENTATIVE_HEADER, TYPE_HEADER
 from medusa.errors import MedusaError
-from medusa.settings import kafka_config
+from medusa.settings import END_OF_LOG_FETCH_WAIT_MS, kafka_config
 
 Header = tuple[str, str | bytes | None]
 
@@ -314,6 +314,7 @@ class SOutput:
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
+            "fetch.wait.max.ms": END_OF_LOG_FETCH_WAIT_MS,
         }))
         try:
             metadata = consumer.list_topics(topic, timeout=10).topics[topic]

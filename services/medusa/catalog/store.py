@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from medusa.catalog.model import Entry, Kind, key_of
 from medusa.errors import MedusaError
-from medusa.settings import kafka_config
+from medusa.settings import END_OF_LOG_FETCH_WAIT_MS, kafka_config
 from medusa.topics import ensure_topics
 
 CATALOG_TOPIC = "medusa.catalog"
@@ -78,7 +78,8 @@ class CatalogStore:
         consumer = Consumer(kafka_config(self.bootstrap,
                                          group_id=f"{self.transactional_id}-replay",
                                          isolation_level="read_committed",
-                                         enable_partition_eof=True, enable_auto_commit=False))
+                                         enable_partition_eof=True, enable_auto_commit=False,
+                                         fetch_wait_max_ms=END_OF_LOG_FETCH_WAIT_MS))
         consumer.assign([TopicPartition(self.topic, 0, 0)])
         deadline = time.monotonic() + self.timeout_s
         try:

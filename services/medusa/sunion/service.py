@@ -80,7 +80,7 @@ from medusa.envelope import (
     boundary,
 )
 from medusa.errors import MedusaError
-from medusa.settings import KafkaClientSettings
+from medusa.settings import END_OF_LOG_FETCH_WAIT_MS, KafkaClientSettings
 from medusa.sunion.buckets import (
     Buckets,
     HeldTuple,
@@ -764,7 +764,7 @@ class SUnion:
             self.config.output_bootstrap,
             **{"group.id": f"medusa.sunion.restore.{self.config.output_topic}",
                "enable.auto.commit": False, "isolation.level": "read_committed",
-               "enable.partition.eof": True}))
+               "enable.partition.eof": True, "fetch.wait.max.ms": END_OF_LOG_FETCH_WAIT_MS}))
 
     def _last_positions_between(self, consumer: Consumer, partition: int, start: int,
                                 end: int, timeout_s: float) -> dict[str, Any] | None:
