@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -31,15 +32,27 @@ def checkpoint_location(checkpoint_root: str, wiring: FragmentWiring) -> str:
 
 REPLICA_SUFFIX = ".replica"
 """A standby replica's checkpoint sits beside its primary's, named with this suffix."""
+REDO_SUFFIX = ".redo-"
+"""A query that redoes an UP_FAILURE period beside the fragment's: its checkpoint, beside
+the one the fragment has, with the period's number; once it has taken the output over,
+the fragment's checkpoint."""
+_REDO_COPY = re.compile(re.escape(REDO_SUFFIX) + r"\d+$")
 
 
 def same_definition(checkpoint: str, other: str) -> bool:
-    """Whether two checkpoint locations (on any node or store, a primary's or a replica's)
-    hold the same definition of a fragment: the same topics and fingerprint, the last
-    part of the location."""
+    """Whether two checkpoint locations (on any node or store, a primary's, a replica's or
+    a redo's) hold the same definition of a fragment: the same topics and fingerprint, the
+    last part of the location."""
     def definition(location: str) -> str:
-        return location.rstrip("/").rsplit("/", 1)[-1].removesuffix(REPLICA_SUFFIX)
+        last = location.rstrip("/").rsplit("/", 1)[-1].removesuffix(REPLICA_SUFFIX)
+        return _REDO_COPY.sub("", last)
     return definition(checkpoint) == definition(other)
+
+
+def is_redo_copy(checkpoint: str, of: str) -> bool:
+    """Whether ``checkpoint`` is a redo's copy of the checkpoint at ``of`` (beside it)."""
+    return checkpoint.startswith(of + REDO_SUFFIX) and \
+        _REDO_COPY.search(checkpoint.rstrip("/")) is not None
 
 
 @dataclass

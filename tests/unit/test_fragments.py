@@ -138,3 +138,18 @@ def test_a_checkpoint_is_resumed_only_by_the_same_definition() -> None:
                                "/c/alpha/n1/alpha/linear-road/demo-2.alpha-4f2a")
     assert not same_definition("/c/alpha/n1/alpha/linear-road/alpha-4f2a",
                                "/c/alpha/n1/alpha/linear-road/alpha-9b01")
+
+
+def test_a_redo_s_checkpoint_is_the_fragment_s_after_it_took_over() -> None:
+    """After a redo beside the query took the output over, the catalog names its copy
+    (``.redo-N``): a restart on that node resumes it in place, another node copies it;
+    neither starts afresh."""
+    from medusa_spark.fragment_run import is_redo_copy, same_definition
+
+    canonical = "/c/alpha/n1/alpha/pair/dpc.beta-4f2a"
+    assert same_definition(canonical + ".redo-2", canonical)
+    assert same_definition(canonical + ".redo-12", "/c/beta/n2/alpha/pair/dpc.beta-4f2a")
+    assert is_redo_copy(canonical + ".redo-2", canonical)
+    assert not is_redo_copy(canonical + ".redo-2", "/c/beta/n2/alpha/pair/dpc.beta-4f2a")
+    assert not is_redo_copy(canonical + ".replica", canonical)
+    assert not same_definition(canonical + ".redo-2", "/c/alpha/n1/alpha/pair/dpc.beta-9b01")

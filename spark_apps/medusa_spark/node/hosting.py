@@ -41,8 +41,10 @@ from medusa_spark.checkpoints import (
 )
 from medusa_spark.fragment import FragmentWiring, Instance
 from medusa_spark.fragment_run import (
+    REDO_SUFFIX,
     FragmentRun,
     checkpoint_location,
+    is_redo_copy,
     same_definition,
     start_fragment,
 )
@@ -68,9 +70,6 @@ REFENCED_HOLD_S = 10.0
 """After its primary took the output back, a reader-side replica's restarted query replays
 behind it (its tentative boundaries may run ahead of the output's): it serves again only
 after this."""
-REDO_SUFFIX = ".redo-"
-"""A query that redoes an UP_FAILURE period beside the fragment's: its checkpoint, beside
-the one the fragment has here, with the period's number."""
 RETIRE_IDLE_S = 5.0
 """An instance a scale step replaces stops without promising the cut once it has run no
 batch this long (a quiet input)."""
@@ -329,8 +328,9 @@ class Hosting:
             log.info("%s: %s was redeployed with another definition or other topics; it "
                      "starts afresh rather than from %s", self.node.global_name, name, source)
             source = None
-        if source and not is_local(source):
-            mine = source  # on a shared store: resumed in place, nothing is copied
+        if source and (not is_local(source) or is_redo_copy(source, mine)):
+            # On a shared store, or where a redo on this node left it: resumed in place.
+            mine = source
         if phase == "moving":
             # The old node still runs it: copy the bulk of its state ahead of the hand-over.
             if source and name not in self._precopied:
