@@ -6,7 +6,7 @@ query over a Kafka topic of its own participant that does what a stateful fragme
 a windowed aggregation with a watermark (its state in the state store), its rows encoded
 to Avro and decoded again, and each batch taken to the driver as Arrow, as the writer
 takes it. Measured here: the first batch of a windowed fragment on a node warmed this way
-took 0.9 s, against 3.0 s after the Kafka-only warm-up this replaced."""
+took 0.9 to 1.1 s, against 3.0 s after the Kafka-only warm-up this replaced."""
 
 from __future__ import annotations
 

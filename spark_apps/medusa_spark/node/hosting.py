@@ -217,7 +217,7 @@ class Hosting:
         if isinstance(network, Exception):
             raise network
         wiring = self.wiring(network, entry.name, entry)
-        return (wiring.sunion_config(None, self.node.endpoints.otlp_endpoint or None),
+        return (self.sunion_config(wiring),
                 partial(self.start_sunion, entry.name, wiring, wait_for_go=True))
 
     def poll_interval(self, usual_s: float) -> float:
@@ -514,15 +514,19 @@ class Hosting:
     def start_sunion(self, name: str, wiring: FragmentWiring,
                      resume: dict[str, Any] | None = None, wait_for_go: bool = False
                      ) -> SUnionProcess:
-        config = wiring.sunion_config(resume, self.node.endpoints.otlp_endpoint or None)
+        config = self.sunion_config(wiring, resume)
         folder = self.node.work_dir / "sunion" / f"{wiring.topic_prefix}{name}".replace("/", "_")
         return SUnionProcess(config, folder).start(wait_for_go)
+
+    def sunion_config(self, wiring: FragmentWiring,
+                      resume: dict[str, Any] | None = None) -> SUnionConfig:
+        """The fragment's SUnion as this node runs it (its traces to this node's collector)."""
+        return wiring.sunion_config(resume, self.node.endpoints.otlp_endpoint or None)
 
     def _sunion_for_takeover(self, name: str, wiring: FragmentWiring) -> SUnionProcess:
         """The fragment's SUnion, started: the one waiting here if this node backs it up
         (it goes at once), or a new one."""
-        waiting = self.backups.take(
-            name, wiring.sunion_config(None, self.node.endpoints.otlp_endpoint or None))
+        waiting = self.backups.take(name, self.sunion_config(wiring))
         if waiting is None:
             return self.start_sunion(name, wiring)
         waiting.go()

@@ -242,7 +242,7 @@ class Moves:
         takeover.set_attribute("medusa.replica.results_caught_up", caught_up)
         hosted.takeover = pending
         self.trace_first_output(hosted.run, pending)
-        stats = [o.stats for o in hosted.run.writer.outputs if hasattr(o, "stats")]
+        stats = output_stats(hosted.run)
         log.info("%s: promoted the replica of %s (%s) in %.2fs (fencing %.2fs, reading back "
                  "%d ids %.2fs); it wrote %d results the primary had not",
                  self.node.global_name, name, kind, promoted_s, sum(s.fence_s or 0 for s in stats),
@@ -291,7 +291,7 @@ class Moves:
                 phases.items(), key=lambda item: -int(item[1])) if phase != "triggerExecution")
             batches.append(f"batch {detail.get('batchId')}: {phases.get('triggerExecution')} ms "
                            f"for {detail.get('numInputRows')} rows ({shown})")
-        stats = [o.stats for o in hosted.run.writer.outputs if hasattr(o, "stats")]
+        stats = output_stats(hosted.run)
         opened = ", ".join(f"fencing {s.fence_s * 1000:.0f}, reading back {s.recovered_ids} ids "
                            f"{(s.read_back_s or 0) * 1000:.0f}" for s in stats
                            if s.fence_s is not None)
@@ -371,3 +371,9 @@ def stop_redo(hosted: HostedFragment) -> bool:
     redo.abandon()
     delete_checkpoint(redo.checkpoint)
     return True
+
+
+def output_stats(run: FragmentRun) -> list[Any]:
+    """The figures (``soutput.OutputStats``) of a run's outputs that keep them: how each
+    opened, what it wrote."""
+    return [o.stats for o in run.writer.outputs if hasattr(o, "stats")]
