@@ -73,6 +73,7 @@ from medusa_spark.durations import duration_ms
 from medusa_spark.fragment import EMIT_TIME, KEY, OUTPUT, SOURCE_DELAY, FragmentWiring, packed
 from medusa_spark.network.validate import Plan
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired
+from medusa_spark.scheduler_pools import PREPARING, SERVING, run_jobs_in
 from medusa_spark.soutput import OutRecord, SOutput
 from medusa_spark.streams import (
     BOUNDARY,
@@ -293,6 +294,7 @@ class FragmentWriter:
                 raise FragmentHaltedError(
                     f"fragment {self.wiring.global_name} is handing over; batch {batch_id} "
                     "is left to its next runner")
+            run_jobs_in(batch.sparkSession, PREPARING if self.standby else SERVING)
             try:
                 self._write_batch(batch, batch_id)
             except Exception as error:

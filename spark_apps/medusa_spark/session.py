@@ -10,6 +10,7 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from medusa.settings import StackSettings
+from medusa_spark.scheduler_pools import allocation_file
 
 
 def connector_jars(settings: StackSettings | None = None) -> list[Path]:
@@ -146,6 +147,7 @@ def spark_session(app_name: str, master: str = "local[2]",
         .config("spark.jars", jars)
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.scheduler.mode", "FAIR")
+        .config("spark.scheduler.allocation.file", str(allocation_file()))
         .config("spark.driver.extraJavaOptions", " ".join(java_options))
         .config("spark.ui.showConsoleProgress", "false")
         # Read-only: a stage killed from the UI would fail a fragment's query.

@@ -1,0 +1,59 @@
+"""Spark's fair scheduler pools on a node: a query that writes its results runs before one
+that is preparing to take over (a warming scale instance, a move's or a redo's query, an
+active standby).
+
+A node's queries share its task slots. In Spark's default pool, jobs run first in, first
+out: a new instance's rebuild batch, many seconds of tasks, held every batch of the
+instance the users read until it was done. In separate pools the serving query's next
+task runs as soon as a slot frees (its pool's minimum share), and a preparing query takes
+what is left.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+POOL_PROPERTY = "spark.scheduler.pool"
+SERVING = "serving"
+"""The pool of a query whose results its outputs write."""
+PREPARING = "preparing"
+"""The pool of a query that computes beside a serving one and writes nothing yet."""
+
+ALLOCATIONS = f"""<?xml version="1.0"?>
+<allocations>
+  <pool name="{SERVING}">
+    <schedulingMode>FAIR</schedulingMode>
+    <weight>4</weight>
+    <minShare>1</minShare>
+  </pool>
+  <pool name="{PREPARING}">
+    <schedulingMode>FAIR</schedulingMode>
+    <weight>1</weight>
+    <minShare>0</minShare>
+  </pool>
+</allocations>
+"""
+
+
+def allocation_file() -> Path:
+    """The pools' definition, for ``spark.scheduler.allocation.file`` (read when the
+    session's context starts)."""
+    folder = Path(tempfile.gettempdir()) / "medusa-spark"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "fair-scheduler-pools.xml"
+    if not path.is_file() or path.read_text() != ALLOCATIONS:
+        staged = folder / f".fair-scheduler-pools.{os.getpid()}.xml"
+        staged.write_text(ALLOCATIONS)
+        staged.replace(path)  # atomic: nodes start side by side
+    return path
+
+
+def run_jobs_in(spark: SparkSession, pool: str) -> None:
+    """The jobs this thread starts from now on run in ``pool``. Called from a query's
+    ``foreachBatch`` function: its Spark jobs (the batch's whole plan, state included)
+    start in the thread that calls it."""
+    spark.sparkContext.setLocalProperty(POOL_PROPERTY, pool)
