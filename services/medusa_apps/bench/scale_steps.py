@@ -11,6 +11,7 @@ first and last complete ones) and duplicated.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 import uuid
@@ -58,6 +59,9 @@ class ScaleStep:
     longest_gap_s: float | None
     """The longest gap between results from the request until ``AFTER_S`` after it."""
     normal_gap_s: float | None
+    longest_gap_at_s: float | None = None
+    """When the longest gap began, in seconds since the request (negative: before it):
+    during the new instances' warming, or at the switch."""
 
     @property
     def pause_s(self) -> float | None:
@@ -150,10 +154,14 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
         around = [t for t in times if t < asked_ms][-1:] + \
             [t for t in times if asked_ms <= t <= done_ms + AFTER_S * 1000]
         gaps = _gaps(around)
+        began = max(itertools.pairwise(around), key=lambda pair: pair[1] - pair[0],
+                    default=None)
         steps.append(ScaleStep(label, round(seconds, 2),
-                               round(max(gaps), 2) if gaps else None, normal))
+                               round(max(gaps), 2) if gaps else None, normal,
+                               round((began[0] - asked_ms) / 1000, 1) if began else None))
         say(f"  scale {label}: {seconds:.1f} s; longest gap {steps[-1].longest_gap_s} s "
-            f"against a normal {normal} s: {steps[-1].pause_s} s beyond")
+            f"({steps[-1].longest_gap_at_s} s after the request) against a normal "
+            f"{normal} s: {steps[-1].pause_s} s beyond")
     lost, duplicated = _lost_and_duplicated([a.tuple_id for a in arrivals])
     say(f"  {len(arrivals)} results, {lost} lost, {duplicated} duplicated")
     return ScaleRun(steps, len(arrivals), lost, duplicated, times,
