@@ -13,6 +13,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from medusa_spark.checkpoint_store import is_local
 from medusa_spark.durations import duration_ms
 from medusa_spark.fragment import FragmentWiring, start_query_frame
 from medusa_spark.fragment_writer import FragmentWriter
@@ -160,7 +161,7 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     else:
         duration_ms(interval)  # fail early on a malformed trigger
         stream = stream.trigger(processingTime=interval)
-    query = _start(spark, stream, plan.network.state_partitions)
+    query = _start(spark, stream, start_settings(checkpoint, plan.network.state_partitions))
     for output in writer.outputs if standby else ():
         if isinstance(output, SOutput):
             output.follow()  # so that a promotion reads back only the last moments
@@ -174,22 +175,44 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
 
 _STARTING = threading.Lock()
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+LOCAL_CHECKPOINT_FILE_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
+                                 "FileSystemBasedCheckpointFileManager")
+"""On the local disk, Spark's default manager renames through Hadoop's ``FileContext``,
+which runs ``readlink`` and ``chmod`` as processes: about 200 per batch of a small windowed
+fragment, 0.2 to 0.3 of a core. This one renames through ``FileSystem`` (a plain rename,
+atomic on a local disk); Hadoop's ``chmod`` of a new file is what is left (about 40)."""
 
 
-def _start(spark: SparkSession, stream: DataStreamWriter, partitions: int | None
+def start_settings(checkpoint: str, partitions: int | None) -> dict[str, str]:
+    """The session settings a fragment's query starts with, beside the node's."""
+    settings = {}
+    if partitions is not None:
+        settings[SHUFFLE_PARTITIONS] = str(partitions)
+    if is_local(checkpoint):
+        settings[CHECKPOINT_FILE_MANAGER] = LOCAL_CHECKPOINT_FILE_MANAGER
+    return settings
+
+
+def _start(spark: SparkSession, stream: DataStreamWriter, settings: dict[str, str]
            ) -> StreamingQuery:
-    """Starts the query with ``partitions`` state partitions, if given: a query takes the
-    session's settings when it starts (and keeps them in its checkpoint), so the node's
-    default is set aside only meanwhile."""
-    if partitions is None:
+    """Starts the query with ``settings``: a query takes the session's settings when it
+    starts (and keeps some in its checkpoint, such as its state partitions), so the
+    node's own are set aside only meanwhile."""
+    if not settings:
         return stream.start()
     with _STARTING:
-        default = spark.conf.get(SHUFFLE_PARTITIONS) or "200"
-        spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
+        before = {key: spark.conf.get(key, None) for key in settings}
+        for key, value in settings.items():
+            spark.conf.set(key, value)
         try:
             return stream.start()
         finally:
-            spark.conf.set(SHUFFLE_PARTITIONS, default)
+            for key, value in before.items():
+                if value is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, value)
 
 
 def _write_boundaries_when_idle(query: StreamingQuery, writer: FragmentWriter,
