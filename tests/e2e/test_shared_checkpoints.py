@@ -3,7 +3,11 @@ S3-compatible object store (s3proxy, under s3a://). Two nodes of alpha keep thei
 checkpoints there. A stateful fragment is moved warm from one to the other (its replica's
 copy of the state is made inside the store), then the node that runs it is killed -9 and
 the other takes it over, resuming in place from the checkpoint in the store instead of
-copying files from the dead node's disk. Checked by tuple id against the reference."""
+copying files from the dead node's disk. Checked by tuple id against the reference.
+
+`make test` runs it on the object store; the same run on HDFS is a scenario (`make
+test-scenarios`): HDFS's own client is tested in `tests/integration`, and the two runs
+differ only in the store's Hadoop file system."""
 
 from __future__ import annotations
 
@@ -67,7 +71,7 @@ def in_object_store(s3: LocalS3, location: str) -> Path:
     return s3.bucket_dir(uri.netloc) / uri.path.lstrip("/")
 
 
-@pytest.fixture(scope="module", params=["hdfs", "s3"])
+@pytest.fixture(scope="module", params=[pytest.param("hdfs", marks=pytest.mark.scenario), "s3"])
 def shared_store(request, spark) -> SharedStore:
     if request.param == "hdfs":
         hdfs = request.getfixturevalue("hdfs")
