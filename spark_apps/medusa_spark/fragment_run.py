@@ -202,17 +202,17 @@ def _start(spark: SparkSession, stream: DataStreamWriter, settings: dict[str, st
     if not settings:
         return stream.start()
     with _STARTING:
-        before = {key: spark.conf.get(key, None) for key in settings}
+        before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
         for key, value in settings.items():
             spark.conf.set(key, value)
         try:
             return stream.start()
         finally:
-            for key, value in before.items():
-                if value is None:
+            for key, old in before.items():
+                if old is None:
                     spark.conf.unset(key)
                 else:
-                    spark.conf.set(key, value)
+                    spark.conf.set(key, old)
 
 
 def _write_boundaries_when_idle(query: StreamingQuery, writer: FragmentWriter,
