@@ -144,7 +144,7 @@ def rollback(checkpoint: str, to_batch: int) -> int:
         store.delete(state)
         return deleted + len(files)
     for relative in files:
-        match = STATE_FILE.match(relative.rsplit("/", 1)[-1])
+        match = STATE_FILE.match(_checksummed(relative.rsplit("/", 1)[-1]))
         if match and int(match.group(1)) > to_batch + 1:
             store.delete(f"{state}/{relative}")
             deleted += 1
@@ -152,6 +152,16 @@ def rollback(checkpoint: str, to_batch: int) -> int:
 
 
 def _batch_of(name: str) -> int | None:
-    """The batch of an offsets or commits file, also of Spark's ``.N.crc`` checksums."""
-    stripped = name[1:-4] if name.startswith(".") and name.endswith(".crc") else name
+    """The batch of an offsets or commits file, also of its checksum files."""
+    stripped = _checksummed(name)
     return int(stripped) if stripped.isdigit() else None
+
+
+def _checksummed(name: str) -> str:
+    """The file a checksum file is of, or ``name`` itself: Hadoop's local file system
+    keeps ``.F.crc`` beside F, and Spark its own ``F.crc`` (itself with a ``.F.crc.crc``).
+    A roll-back that left a later batch's checksum would make the batch, written again,
+    fail Spark's verification where the old checksum is not overwritten."""
+    while name.endswith(".crc"):
+        name = name[1:-4] if name.startswith(".") else name[:-4]
+    return name

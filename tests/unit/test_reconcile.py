@@ -43,6 +43,25 @@ def test_rollback_keeps_the_batches_up_to_the_one_named_and_their_state(tmp_path
     assert (tmp_path / "metadata").is_file()
 
 
+def test_rollback_drops_the_later_batches_checksum_files_too(tmp_path: Path) -> None:
+    """Spark's own checksum of a file (F.crc) and Hadoop's (.F.crc), of both kinds of file:
+    a checksum left behind would not match the batch written again."""
+    _checkpoint(tmp_path, 8)
+    store = tmp_path / "state" / "0" / "1"
+    for version in range(1, 9):
+        for name in (f"{version}.changelog.crc", f".{version}.changelog.crc",
+                     f".{version}.changelog.crc.crc"):
+            (store / name).write_text("")
+    for batch in range(8):
+        (tmp_path / "commits" / f"{batch}.crc").write_text("")
+    rollback(str(tmp_path), 4)
+    left = {p.name for p in store.iterdir()}
+    assert {"5.changelog.crc", ".5.changelog.crc", ".5.changelog.crc.crc"} <= left
+    assert not {n for n in left if n.lstrip(".").split(".")[0] in {"6", "7", "8"}}
+    assert {p.name for p in (tmp_path / "commits").iterdir()} == {
+        name for batch in range(5) for name in (str(batch), f".{batch}.crc", f"{batch}.crc")}
+
+
 def test_rollback_before_the_first_batch_and_past_what_is_kept(tmp_path: Path) -> None:
     _checkpoint(tmp_path, 3)
     rollback(str(tmp_path), -1)
