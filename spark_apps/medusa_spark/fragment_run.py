@@ -13,7 +13,6 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from medusa_spark.checkpoint_store import is_local
 from medusa_spark.durations import duration_ms
 from medusa_spark.fragment import FragmentWiring, start_query_frame
 from medusa_spark.fragment_writer import FragmentWriter
@@ -161,7 +160,7 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     else:
         duration_ms(interval)  # fail early on a malformed trigger
         stream = stream.trigger(processingTime=interval)
-    query = _start(spark, stream, start_settings(checkpoint, plan.network.state_partitions))
+    query = _start(spark, stream, start_settings(plan.network.state_partitions))
     for output in writer.outputs if standby else ():
         if isinstance(output, SOutput):
             output.follow()  # so that a promotion reads back only the last moments
@@ -175,22 +174,13 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
 
 _STARTING = threading.Lock()
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
-LOCAL_CHECKPOINT_FILE_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
-                                 "FileSystemBasedCheckpointFileManager")
-"""On the local disk, Spark's default manager renames through Hadoop's ``FileContext``,
-which runs ``readlink`` and ``chmod`` as processes: about 200 per batch of a small windowed
-fragment, 0.2 to 0.3 of a core. This one renames through ``FileSystem`` (a plain rename,
-atomic on a local disk); Hadoop's ``chmod`` of a new file is what is left (about 40)."""
 
 
-def start_settings(checkpoint: str, partitions: int | None) -> dict[str, str]:
+def start_settings(partitions: int | None) -> dict[str, str]:
     """The session settings a fragment's query starts with, beside the node's."""
     settings = {}
     if partitions is not None:
         settings[SHUFFLE_PARTITIONS] = str(partitions)
-    if is_local(checkpoint):
-        settings[CHECKPOINT_FILE_MANAGER] = LOCAL_CHECKPOINT_FILE_MANAGER
     return settings
 
 

@@ -154,18 +154,3 @@ def test_a_redo_s_checkpoint_is_the_fragment_s_after_it_took_over() -> None:
     assert not is_redo_copy(canonical + ".replica", canonical)
     assert not same_definition(canonical + ".redo-2", "/c/alpha/n1/alpha/pair/dpc.beta-9b01")
 
-
-def test_a_query_with_its_checkpoint_on_the_local_disk_renames_through_the_file_system() -> None:
-    """Spark's default checkpoint manager runs processes for every local file it writes."""
-    from medusa_spark.fragment_run import (
-        CHECKPOINT_FILE_MANAGER,
-        LOCAL_CHECKPOINT_FILE_MANAGER,
-        SHUFFLE_PARTITIONS,
-        start_settings,
-    )
-
-    for local in ("/var/medusa/checkpoints/f-1", "file:///var/medusa/checkpoints/f-1"):
-        assert start_settings(local, None) == {
-            CHECKPOINT_FILE_MANAGER: LOCAL_CHECKPOINT_FILE_MANAGER}
-    for shared in ("hdfs://127.0.0.1:9000/medusa/f-1", "s3a://medusa/f-1"):
-        assert start_settings(shared, 8) == {SHUFFLE_PARTITIONS: "8"}
