@@ -160,7 +160,7 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     else:
         duration_ms(interval)  # fail early on a malformed trigger
         stream = stream.trigger(processingTime=interval)
-    query = _start(spark, stream, start_settings(plan.network.state_partitions))
+    query = _start(spark, stream, plan.network.state_partitions)
     for output in writer.outputs if standby else ():
         if isinstance(output, SOutput):
             output.follow()  # so that a promotion reads back only the last moments
@@ -176,33 +176,20 @@ _STARTING = threading.Lock()
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
-def start_settings(partitions: int | None) -> dict[str, str]:
-    """The session settings a fragment's query starts with, beside the node's."""
-    settings = {}
-    if partitions is not None:
-        settings[SHUFFLE_PARTITIONS] = str(partitions)
-    return settings
-
-
-def _start(spark: SparkSession, stream: DataStreamWriter, settings: dict[str, str]
+def _start(spark: SparkSession, stream: DataStreamWriter, partitions: int | None
            ) -> StreamingQuery:
-    """Starts the query with ``settings``: a query takes the session's settings when it
-    starts (and keeps some in its checkpoint, such as its state partitions), so the
-    node's own are set aside only meanwhile."""
-    if not settings:
+    """Starts the query with ``partitions`` state partitions, if given: a query takes the
+    session's settings when it starts (and keeps them in its checkpoint), so the node's
+    default is set aside only meanwhile."""
+    if partitions is None:
         return stream.start()
     with _STARTING:
-        before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
-        for key, value in settings.items():
-            spark.conf.set(key, value)
+        default = spark.conf.get(SHUFFLE_PARTITIONS) or "200"
+        spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
         try:
             return stream.start()
         finally:
-            for key, old in before.items():
-                if old is None:
-                    spark.conf.unset(key)
-                else:
-                    spark.conf.set(key, old)
+            spark.conf.set(SHUFFLE_PARTITIONS, default)
 
 
 def _write_boundaries_when_idle(query: StreamingQuery, writer: FragmentWriter,
