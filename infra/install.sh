@@ -17,6 +17,7 @@ trap 'kill "$go_tools" 2>/dev/null || true' EXIT
 "$here/install_kafka.sh"
 "$here/install_registry.sh"
 "$here/install_spark_jars.sh"
+"$here/install_spark_extensions.sh"
 "$here/install_hdfs.sh"
 "$here/install_s3.sh"
 "$here/install_compose_schema.sh"

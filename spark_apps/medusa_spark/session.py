@@ -24,6 +24,24 @@ def connector_jars(settings: StackSettings | None = None) -> list[Path]:
     return jars
 
 
+def extension_jar(settings: StackSettings | None = None) -> Path:
+    """The project's own Spark classes (``spark_apps/jvm``), compiled by
+    ``infra/install_spark_extensions.sh``."""
+    settings = settings or StackSettings()
+    jar = (settings.cache_dir / "spark-extensions" / pyspark.__version__
+           / "medusa-spark-extensions.jar")
+    if not jar.is_file():
+        raise RuntimeError(f"The project's Spark classes for pyspark {pyspark.__version__} "
+                           f"are not built in {jar.parent}; run `make setup` "
+                           "(or infra/install_spark_extensions.sh)")
+    return jar
+
+
+# Checkpoints on a local disk through java.nio (see LocalCheckpointFileManager.java);
+# Spark's own manager elsewhere (HDFS, S3A).
+CHECKPOINT_FILE_MANAGER = "medusa.spark.LocalCheckpointFileManager"
+
+
 def object_store_jars(settings: StackSettings | None = None) -> list[Path]:
     """Spark's S3A file system (hadoop-aws and the AWS SDK modules it uses), for
     checkpoints on ``s3a://``; installed by ``infra/install_s3.sh``."""
@@ -118,7 +136,7 @@ def spark_session(app_name: str, master: str = "local[2]",
     # Python workers (process boxes) need this interpreter's packages (pandas, pyarrow).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = settings or StackSettings()
-    jar_files = connector_jars(settings)
+    jar_files = connector_jars(settings) + [extension_jar(settings)]
     hadoop_conf = dict(HDFS_CLIENT_CONF)  # checkpoints on a shared HDFS
     if object_store:
         from medusa.object_store import s3_access, s3a_conf
@@ -154,6 +172,7 @@ def spark_session(app_name: str, master: str = "local[2]",
         .config("spark.ui.killEnabled", "false")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
         .config("spark.sql.streaming.stateStore.providerClass",
                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")

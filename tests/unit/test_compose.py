@@ -180,7 +180,7 @@ def test_the_image_installs_with_the_same_scripts_as_a_developer_machine() -> No
         f"{script}.sh" for script in re.findall(r'"\$here/(install_[a-z_]+)\.sh"',
                                                 (REPO_ROOT / "infra" / "install.sh").read_text())}
     in_image = _install_scripts(image)
-    assert {"install_python.sh", "install_spark_jars.sh"} <= in_image
+    assert {"install_python.sh", "install_spark_jars.sh", "install_spark_extensions.sh"} <= in_image
     assert in_image <= local_scripts, "the image installs with a script the machines do not use"
     # No second copy of the steps: the image runs no pip or Maven of its own.
     run_lines = " ".join(line for line in image.splitlines() if not line.lstrip().startswith("#"))
