@@ -136,7 +136,7 @@ def spark_session(app_name: str, master: str = "local[2]",
     # Python workers (process boxes) need this interpreter's packages (pandas, pyarrow).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = settings or StackSettings()
-    jar_files = connector_jars(settings) + [extension_jar(settings)]
+    jar_files = [*connector_jars(settings), extension_jar(settings)]
     hadoop_conf = dict(HDFS_CLIENT_CONF)  # checkpoints on a shared HDFS
     if object_store:
         from medusa.object_store import s3_access, s3a_conf
