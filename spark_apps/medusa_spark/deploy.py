@@ -203,6 +203,8 @@ class PlacedFragment:
     """DPC's delay D (``fragments.fragment_delays``)."""
     contract: str | None
     """The contract it runs under on a partner's node."""
+    instances: tuple[Entry, ...] = ()
+    """Its instances' entries, when it runs scaled out or in (``scaling``)."""
 
 
 @dataclass(frozen=True)
@@ -238,11 +240,15 @@ def plan_deploy(text: str, origin: str, spark: SparkSession, catalog: CatalogCli
     network = parse_network(text, origin)
     plan = validate(network, spark)
     network_name = f"{network.participant}/{network.name}"
-    existing = {e.name.rsplit("/", 1)[1]: e for e in
-                catalog.list(Kind.FRAGMENTS, network=network_name)}
+    existing, instances = _deployed(catalog.list(Kind.FRAGMENTS, network=network_name))
     given = dict(given or {})
     fragments, named_nodes = _grouping(plan, existing, given)
     _check_given(plan, fragments, given)
+    for name, node in named_nodes.items():
+        if name in instances and node not in {e.spec["node"] for e in instances[name]}:
+            raise PlacementError(
+                f"fragment {name!r} runs as {len(instances[name])} instances (medusa scale); "
+                f"the placement file cannot move it to {node}: scale it there instead")
     boxes_of = {name: fragment.boxes for name, fragment in fragments.items()}
     # Named nodes are checked before whether they run; the rest once they are placed.
     hosted = _hosting_contracts(catalog, network_name, boxes_of, named_nodes)
@@ -271,12 +277,35 @@ def plan_deploy(text: str, origin: str, spark: SparkSession, catalog: CatalogCli
             node, node_entries, all_fragments)
         placed.append(PlacedFragment(
             name, fragment, node, before,
-            moved=before is not None and name in placement and placement[name] != before.spec[
-                "node"],
-            replica=_replica(fragment, node, nodes_by_name, running), reader=reader,
-            delay_ms=delays[name], contract=hosted.get(name)))
-    withdrawn = [entry for name, entry in existing.items() if name not in fragments]
+            moved=before is not None and name in placement and name not in instances and
+            placement[name] != before.spec["node"],
+            replica=None if name in instances else _replica(fragment, node, nodes_by_name,
+                                                            running),
+            reader=reader,
+            delay_ms=delays[name], contract=hosted.get(name),
+            instances=tuple(instances.get(name, ()))))
+    withdrawn = [entry for name, entry in existing.items() if name not in fragments
+                 and name not in instances]
+    withdrawn += [entry for name, group in instances.items() if name not in fragments
+                  for entry in group]
     return DeployPlan(text, plan, network_name, fragments, placed, withdrawn)
+
+
+def _deployed(entries: list[Entry]) -> tuple[dict[str, Entry], dict[str, list[Entry]]]:
+    """A network's fragments in the catalog by name in the network, and the instances of
+    each scaled one (``scaling``): a scaled fragment is known by its first instance."""
+    existing: dict[str, Entry] = {}
+    instances: dict[str, list[Entry]] = {}
+    for entry in entries:
+        instance = entry.spec.get("instance")
+        if instance:
+            instances.setdefault(str(instance["of"]), []).append(entry)
+        else:
+            existing[entry.name.rsplit("/", 1)[1]] = entry
+    for name, group in instances.items():
+        group.sort(key=lambda e: int(e.spec["instance"].get("index", 0)))
+        existing.setdefault(name, group[0])
+    return existing, instances
 
 
 def _check_given(plan: Plan, fragments: dict[str, Fragment], given: dict[str, str]) -> None:
@@ -325,8 +354,11 @@ def apply_deploy(deployment: DeployPlan, endpoints: Endpoints, registry: SchemaR
     where: dict[str, str] = {}
     for placed in deployment.placed:
         _write_fragment(catalog, deployment.network_name, placed, topics)
+        nodes = ", ".join(e.spec["node"] for e in placed.instances) if placed.instances \
+            else placed.node
+        scaled = f" as {len(placed.instances)} instance(s)" if placed.instances else ""
         report(f"  {deployment.network_name}/{placed.name} [{', '.join(placed.fragment.boxes)}]"
-               f" -> {placed.node}{_standby(placed)}")
+               f" -> {nodes}{scaled}{_standby(placed)}")
         where[placed.name] = placed.node
     for entry in deployment.withdrawn:
         catalog.delete(Kind.FRAGMENTS, entry.name)
@@ -361,7 +393,13 @@ def _write_fragment(catalog: CatalogClient, network_name: str, placed: PlacedFra
     boxes = list(fragment.boxes)
     uses = {**topic_uses(topics, fragment), "dpc_delay_ms": placed.delay_ms,
             "reader_replica": placed.reader}
-    if placed.before is not None:
+    if placed.instances:
+        # Each instance keeps its node, its SUnion topic and its share of the keys.
+        instance_uses = {k: v for k, v in uses.items() if k != "source_topic"}
+        for instance in placed.instances:
+            catalog.update(Kind.FRAGMENTS, instance.name,
+                           _redeployed(boxes, fragment.ha, None, instance_uses))
+    elif placed.before is not None:
         if placed.moved:
             catalog.update(Kind.FRAGMENTS, global_name, _placed_on(placed.node))
         catalog.update(Kind.FRAGMENTS, global_name,

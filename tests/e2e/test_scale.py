@@ -1,5 +1,6 @@
 """Scaling a keyed stateful fragment out and in under continuous input: the sensor-windows
-aggregate goes from one instance to two (on two nodes), one instance's node is killed -9
+aggregate goes from one instance to two (on two nodes), the network is redeployed with a
+box of its own added (both instances go on running), one instance's node is killed -9
 and the instance is restored on the other node, then the fragment goes back to one
 instance. Every result is checked by tuple id against the reference."""
 
@@ -64,6 +65,8 @@ class ScaledRun:
     by_partition: list[bool]
     """Whether each instance after the scale-out read only its share of the partitions."""
     node_logs: str
+    redeployed: list[tuple[str, str, str]]
+    """The instances after the redeploy."""
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +97,14 @@ def scaled_run(federation, alpha_nodes, spark, registry_module) -> Iterator[Scal
             by_partition = [bool(e.spec["instance"]["by_partition"])
                             for e in instances_of(catalog, network, fragment.rsplit("/")[-1])]
             wait_result_after(watch, results_topic)
+            # A redeploy that leaves the fragment as it was keeps both instances running.
+            deploy(_with_a_box_of_its_own(network_yaml(name, prefix, box_participant="alpha")),
+                   name, federation, registry_module, spark, catalog,
+                   {"plausible": first, "per_sensor": first, "loud": first},
+                   report=lambda _: None)
+            wait_fragment_running(catalog, f"{network}/loud", on=first)
+            redeployed = _instances(catalog, network, fragment)
+            wait_result_after(watch, results_topic)
             # One instance's node dies: the instance is restored on the other node.
             victim = next(e for e in instances_of(catalog, network, fragment.rsplit("/")[-1])
                           if e.spec["node"] == alpha_nodes[1].global_name)
@@ -113,11 +124,21 @@ def scaled_run(federation, alpha_nodes, spark, registry_module) -> Iterator[Scal
                                        for a in watch.arrivals[results_topic]],
                             steps, instances, restored_on, by_partition,
                             "\n".join(n.log_since(size)
-                                      for n, size in zip(alpha_nodes, log_sizes, strict=True)))
+                                      for n, size in zip(alpha_nodes, log_sizes, strict=True)),
+                            redeployed)
             undeploy(catalog, network, report=lambda _: None)
     finally:
         if alpha_nodes[1].process is None:
             alpha_nodes[1].start().wait_registered()
+
+
+def _with_a_box_of_its_own(text: str) -> str:
+    """The network with one more box, in a fragment of its own, reading the input."""
+    raw = yaml.safe_load(text)
+    raw["boxes"]["loud"] = {"type": "filter", "participant": "alpha", "fragment": "loud",
+                            "params": {"predicate": "value > 0"}}
+    raw["arrows"].append({"from": "readings", "to": "loud"})
+    return yaml.safe_dump(raw, sort_keys=False)
 
 
 def _instances(catalog: CatalogClient, network: str, fragment: str
@@ -340,3 +361,12 @@ def test_autoscale_scales_a_bottleneck_out_and_an_idle_fragment_in_with_a_trace_
         finally:
             steady.paused.set()  # nothing more goes out
             undeploy(catalog, network, report=lambda _: None)
+
+
+def test_a_redeploy_keeps_the_instances_of_an_unchanged_scaled_fragment(scaled_run) -> None:
+    """Both instances stay, on their nodes, and neither is stopped: only the new box's
+    fragment starts (the exactly-once check above spans the redeploy)."""
+    out = scaled_run.instances[0]
+    assert [(name, node) for name, node, _ in scaled_run.redeployed] == \
+        [(name, node) for name, node, _ in out]
+    assert scaled_run.node_logs.count("this fragment is unchanged; it keeps running") >= 2

@@ -74,6 +74,21 @@ def test_the_fingerprint_follows_what_the_query_would_run() -> None:
     assert moved != same, "another input topic: a fresh checkpoint"
 
 
+def test_a_new_reader_of_an_output_keeps_the_fingerprint() -> None:
+    """A redeploy that adds a box downstream leaves the fragment it reads running."""
+    before = _network({"moving": "f", "per_minute": "f", "stopped": "g"})
+    after = _network({"moving": "f", "per_minute": "f", "stopped": "g"}, boxes={
+        **before.network.model_dump(mode="json")["boxes"],
+        "busy": {"type": "filter", "params": {"predicate": "cars > 10"}, "fragment": "h"}},
+        arrows=[*[{"from": a.source, "to": a.target} for a in before.network.arrows],
+                {"from": "per_minute", "to": "busy"}])
+    assert group(after)["f"].fingerprint(after) == group(before)["f"].fingerprint(before)
+    changed = _network({"moving": "f", "per_minute": "f", "stopped": "g"}, boxes={
+        **before.network.model_dump(mode="json")["boxes"],
+        "moving": {"type": "filter", "params": {"predicate": "speed > 5"}, "fragment": "f"}})
+    assert group(changed)["f"].fingerprint(changed) != group(before)["f"].fingerprint(before)
+
+
 def test_the_availability_bound_is_split_along_the_longest_chain_of_fragments() -> None:
     one = _network(fragments={"moving": "a", "per_minute": "a", "stopped": "c"},
                    availability_bound="4 seconds", trigger="1 second")
@@ -110,6 +125,30 @@ def test_deploy_cuts_unconnected_boxes_into_fragments_of_their_own() -> None:
     assert {n: f.boxes for n, f in fragments.items()} == {
         "alpha": ("moving", "per_minute"), "alpha-2": ("stopped",)}
     assert nodes == {}
+
+
+def test_a_scaled_fragment_is_redeployed_as_the_fragment_its_instances_are_of() -> None:
+    """Its instances keep their boxes' fragment, and none is taken for a withdrawn one."""
+    from medusa.catalog.model import Entry, Kind
+    from medusa_spark.deploy import _deployed, _grouping
+
+    def entry(name: str, index: int | None, node: str) -> Entry:
+        spec: dict[str, Any] = {"network": "alpha/t", "node": node,
+                                "boxes": ["moving", "per_minute"]}
+        if index is not None:
+            spec["instance"] = {"of": "f", "index": index, "count": 2}
+        return Entry(kind=Kind.FRAGMENTS, name=f"alpha/t/{name}", version=1, updated_at=0,
+                     spec=spec)
+
+    existing, instances = _deployed([entry("f--g1-1", 1, "alpha/n2"),
+                                     entry("f--g1-0", 0, "alpha/n1"),
+                                     entry("g", None, "alpha/n1")])
+    assert [e.name for e in instances["f"]] == ["alpha/t/f--g1-0", "alpha/t/f--g1-1"]
+    assert existing["f"].name == "alpha/t/f--g1-0" and set(existing) == {"f", "g"}
+    existing["g"].spec["boxes"] = ["stopped"]
+    fragments, _ = _grouping(_network(), existing, {})
+    assert {n: f.boxes for n, f in fragments.items()} == {
+        "f": ("moving", "per_minute"), "g": ("stopped",)}
 
 
 def test_the_shipped_networks_group_without_naming_fragments() -> None:

@@ -34,7 +34,9 @@ class Fragment:
 
     def fingerprint(self, plan: Plan, prefix: str = "") -> str:
         """Changes whenever the fragment's query would: its boxes, their definitions, its
-        inputs and outputs, and its topics. A checkpoint only fits the same fingerprint."""
+        inputs and outputs, and its topics. A checkpoint only fits the same fingerprint.
+        An arrow that leaves the fragment is not part of it: a box read elsewhere is one of
+        its outputs already, and a new reader of an output changes nothing here."""
         network = plan.network
         described = {
             "boxes": {b: network.boxes[b].model_dump(mode="json", exclude={"ha"})
@@ -44,7 +46,7 @@ class Fragment:
             "prefix": prefix,
             "bucket": network.bucket,
             "arrows": [(a.source, a.target) for a in network.arrows
-                       if a.target_box in self.boxes or a.source in self.boxes],
+                       if a.target_box in self.boxes],
         }
         text = json.dumps(described, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -89,6 +89,16 @@ def fragment_of(entry: Entry) -> str:
     """The fragment's name in its network (an instance's is the fragment's it is one of)."""
     instance = entry.spec.get("instance")
     return str(instance["of"]) if instance else entry.name.rsplit("/", 1)[1]
+
+
+def same_query(wiring: FragmentWiring, running: FragmentWiring) -> bool:
+    """Whether ``wiring`` runs the query ``running`` does. A scale step's instance moves
+    the stime it writes from while it runs (the writer follows the catalog), so that one
+    field is not part of the query."""
+    if wiring.instance is not None and running.instance is not None:
+        wiring = replace(wiring, instance=replace(
+            wiring.instance, emit_from_ms=running.instance.emit_from_ms))
+    return wiring == running
 
 
 @dataclass
@@ -270,6 +280,24 @@ class Hosting:
                                                 fragment_delays(plan, fragments))
         return self._plans[network_name]
 
+    def kept_through_redeploy(self, hosted: HostedFragment, network: NetworkPlan,
+                              entry: Entry, bootstrap: str | None = None) -> bool:
+        """Whether ``hosted`` runs ``network``'s version: it did, or the redeploy left its
+        query as it was (the same boxes, inputs, outputs, topics and delay), and it goes
+        on without a stop: only a changed fragment is restarted."""
+        if hosted.network_version == network.version:
+            return True
+        try:
+            unchanged = same_query(self.wiring(network, hosted.name, entry, bootstrap),
+                                   hosted.run.wiring)
+        except NetworkError:
+            return False
+        if unchanged:
+            hosted.network_version = network.version
+            log.info("%s: %s: the network was redeployed, this fragment is unchanged; it "
+                     "keeps running", self.node.global_name, hosted.name)
+        return unchanged
+
     def wiring(self, network: NetworkPlan, name: str, entry: Entry,
                bootstrap: str | None = None) -> FragmentWiring:
         short = fragment_of(entry)
@@ -306,8 +334,8 @@ class Hosting:
             self.moves.abandon(name, "moved here; resuming from the primary's checkpoint instead")
             hosted = None
         if hosted is not None:
-            if hosted.network_version != network.version:  # redeployed: run the new definition
-                self.moves.hand_over(name, keep_placement=True)
+            if not self.kept_through_redeploy(hosted, network, entry):
+                self.moves.hand_over(name, keep_placement=True)  # runs the new definition
                 hosted = None
             else:
                 self._apply_cut(hosted, entry)

@@ -66,7 +66,9 @@ class Moves:
         hosted = self.node.hosted.get(name)
         if hosted is not None:
             failure = hosted.run.failure()
-            if hosted.network_version != network.version:
+            primary = str(entry.spec["node"]).split("/")[0]
+            if not self._hosting.kept_through_redeploy(
+                    hosted, network, entry, self.node.endpoints.bootstrap(primary)):
                 self.abandon(name, "redeployed")
             elif failure is not None:
                 # Started again on the next pass, from a new copy of the checkpoint.
@@ -117,7 +119,7 @@ class Moves:
         if hosted is not None and not hosted.reader:
             self.hand_over(name)  # it ran here as the fragment, which has moved on
             return
-        if hosted is not None and hosted.network_version != network.version:
+        if hosted is not None and not self._hosting.kept_through_redeploy(hosted, network, entry):
             self.abandon(name, "redeployed")
             hosted = None
         if hosted is None:
