@@ -106,3 +106,17 @@ def test_a_scale_run_counts_each_sensors_missing_windows_and_repeats() -> None:
     ids.remove("per_sensor/s2/2000")
     ids.append("per_sensor/s1/4000")
     assert _lost_and_duplicated(ids) == (1, 1)
+
+
+def test_the_low_rate_summary_keeps_the_fragments_median_and_its_ratio_to_spark() -> None:
+    from medusa_apps.bench.low_rate import LowRate, _percentile
+
+    assert _percentile([], 50) is None
+    assert _percentile([300.0, 100.0, 200.0], 50) == 200.0
+    result = LowRate(5, 60.0, 58, 210.0, 260.0, 59, 140.0, 170.0, {"addBatch": 120.0})
+    summary = result.summary()
+    assert summary["low_rate_batch_ms"] == 210.0
+    assert summary["spark_low_rate_batch_ms"] == 140.0
+    assert summary["low_rate_over_spark"] == 1.5
+    assert summary["low_rate_rows_per_s"] == 5
+    assert summary["runs"]["fragment_phases_ms_p50"] == {"addBatch": 120.0}

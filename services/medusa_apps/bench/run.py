@@ -4,6 +4,8 @@ Parts (``--only`` picks some): ``producers`` (Medusa's producer, a bare
 confluent-kafka producer, Kafka's tool), ``spark`` (Kafka's consumer tool, a
 plain Spark passthrough, the one-filter fragment with and without its SUnion),
 ``sunion`` (the SUnion next to a bare transactional consume-produce loop),
+``low-rate`` (a stateful fragment's batches at a few rows a second against Spark's own
+query),
 ``linear-road`` (the L-rating), ``move``, ``failover``, ``dpc`` (a 30 s partition
 between the participants under steady input), ``dpc-matrix`` (the availability bound
 over placements, faults and their lengths, ``dpc_matrix``) and ``bpm``. The keys of
@@ -46,8 +48,8 @@ from medusa_apps.bench.report import (
     write_json,
 )
 
-PARTS = ("producers", "spark", "sunion", "linear-road", "move", "scale", "failover", "dpc",
-         "dpc-matrix", "bpm")
+PARTS = ("producers", "spark", "sunion", "low-rate", "linear-road", "move", "scale",
+         "failover", "dpc", "dpc-matrix", "bpm")
 WARM_UP_RECORDS = 3000
 
 
@@ -113,6 +115,7 @@ class _Figures:
     passthrough_again: Throughput | None = None
     filtered: Throughput | None = None
     direct: Throughput | None = None
+    low_rate: Any = None
     steps: list[Any] = field(default_factory=list)
     floor: Any = None
     moves: list[Any] = field(default_factory=list)
@@ -152,6 +155,14 @@ def _sunion(bench: _Bench, got: _Figures) -> None:
               "loop, then through the SUnion")
     with _part("sunion", bench.errors, bench.say):
         got.sunion = sunion_bench.measure(bench.bootstrap, bench.records)
+
+
+def _low_rate(bench: _Bench, got: _Figures) -> None:
+    from medusa_apps.bench import low_rate
+
+    with _part("low-rate", bench.errors, bench.say):
+        got.low_rate = low_rate.measure(bench.spark, bench.endpoints, bench.registry,
+                                        bench.scratch(), say=bench.say)
 
 
 def _spark_paths(bench: _Bench, got: _Figures) -> None:
@@ -288,6 +299,7 @@ STEPS = (
     _Step("producers", _producers),
     _Step("sunion", _sunion),
     _Step("spark", _spark_paths, spark=True, scratch=True),
+    _Step("low-rate", _low_rate, spark=True, scratch=True),
     _Step("linear-road", _linear_road, spark=True, scratch=True),
     _Step("move", _move, spark=True),
     _Step("scale", _scale, spark=True),
@@ -422,6 +434,10 @@ def _result(got: _Figures, runs: list[Throughput], records: int, hold_s: int, pa
             "floor": floor.as_dict() if floor is not None else None,
         },
         "highest_xways_met": rating,
+        # A stateful fragment at a few rows a second: its batches' median time (goal: at
+        # most 150 ms), against Spark's own query doing the same on the same session.
+        "fragment": got.low_rate.summary() if got.low_rate is not None
+        else {"low_rate_batch_ms": None},
         "move_pause": [move.as_dict() for move in got.moves],
         # The largest state moved warm, and the output pause of that move (goal: under 2 s,
         # flat in size); cold_over_warm_at_largest: the pause of a cold move of it, over.
@@ -450,7 +466,7 @@ def _result(got: _Figures, runs: list[Throughput], records: int, hold_s: int, pa
 
 
 PART_KEYS = {"producers": ("records", "value_size"), "sunion": ("sunion",),
-             "linear-road": ("linear_road", "highest_xways_met"),
+             "linear-road": ("linear_road", "highest_xways_met"), "low-rate": ("fragment",),
              "move": ("move_pause", "migration"), "scale": ("scale",),
              "failover": ("failover", "false_positives_under_load"), "bpm": ("bpm",)}
 """The keys of ``bench.json`` each part alone measures (``runs``, ``ratios`` and ``dpc``
