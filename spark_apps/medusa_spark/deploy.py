@@ -8,6 +8,7 @@ with the node that runs it. The nodes do the rest.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -223,13 +224,14 @@ class DeployPlan:
 
 def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistryClient,
            spark: SparkSession, catalog: CatalogClient, given: dict[str, str] | None = None,
-           report: Report = print) -> dict[str, str]:
+           report: Report = print, make_before_break: bool = False) -> dict[str, str]:
     """Deploys (or redeploys) a network; returns where each fragment runs.
 
     ``given`` maps boxes (or fragments) to nodes, as a placement file does.
+    ``make_before_break``: see ``apply_deploy``.
     """
     deployment = plan_deploy(text, origin, spark, catalog, given)
-    return apply_deploy(deployment, endpoints, registry, catalog, report)
+    return apply_deploy(deployment, endpoints, registry, catalog, report, make_before_break)
 
 
 def plan_deploy(text: str, origin: str, spark: SparkSession, catalog: CatalogClient,
@@ -346,13 +348,28 @@ def _replica(fragment: Fragment, node: str, nodes_by_name: Mapping[str, Entry],
 
 
 def apply_deploy(deployment: DeployPlan, endpoints: Endpoints, registry: SchemaRegistryClient,
-                 catalog: CatalogClient, report: Report = print) -> dict[str, str]:
+                 catalog: CatalogClient, report: Report = print,
+                 make_before_break: bool = False) -> dict[str, str]:
     """Creates the network's topics and registers its schemas, then writes the network, its
-    streams and its fragments to the catalog as planned; returns where each fragment runs."""
+    streams and its fragments to the catalog as planned; returns where each fragment runs.
+
+    A changed fragment restarts with its new definition, from the start of its input. With
+    ``make_before_break``, a changed keyed fragment that runs, with the same boxes and
+    inputs, is replaced as a scale step to as many instances on the same nodes
+    (``scaling``): the new definition's instances rebuild their state beside the old ones,
+    which go on writing, and take the output over at a cut."""
     topics = network_topics(deployment.plan, deployment.fragments, endpoints, registry)
+    replaced = _replaceable(deployment, topics, report) if make_before_break else {}
+    for entries in replaced.values():
+        for entry in entries:
+            catalog.update(Kind.FRAGMENTS, entry.name, _marked_replaced(True))
     _write_network(catalog, deployment, topics)
     where: dict[str, str] = {}
     for placed in deployment.placed:
+        if placed.name in replaced:
+            where[placed.name] = _replace(catalog, endpoints, deployment, placed, topics,
+                                          replaced[placed.name], report)
+            continue
         _write_fragment(catalog, deployment.network_name, placed, topics)
         nodes = ", ".join(e.spec["node"] for e in placed.instances) if placed.instances \
             else placed.node
@@ -408,6 +425,94 @@ def _write_fragment(catalog: CatalogClient, network_name: str, placed: PlacedFra
         catalog.put(Kind.FRAGMENTS, global_name,
                     {"network": network_name, "boxes": boxes, "node": placed.node,
                      "ha": fragment.ha, "replica": placed.replica, **uses})
+
+
+def _marked_replaced(replaced: bool
+                     ) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
+    """``replaced``: its node keeps running the definition it has, whatever the network's,
+    until a scale step's new instances have taken over (or the step is given up)."""
+    def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        if spec is None or bool(spec.get("replaced")) == replaced:
+            return None
+        return {**spec, "replaced": replaced or None}
+    return change
+
+
+def _replaceable(deployment: DeployPlan, topics: NetworkTopics, report: Report
+                 ) -> dict[str, list[Entry]]:
+    """The changed fragments a redeploy can replace beside their running instances, with
+    those instances' entries; the others are named with the reason they restart."""
+    from medusa_spark.scaling import ScaleError, fragment_key
+
+    found: dict[str, list[Entry]] = {}
+    for placed in deployment.placed:
+        entries = list(placed.instances) or ([placed.before] if placed.before else [])
+        if not entries:
+            continue
+        uses = topic_uses(topics, placed.fragment)
+        old_topic = re.sub(r"--g\d+-\d+$", "", str(entries[0].spec.get("source_topic") or ""))
+        if uses["source_topic"] == old_topic:
+            continue  # unchanged: it goes on running
+        why = None
+        if placed.moved:
+            why = "it moves to another node too"
+        elif any(e.spec.get("phase") != "running" for e in entries):
+            why = "it does not run now"
+        elif set(entries[0].spec["boxes"]) != set(placed.fragment.boxes):
+            why = "its boxes changed"
+        elif _inputs(entries[0].spec) != _inputs(uses):
+            why = "its inputs changed"
+        else:
+            try:
+                fragment_key(deployment.plan.network, list(placed.fragment.boxes),
+                             placed.name)
+            except ScaleError as error:
+                why = str(error)
+        if why is not None:
+            report(f"  {deployment.network_name}/{placed.name} restarts with its new "
+                   f"definition: {why}")
+            continue
+        found[placed.name] = entries
+    return found
+
+
+def _inputs(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The topics a fragment reads, but for its own SUnion's."""
+    return sorted((str(r["participant"]), str(r["topic"])) for r in spec.get("reads") or []
+                  if r["topic"] != spec.get("source_topic") and
+                  not str(r["topic"]).startswith(
+                      re.sub(r"--g\d+-\d+$", "", str(spec.get("source_topic") or "")) or
+                      "\0"))
+
+
+def _replace(catalog: CatalogClient, endpoints: Endpoints, deployment: DeployPlan,
+             placed: PlacedFragment, topics: NetworkTopics, entries: list[Entry],
+             report: Report) -> str:
+    """A changed fragment replaced beside its running instances (``apply_deploy``); where
+    its new instances run. A step given up leaves the old instances to restart with the
+    new definition, as without ``make_before_break``."""
+    from medusa_spark.scaling import ScaleError, scale
+
+    name = f"{deployment.network_name}/{placed.name}"
+    uses = {**topic_uses(topics, placed.fragment), "dpc_delay_ms": placed.delay_ms}
+    nodes = [str(e.spec["node"]) for e in entries]
+    report(f"  {name}: its new definition takes over beside the running one "
+           f"({len(entries)} instance(s) on {', '.join(nodes)})")
+    try:
+        result = scale(catalog, endpoints, name, len(entries), nodes, report=report,
+                       redefined={"boxes": list(placed.fragment.boxes), **uses})
+    except ScaleError as error:
+        report(f"  {name}: replacing it beside the running one failed ({error}); it "
+               "restarts with its new definition")
+        for entry in entries:
+            catalog.update(Kind.FRAGMENTS, entry.name, _marked_replaced(False))
+            catalog.update(Kind.FRAGMENTS, entry.name, _redeployed(
+                list(placed.fragment.boxes), placed.fragment.ha, None,
+                {**uses, "reader_replica": placed.reader}))
+        return nodes[0]
+    report(f"  {name} [{', '.join(placed.fragment.boxes)}] -> "
+           f"{', '.join(result.after)}, from stime {result.emit_from_ms} on")
+    return nodes[0]
 
 
 def _standby(placed: PlacedFragment) -> str:

@@ -158,10 +158,15 @@ def window_span_ms(spec: NetworkSpec, boxes: list[str]) -> int:
 
 def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
           nodes: list[str] | None = None, timeout_s: float = 300.0,
-          report: Report = print) -> ScaleResult:
+          report: Report = print, redefined: dict[str, Any] | None = None) -> ScaleResult:
     """Runs fragment ``name`` (``participant/network/fragment``) as ``count`` instances on
     ``nodes`` (by default the running nodes of its participant, fewest fragments first),
-    and waits until they all run."""
+    and waits until they all run.
+
+    ``redefined``: the fragment's entry fields under a new definition of the network,
+    already in the catalog (``boxes``, ``source_topic``, ``reads``...): a redeploy that
+    replaces the old instances, which run the definition they had, by instances of the
+    new one (``deploy --make-before-break``)."""
     if not 1 <= count <= MAX_INSTANCES:
         raise ScaleError(f"--to: expected 1 to {MAX_INSTANCES} instances, got {count}")
     parts = name.split("/")
@@ -176,7 +181,7 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
     old = instances_of(catalog, network, fragment)
     if not old:
         raise ScaleError(f"no fragment {network}/{fragment} in the catalog")
-    boxes = list(old[0].spec["boxes"])
+    boxes = list((redefined or old[0].spec)["boxes"])
     key = fragment_key(spec, boxes, fragment)
     busy = [e for e in old if e.spec.get("phase") != "running"]
     if busy:
@@ -204,7 +209,10 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
     template = {k: v for k, v in old[0].spec.items()
                 if k in ("network", "boxes", "ha", "dpc_state", "dpc_delay_ms", "reads",
                          "writes")}
-    base_topic = re.sub(r"--g\d+-\d+$", "", str(old[0].spec.get("source_topic") or ""))
+    if redefined is not None:
+        template.update({k: v for k, v in redefined.items() if k != "source_topic"})
+    base_topic = re.sub(r"--g\d+-\d+$", "", str((redefined or old[0].spec).get("source_topic")
+                                                  or ""))
     created = []
     for index, node in enumerate(placed):
         instance = {"of": fragment, "index": index, "count": count, "generation": generation,

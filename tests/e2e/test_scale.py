@@ -2,7 +2,8 @@
 aggregate goes from one instance to two (on two nodes), the network is redeployed with a
 box of its own added (both instances go on running), one instance's node is killed -9
 and the instance is restored on the other node, then the fragment goes back to one
-instance. Every result is checked by tuple id against the reference."""
+instance, and last a redeploy with a changed definition replaces it beside itself
+(``--make-before-break``). Every result is checked by tuple id against the reference."""
 
 from __future__ import annotations
 
@@ -67,6 +68,9 @@ class ScaledRun:
     node_logs: str
     redeployed: list[tuple[str, str, str]]
     """The instances after the redeploy."""
+    replaced: list[tuple[str, str, str]]
+    """The instances after the redeploy of a changed definition."""
+    deploy_report: list[str]
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +120,16 @@ def scaled_run(federation, alpha_nodes, spark, registry_module) -> Iterator[Scal
             steps.append(scale(catalog, federation, fragment, 1, [first],
                                report=lambda _: None))
             instances.append(_instances(catalog, network, fragment))
+            wait_result_after(watch, results_topic)
+            # A changed definition (a wider filter, the same results) replaces it beside
+            # itself.
+            deploy_report: list[str] = []
+            deploy(_with_a_box_of_its_own(network_yaml(name, prefix, box_participant="alpha"),
+                                          wider=True),
+                   name, federation, registry_module, spark, catalog, {"loud": first},
+                   report=deploy_report.append, make_before_break=True)
+            replaced = _instances(catalog, network, fragment)
+            wait_result_after(watch, results_topic)
             expected = steady.finish(TAIL_S)
             watch.wait_for(results_topic, set(expected), timeout_s=300)
             watch.stop()
@@ -125,16 +139,21 @@ def scaled_run(federation, alpha_nodes, spark, registry_module) -> Iterator[Scal
                             steps, instances, restored_on, by_partition,
                             "\n".join(n.log_since(size)
                                       for n, size in zip(alpha_nodes, log_sizes, strict=True)),
-                            redeployed)
+                            redeployed, replaced, deploy_report)
             undeploy(catalog, network, report=lambda _: None)
     finally:
         if alpha_nodes[1].process is None:
             alpha_nodes[1].start().wait_registered()
 
 
-def _with_a_box_of_its_own(text: str) -> str:
-    """The network with one more box, in a fragment of its own, reading the input."""
+def _with_a_box_of_its_own(text: str, wider: bool = False) -> str:
+    """The network with one more box, in a fragment of its own, reading the input;
+    ``wider``: with a filter that lets more through (none of the readings it had kept
+    out)."""
     raw = yaml.safe_load(text)
+    if wider:
+        raw["boxes"]["plausible"]["params"]["predicate"] = \
+            "value > -2000000 AND value < 2000000"
     raw["boxes"]["loud"] = {"type": "filter", "participant": "alpha", "fragment": "loud",
                             "params": {"predicate": "value > 0"}}
     raw["arrows"].append({"from": "readings", "to": "loud"})
@@ -370,3 +389,17 @@ def test_a_redeploy_keeps_the_instances_of_an_unchanged_scaled_fragment(scaled_r
     assert [(name, node) for name, node, _ in scaled_run.redeployed] == \
         [(name, node) for name, node, _ in out]
     assert scaled_run.node_logs.count("this fragment is unchanged; it keeps running") >= 2
+
+
+def test_a_changed_definition_replaces_the_fragment_beside_itself(scaled_run) -> None:
+    """The redeploy ran a scale step to one instance of the new definition on the same
+    node; the old instance wrote until the new one took over, and never restarted."""
+    (before,) = scaled_run.instances[1]
+    (after,) = scaled_run.replaced
+    assert after[0] != before[0] and after[1] == before[1] and after[2] == "running", after
+    report = "\n".join(scaled_run.deploy_report)
+    assert "its new definition takes over beside the running one" in report, report
+    assert "restarts with its new definition" not in report, report
+    assert "keeps writing until the new definition's instances take over" in \
+        scaled_run.node_logs
+    assert "starts afresh" not in scaled_run.node_logs

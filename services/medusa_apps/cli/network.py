@@ -26,6 +26,12 @@ def deploy(
         "--name", help="Deploy it under this name instead of the file's: its own fragments "
                        "and output topics, reading the same inputs from their start (e.g. "
                        "a fault-free run to verify another against).")] = None,
+    make_before_break: Annotated[bool, typer.Option(
+        "--make-before-break",
+        help="On a redeploy, replace each changed keyed fragment that runs (same boxes and "
+             "inputs) beside itself: the new definition rebuilds its state from the input "
+             "while the old one writes, then takes the output over at a cut, as a scale "
+             "step does. Without it a changed fragment restarts.")] = False,
 ) -> None:
     """Validate a query network and place its fragments on the federation's nodes."""
     from medusa.catalog.client import CatalogClient
@@ -54,7 +60,7 @@ def deploy(
         with CatalogClient(endpoints.catalog_url) as catalog:
             placed = deploy_network(text, str(network), endpoints,
                                     registry_client(endpoints.registry_url), spark, catalog,
-                                    given, console.print)
+                                    given, console.print, make_before_break)
     except (NetworkError, PlacementError) as error:
         raise _fail(f"{network}: {error}", 2) from None
     finally:

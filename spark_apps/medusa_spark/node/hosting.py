@@ -296,6 +296,15 @@ class Hosting:
             hosted.network_version = network.version
             log.info("%s: %s: the network was redeployed, this fragment is unchanged; it "
                      "keeps running", self.node.global_name, hosted.name)
+        elif entry.spec.get("replaced"):
+            # A redeploy replaces it beside itself (``deploy --make-before-break``): it runs
+            # the definition it has until the new one's instances take over.
+            if not hosted.replaced:
+                hosted.replaced = True
+                log.info("%s: %s: redeployed with a new definition; it keeps writing until "
+                         "the new definition's instances take over", self.node.global_name,
+                         hosted.name)
+            return True
         return unchanged
 
     def wiring(self, network: NetworkPlan, name: str, entry: Entry,

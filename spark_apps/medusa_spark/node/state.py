@@ -75,6 +75,8 @@ class HostedFragment:
     """When (monotonic clock) a scale step asked it to stop, or it last ran a batch since:
     it stops once its outputs have promised the step's cut, or once its input is quiet."""
     retiring_batches: int = 0
+    replaced: bool = False
+    """A redeploy replaces it by instances of a new definition, beside it (``deploy``)."""
 
     @property
     def reader(self) -> bool:
