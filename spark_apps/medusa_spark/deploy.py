@@ -8,7 +8,6 @@ with the node that runs it. The nodes do the rest.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from medusa_spark.network.fragments import (
 )
 from medusa_spark.network.model import parse_network
 from medusa_spark.network.validate import Plan, validate
+from medusa_spark.scaling import ScaleError, fragment_key, instance_base_topic, scale
 from medusa_spark.wiring import NetworkTopics, network_topics, topic_uses
 
 Report = Callable[[str], None]
@@ -442,16 +442,13 @@ def _replaceable(deployment: DeployPlan, topics: NetworkTopics, report: Report
                  ) -> dict[str, list[Entry]]:
     """The changed fragments a redeploy can replace beside their running instances, with
     those instances' entries; the others are named with the reason they restart."""
-    from medusa_spark.scaling import ScaleError, fragment_key
-
     found: dict[str, list[Entry]] = {}
     for placed in deployment.placed:
         entries = list(placed.instances) or ([placed.before] if placed.before else [])
         if not entries:
             continue
         uses = topic_uses(topics, placed.fragment)
-        old_topic = re.sub(r"--g\d+-\d+$", "", str(entries[0].spec.get("source_topic") or ""))
-        if uses["source_topic"] == old_topic:
+        if uses["source_topic"] == instance_base_topic(entries[0].spec.get("source_topic")):
             continue  # unchanged: it goes on running
         why = None
         if placed.moved:
@@ -478,11 +475,9 @@ def _replaceable(deployment: DeployPlan, topics: NetworkTopics, report: Report
 
 def _inputs(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The topics a fragment reads, but for its own SUnion's."""
+    own = instance_base_topic(spec.get("source_topic"))
     return sorted((str(r["participant"]), str(r["topic"])) for r in spec.get("reads") or []
-                  if r["topic"] != spec.get("source_topic") and
-                  not str(r["topic"]).startswith(
-                      re.sub(r"--g\d+-\d+$", "", str(spec.get("source_topic") or "")) or
-                      "\0"))
+                  if instance_base_topic(r["topic"]) != own)
 
 
 def _replace(catalog: CatalogClient, endpoints: Endpoints, deployment: DeployPlan,
@@ -491,8 +486,6 @@ def _replace(catalog: CatalogClient, endpoints: Endpoints, deployment: DeployPla
     """A changed fragment replaced beside its running instances (``apply_deploy``); where
     its new instances run. A step given up leaves the old instances to restart with the
     new definition, as without ``make_before_break``."""
-    from medusa_spark.scaling import ScaleError, scale
-
     name = f"{deployment.network_name}/{placed.name}"
     uses = {**topic_uses(topics, placed.fragment), "dpc_delay_ms": placed.delay_ms}
     nodes = [str(e.spec["node"]) for e in entries]

@@ -64,6 +64,11 @@ SWITCH_POLL_S = 0.05
 """How often a scale step reads the catalog while it switches (the switch's gap)."""
 
 
+def instance_base_topic(topic: str | None) -> str:
+    """A fragment's SUnion topic without an instance's ``--g<step>-<index>`` suffix."""
+    return re.sub(r"--g\d+-\d+$", "", str(topic or ""))
+
+
 class ScaleError(CatalogError):
     """A scale step that cannot be done, named with the reason."""
 
@@ -211,8 +216,7 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
                          "writes")}
     if redefined is not None:
         template.update({k: v for k, v in redefined.items() if k != "source_topic"})
-    base_topic = re.sub(r"--g\d+-\d+$", "", str((redefined or old[0].spec).get("source_topic")
-                                                  or ""))
+    base_topic = instance_base_topic((redefined or old[0].spec).get("source_topic"))
     created = []
     for index, node in enumerate(placed):
         instance = {"of": fragment, "index": index, "count": count, "generation": generation,

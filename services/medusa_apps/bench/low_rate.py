@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +31,15 @@ from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.streaming import StreamingQuery
 
 from medusa.endpoints import Endpoints
+from medusa.latency_stats import percentile
 from medusa.schemas import schema_for_topic
 from medusa.sensor_windows import SteadyInput
 from medusa.sensors import SENSOR_READINGS
 from medusa.settings import kafka_config, spark_kafka_options
-from medusa_apps.bench.spark_paths import MeteredSink
+from medusa_apps.bench.spark_paths import bench_fragment
 from medusa_spark.fragment import build_fragment, read_source
-from medusa_spark.fragment_writer import FragmentWriter
-from medusa_spark.network.fragments import group
-from medusa_spark.network.model import parse_network
-from medusa_spark.network.validate import validate
 from medusa_spark.networks import network_yaml
-from medusa_spark.soutput import SOutput
 from medusa_spark.sunion_process import SUnionProcess
-from medusa_spark.wiring import fragment_wiring, network_topics
 
 WARM_UP_S = 20.0
 """Batches in the first seconds plan and compile the query's code: not counted."""
@@ -79,16 +75,10 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
             say: Callable[[str], None] = print) -> LowRate:
     run = uuid.uuid4().hex[:6]
     name, prefix = f"bench-low-rate-{run}", f"bench-low-rate-{run}."
-    text = network_yaml(name, prefix, box_participant="alpha")
-    plan = validate(parse_network(text), spark)
-    fragments = group(plan)
-    topics = network_topics(plan, fragments, endpoints, registry)
-    (fragment,) = fragments.values()
+    fragment = bench_fragment(spark, endpoints, registry,
+                              network_yaml(name, prefix, box_participant="alpha"), name)
+    plan, wiring, writer = fragment.plan, fragment.wiring, fragment.writer()
     bootstrap = endpoints.bootstrap("alpha")
-    wiring = fragment_wiring(topics, f"alpha/{name}", fragment, bootstrap)
-    sink = MeteredSink(SOutput(f"bench.low-rate.{run}", [o.stream.topic for o in
-                                                          wiring.outputs.values()], bootstrap))
-    writer = FragmentWriter(plan, wiring, sinks=[sink])
     readings = f"{prefix}sensors.readings"
     steady = SteadyInput(kafka_config(bootstrap), registry, readings, rows_per_s,
                          int(WARM_UP_S + seconds) + 5)
@@ -117,18 +107,19 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
                         raise RuntimeError(f"{query.name} stopped: {query.exception()}")
                 time.sleep(1.0)
             counted_from_ms = _epoch_ms() - int(seconds * 1000)
-            batches = _batches(medusa_query, counted_from_ms)
-            plain = _batches(spark_query, counted_from_ms)
+            counted = _progress(medusa_query, counted_from_ms)
+            plain = _batch_ms(_progress(spark_query, counted_from_ms))
         finally:
             for query in (medusa_query, spark_query):
                 query.stop()
             writer.close()
             sunion.stop()
             steady.end_in(0)
+    batches = _batch_ms(counted)
     result = LowRate(
         rows_per_s, seconds, len(batches), _percentile(batches, 50),
         _percentile(batches, 90), len(plain), _percentile(plain, 50), _percentile(plain, 90),
-        _phase_medians(medusa_query, counted_from_ms))
+        _phase_medians(counted))
     say(f"  fragment: p50 {result.fragment_batch_ms_p50} ms, p90 "
         f"{result.fragment_batch_ms_p90} ms over {result.fragment_batches} batches; Spark's "
         f"own: p50 {result.spark_batch_ms_p50} ms, p90 {result.spark_batch_ms_p90} ms over "
@@ -161,8 +152,6 @@ def _epoch_ms() -> int:
 
 def _progress(query: StreamingQuery, from_ms: int) -> list[dict[str, Any]]:
     """The query's batches that read rows, begun at ``from_ms`` or later."""
-    from datetime import datetime
-
     found = []
     for progress in query.recentProgress:
         data = json.loads(progress.json)
@@ -172,20 +161,18 @@ def _progress(query: StreamingQuery, from_ms: int) -> list[dict[str, Any]]:
     return found
 
 
-def _batches(query: StreamingQuery, from_ms: int) -> list[float]:
-    return [float(p["durationMs"]["triggerExecution"]) for p in _progress(query, from_ms)]
+def _batch_ms(batches: list[dict[str, Any]]) -> list[float]:
+    return [float(p["durationMs"]["triggerExecution"]) for p in batches]
 
 
-def _phase_medians(query: StreamingQuery, from_ms: int) -> dict[str, float]:
+def _phase_medians(batches: list[dict[str, Any]]) -> dict[str, float]:
     phases: dict[str, list[float]] = {}
-    for progress in _progress(query, from_ms):
+    for progress in batches:
         for phase, ms in (progress.get("durationMs") or {}).items():
             phases.setdefault(phase, []).append(float(ms or 0))
     return {phase: statistics.median(values) for phase, values in sorted(phases.items())}
 
 
 def _percentile(values: list[float], q: int) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))], 1)
+    value = percentile(values, q / 100)
+    return None if value is None else round(value, 1)

@@ -120,7 +120,10 @@ def passthrough(spark: SparkSession, bootstrap: str, source: str, count: int,
 
 
 @dataclass
-class FilterFragment:
+class BenchFragment:
+    """A network of one fragment on alpha, wired as a node wires it, writing through a
+    metered SOutput."""
+
     plan: Plan
     wiring: FragmentWiring
     sink: MeteredSink
@@ -129,8 +132,22 @@ class FilterFragment:
         return FragmentWriter(self.plan, self.wiring, sinks=[self.sink])
 
 
+def bench_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
+                   text: str, network_name: str) -> BenchFragment:
+    """The one fragment of network ``text``, its topics created and schemas registered."""
+    plan = validate(parse_network(text), spark)
+    fragments = group(plan)
+    topics = network_topics(plan, fragments, endpoints, registry)
+    (fragment,) = fragments.values()
+    bootstrap = endpoints.bootstrap("alpha")
+    wiring = fragment_wiring(topics, f"alpha/{network_name}", fragment, bootstrap)
+    topics_out = [output.stream.topic for output in wiring.outputs.values()]
+    sink = MeteredSink(SOutput(f"bench.{network_name}", topics_out, bootstrap))
+    return BenchFragment(plan, wiring, sink)
+
+
 def _filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
-                     source: str) -> FilterFragment:
+                     source: str) -> BenchFragment:
     """A network of one filter that keeps every report, onto a fresh topic."""
     run = uuid.uuid4().hex[:8]
     text = yaml.safe_dump({
@@ -142,15 +159,7 @@ def _filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: Schema
         "boxes": {"keep_all": {"type": "filter", "params": {"predicate": "speed >= 0"}}},
         "arrows": [{"from": "reports", "to": "keep_all"}, {"from": "keep_all", "to": "kept"}],
     }, sort_keys=False)
-    plan = validate(parse_network(text), spark)
-    fragments = group(plan)
-    topics = network_topics(plan, fragments, endpoints, registry)
-    (fragment,) = fragments.values()
-    bootstrap = endpoints.bootstrap("alpha")
-    wiring = fragment_wiring(topics, f"alpha/{NETWORK_NAME}-{run}", fragment, bootstrap)
-    topics_out = [output.stream.topic for output in wiring.outputs.values()]
-    sink = MeteredSink(SOutput(f"bench.{NETWORK_NAME}.{run}", topics_out, bootstrap))
-    return FilterFragment(plan, wiring, sink)
+    return bench_fragment(spark, endpoints, registry, text, f"{NETWORK_NAME}-{run}")
 
 
 def filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
