@@ -12,7 +12,7 @@ waits is the hysteresis that keeps a fragment from flapping.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,29 +61,36 @@ def base_fragment(name: str) -> str:
     return name.split("--", 1)[0]
 
 
-def group_instances(reports: Iterable[Mapping[str, Any]]) -> dict[str, list[InstanceLoad]]:
-    """Fragment -> the loads of its running instances, from the nodes' newest reports."""
+def group_instances(reports: Iterable[Mapping[str, Any]],
+                    placed: Mapping[str, Collection[str]]) -> dict[str, list[InstanceLoad]]:
+    """Fragment -> the loads of its running instances, from the nodes' newest reports.
+
+    Only the instances in ``placed`` (fragment -> the catalog's names of its instances now)
+    count: a node's report may be older than the last step and still list the instances
+    it retired. A fragment some of whose instances no report lists yet is left out."""
     grouped: dict[str, list[InstanceLoad]] = {}
     for report in reports:
         for fragment in report.get("fragments") or []:
-            if fragment.get("state") != "running":
-                continue
             name = str(fragment["fragment"])
+            if fragment.get("state") != "running" or \
+                    name not in placed.get(base_fragment(name), ()):
+                continue
             grouped.setdefault(base_fragment(name), []).append(InstanceLoad(
                 name, str(report["node"]), float(fragment.get("load") or 0.0),
                 float(fragment.get("bottleneck_s") or 0.0)))
-    return grouped
+    return {fragment: loads for fragment, loads in grouped.items()
+            if {i.name for i in loads} == set(placed[fragment])}
 
 
 def decide(policy: AutoscalePolicy, reports: Sequence[Mapping[str, Any]],
-           scalable: set[str], state: AutoscaleState, now: float) -> list[Decision]:
-    """The steps to take now, for the fragments in ``scalable`` (keyed, see ``scaling``)."""
+           scalable: Mapping[str, Collection[str]], state: AutoscaleState, now: float
+           ) -> list[Decision]:
+    """The steps to take now, for the fragments in ``scalable`` (keyed, see ``scaling``;
+    fragment -> the catalog's names of its instances)."""
     spare = sorted((float(r.get("utilisation") or 0.0), str(r["node"])) for r in reports
                    if float(r.get("utilisation") or 0.0) < policy.spare_utilisation)
     decisions = []
-    for fragment, instances in sorted(group_instances(reports).items()):
-        if fragment not in scalable:
-            continue
+    for fragment, instances in sorted(group_instances(reports, scalable).items()):
         if now - state.last_step.get(fragment, float("-inf")) < policy.cooldown_s:
             continue
         count = len(instances)

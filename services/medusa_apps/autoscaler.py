@@ -32,21 +32,30 @@ class Autoscaler:
         self.state = AutoscaleState()
         self.tracer = trace.get_tracer("medusa")
 
-    def scalable(self) -> set[str]:
-        """The fragments a scale step can split by key (see ``scaling.fragment_key``)."""
+    def scalable(self) -> dict[str, set[str]]:
+        """The fragments a scale step can split by key (see ``scaling.fragment_key``), each
+        with the names of its instances. A fragment some instance of which is not running
+        (a step, a move or a redeploy under way) is left out."""
         definitions = {e.name: e.spec["definition"] for e in self.catalog.list(Kind.NETWORKS)}
-        found = set()
+        found: dict[str, set[str]] = {}
+        unsettled: set[str] = set()
         for entry in self.catalog.list(Kind.FRAGMENTS):
             fragment = base_fragment(entry.name)
+            if entry.spec.get("phase") != "running" or entry.spec.get("replaced"):
+                unsettled.add(fragment)
+            if fragment in found:
+                found[fragment].add(entry.name)
+                continue
             definition = definitions.get(entry.spec["network"])
-            if definition is None or fragment in found:
+            if definition is None:
                 continue
             try:
                 fragment_key(parse_network(definition), list(entry.spec["boxes"]), fragment)
             except (ScaleError, NetworkError):
                 continue
-            found.add(fragment)
-        return found
+            found[fragment] = {entry.name}
+        return {fragment: names for fragment, names in found.items()
+                if fragment not in unsettled}
 
     def step(self, now: float | None = None) -> list[Decision]:
         """Reads the newest load reports and takes the steps the policy asks for."""

@@ -224,7 +224,7 @@ class DeployPlan:
 
 def deploy(text: str, origin: str, endpoints: Endpoints, registry: SchemaRegistryClient,
            spark: SparkSession, catalog: CatalogClient, given: dict[str, str] | None = None,
-           report: Report = print, make_before_break: bool = False) -> dict[str, str]:
+           report: Report = print, make_before_break: bool = True) -> dict[str, str]:
     """Deploys (or redeploys) a network; returns where each fragment runs.
 
     ``given`` maps boxes (or fragments) to nodes, as a placement file does.
@@ -349,12 +349,12 @@ def _replica(fragment: Fragment, node: str, nodes_by_name: Mapping[str, Entry],
 
 def apply_deploy(deployment: DeployPlan, endpoints: Endpoints, registry: SchemaRegistryClient,
                  catalog: CatalogClient, report: Report = print,
-                 make_before_break: bool = False) -> dict[str, str]:
+                 make_before_break: bool = True) -> dict[str, str]:
     """Creates the network's topics and registers its schemas, then writes the network, its
     streams and its fragments to the catalog as planned; returns where each fragment runs.
 
-    A changed fragment restarts with its new definition, from the start of its input. With
-    ``make_before_break``, a changed keyed fragment that runs, with the same boxes and
+    A changed fragment restarts with its new definition, from the start of its input; with
+    ``make_before_break`` (the default), a changed keyed fragment that runs, with the same boxes and
     inputs, is replaced as a scale step to as many instances on the same nodes
     (``scaling``): the new definition's instances rebuild their state beside the old ones,
     which go on writing, and take the output over at a cut."""
@@ -494,7 +494,7 @@ def _replace(catalog: CatalogClient, endpoints: Endpoints, deployment: DeployPla
     try:
         result = scale(catalog, endpoints, name, len(entries), nodes, report=report,
                        redefined={"boxes": list(placed.fragment.boxes), **uses})
-    except ScaleError as error:
+    except (ScaleError, CatalogError, TimeoutError) as error:
         report(f"  {name}: replacing it beside the running one failed ({error}); it "
                "restarts with its new definition")
         for entry in entries:

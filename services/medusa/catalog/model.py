@@ -187,8 +187,9 @@ class FragmentSpec(Spec):
     """Set by its node in answer to ``emit_until_ms``: the stime from which it writes no
     result (``emit_until_ms``, or past what it had written already if that is further)."""
     replaced: bool | None = None
-    """Set by ``medusa deploy --make-before-break`` on a changed fragment's instances: their
-    nodes keep running the definition they have until the new one's take over."""
+    """Set by a redeploy (``medusa deploy`` without ``--restart``) on a changed fragment's
+    instances: their nodes keep running the definition they have until the new one's take
+    over."""
     sunion_topic: str | None = Field(None, max_length=500)
     """Set with ``retired_watermark_ms``: its SUnion's topic, on its node's cluster, whose
     buckets say where the inputs stood at each stime."""

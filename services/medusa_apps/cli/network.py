@@ -27,11 +27,13 @@ def deploy(
                        "and output topics, reading the same inputs from their start (e.g. "
                        "a fault-free run to verify another against).")] = None,
     make_before_break: Annotated[bool, typer.Option(
-        "--make-before-break",
+        "--make-before-break/--restart",
         help="On a redeploy, replace each changed keyed fragment that runs (same boxes and "
              "inputs) beside itself: the new definition rebuilds its state from the input "
              "while the old one writes, then takes the output over at a cut, as a scale "
-             "step does. Without it a changed fragment restarts.")] = False,
+             "step does; the deploy says why any other changed fragment restarts. "
+             "--restart: every changed fragment restarts (quicker to deploy, with a gap "
+             "in its output).")] = True,
 ) -> None:
     """Validate a query network and place its fragments on the federation's nodes."""
     from medusa.catalog.client import CatalogClient
