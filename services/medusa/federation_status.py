@@ -80,6 +80,9 @@ class FragmentStatus:
     input_rate: float | None = None
     processing_rate: float | None = None
     batch_duration_ms: int | None = None
+    batch_phases_ms: dict[str, float] = field(default_factory=dict)
+    """Where its recent batches spent their time, each phase's median (``batch_phases``);
+    empty before a batch with input."""
     lag: int | None = None
     restarts: int = 0
     dpc_state: str = "STABLE"
@@ -211,6 +214,15 @@ def build_status(participants: list[Entry], nodes: list[Entry], fragments: list[
     return status
 
 
+def _batch_phases(operators: str | None) -> dict[str, float]:
+    """The phases in a load report's ``operators`` JSON (none from an older node)."""
+    try:
+        phases = json.loads(operators or "{}").get("batch_phases_ms") or {}
+    except (ValueError, AttributeError):
+        return {}
+    return {str(k): float(v) for k, v in phases.items() if isinstance(v, int | float)}
+
+
 def _fragment_status(entry: Entry, reports: dict[str, dict[str, Any]]) -> FragmentStatus:
     spec = entry.spec
     network = spec.get("network") or entry.name.rsplit("/", 1)[0]
@@ -230,6 +242,7 @@ def _fragment_status(entry: Entry, reports: dict[str, dict[str, Any]]) -> Fragme
         fragment.input_rate = load.get("input_rate")
         fragment.processing_rate = load.get("processing_rate")
         fragment.batch_duration_ms = load.get("batch_duration_ms")
+        fragment.batch_phases_ms = _batch_phases(load.get("operators"))
         fragment.lag = load.get("lag")
         fragment.restarts = max(fragment.restarts, int(load.get("restarts") or 0))
         fragment.dpc_state = load.get("dpc_state") or fragment.dpc_state

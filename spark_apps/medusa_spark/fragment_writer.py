@@ -56,6 +56,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import to_avro
 
 from medusa import dead_letters
+from medusa.batch_phases import RecentWriterTimes, WriterTimes
 from medusa.envelope import (
     ID_HEADER,
     STIME_HEADER,
@@ -187,6 +188,8 @@ class FragmentWriter:
         self._rec_done_untraced: tuple[str | None, dict[str, str | int]] | None = None
         """A standby wrote REC_DONE into its buffer: traced when it is promoted."""
         self.batches = 0
+        self.recent_times = RecentWriterTimes()
+        """What the writer spent on each recent batch (``batch_phases``)."""
         self.results_written = 0
         self.error: Exception | None = None
         """What made the last batch fail in this writer (a fenced output, say)."""
@@ -332,7 +335,9 @@ class FragmentWriter:
         return batch.select(*columns).toArrow()
 
     def _write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        began = time.perf_counter()
         table = self._encoded(batch)
+        encoded = time.perf_counter()
         redo = self._dpc_before(table, batch_id)
         tentative = self._tentative_epoch is not None
         outputs, types, ids, stimes, keys, values, traces = (
@@ -394,7 +399,14 @@ class FragmentWriter:
         if undo:
             records[:0] = self._marks(TupleType.UNDO)
         # Every output, even with nothing to write: a batch opens (and fences) its outputs.
+        committed_before = self._transaction_commit_ms()
+        writing = time.perf_counter()
         self.results_written += self._write_then_rec_done(records, every_output=True)
+        written = time.perf_counter()
+        commit_ms = self._transaction_commit_ms() - committed_before
+        self.recent_times.add(WriterTimes(
+            batch_id, (encoded - began) * 1000, (writing - encoded) * 1000,
+            max(0.0, (written - writing) * 1000 - commit_ms), commit_ms))
         through = None if self.standby else _newest_result(table, emit_from, emit_until)
         if through is not None and (self._written_through_ms is None or
                                     through > self._written_through_ms):
@@ -534,6 +546,12 @@ class FragmentWriter:
             by_output.setdefault(id(self._output_of_topic[record.topic]), []).append(record)
         return sum(output.write(by_output.get(id(output), [])) for output in self.outputs
                    if every_output or id(output) in by_output)
+
+    def _transaction_commit_ms(self) -> float:
+        """The outputs' transaction commits so far, summed (sinks that do not time theirs
+        count none: their writes count as handing the records over)."""
+        return sum(stats.transaction_commit_ms for output in self.outputs
+                   if (stats := getattr(output, "stats", None)) is not None)
 
     def write_idle_boundaries(self, watermark_ms: int | None) -> int:
         """Promises what an idle query has passed (see the module's doc); call it only when

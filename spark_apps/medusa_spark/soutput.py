@@ -74,6 +74,9 @@ class OutputStats:
     """How long ``init_transactions`` took when it opened (fencing the previous writer)."""
     read_back_s: float | None = None
     """How long reading back the written ids took after that."""
+    transaction_commit_ms: float = 0.0
+    """The time its transactions' commits have taken, summed (the rest of a write is
+    handing the records to the producer)."""
     first_write_listeners: list[Callable[[int], None]] = field(default_factory=list)
 
 
@@ -274,7 +277,9 @@ class SOutput:
                             headers=record.headers, partition=record.partition)
                 if index % 1000 == 999:
                     producer.poll(0)
+            committing = time.perf_counter()
             producer.commit_transaction(60)
+            self.stats.transaction_commit_ms += (time.perf_counter() - committing) * 1000
         except KafkaException as error:
             kafka_error = error.args[0]
             self._producer = None

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from medusa.batch_phases import PHASES
 from medusa.catalog.client import CatalogClient
 from medusa.catalog.model import Kind
 from medusa.consuming import TupleConsumer
@@ -68,6 +69,8 @@ class Walk:
     """The fragment's DPC state as `medusa status --json` showed it during the partition."""
     states: list[str] = field(default_factory=list)
     """Each change of its DPC state in the catalog, from the cut until STABLE again."""
+    batch_phases: list[dict[str, float]] = field(default_factory=list)
+    """Where the fragment's batches spent their time, as each status showed it."""
     node_of_fragment: str | None = None
     bpm_logs: str = ""
     consumed: Path | None = None
@@ -242,6 +245,7 @@ def _partition_watched(shell: Shell, command: str, env: dict[str, str], walked: 
             for fragment in json.loads(status.stdout).get("fragments", []):
                 if fragment["network"] == NETWORK:
                     walked.states_during_cut.append(fragment["dpc_state"])
+                    walked.batch_phases.append(fragment["batch_phases_ms"])
         time.sleep(3.0)
     running.join()
     return result[0]
@@ -263,6 +267,15 @@ def test_the_deploy_names_the_contract_and_the_fragment_stays_on_beta(walk: Walk
 
 def test_status_shows_up_failure_while_cut_off(walk: Walk) -> None:
     assert "UP_FAILURE" in walk.states_during_cut, walk.states_during_cut
+
+
+def test_status_says_where_the_fragment_s_batches_spend_their_time(walk: Walk) -> None:
+    shown = [phases for phases in walk.batch_phases if phases]
+    assert shown, walk.batch_phases
+    assert set(shown[-1]) == set(PHASES), shown[-1]
+    assert shown[-1]["total"] > 0 and shown[-1]["compute"] > 0, shown[-1]
+    # The fragment writes to Kafka in transactions: their commits are timed apart.
+    assert any(phases["transaction_commit"] > 0 for phases in shown), shown
 
 
 def test_the_catalog_shows_the_fragment_fail_stabilize_and_come_back(walk: Walk) -> None:

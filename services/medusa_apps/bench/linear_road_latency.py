@@ -56,6 +56,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import SparkSession
 from rich.console import Console
 
+from medusa.batch_phases import WriterTimes, median_phases
 from medusa.consuming import TupleConsumer
 from medusa.endpoints import Endpoints
 from medusa.envelope import TupleType
@@ -482,6 +483,7 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
     received = context.Value("q", 0)
     stop = context.Event()
     progresses: dict[tuple[str, int], dict[str, Any]] = {}
+    writer_times: dict[str, dict[int, WriterTimes]] = {}
     write_ms = [0.0]
     transactions = [0]
     summary: dict[str, Any] | None = None
@@ -512,6 +514,8 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
                     raise RuntimeError(f"fragment {fragment.name} failed: {failure}")
                 for progress in _progress_dicts(fragment.query):
                     progresses[(fragment.name, int(progress["batchId"]))] = progress
+                writer_times.setdefault(fragment.name, {}).update(
+                    fragment.writer.recent_times.by_batch())
             for sunion in run.sunions:
                 sunion.keep_alive()
 
@@ -565,6 +569,10 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
                 result.error = f"validation: {type(error).__name__}: {error}"
     result.breakdown = batch_breakdown(
         [progresses[key] for key in sorted(progresses)], write_ms[0], transactions[0])
+    result.breakdown["batch_phases_ms"] = {
+        name: median_phases([progresses[key] for key in sorted(progresses) if key[0] == name],
+                            writer_times.get(name, {}))
+        for name in sorted({name for name, _ in progresses})}
     if result.sent:
         # Above 1 when the plan reads its source more than once per batch.
         result.breakdown["input_rows_per_report_sent"] = round(

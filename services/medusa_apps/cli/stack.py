@@ -273,7 +273,25 @@ def _network_tables(network: str, members: list[Any], name_column: Any, number: 
                             Text(", ".join(s.failed_inputs) or "-",
                                  "red" if s.failed_inputs else ""),
                             number(s.lag), number(s.dead_lettered))
-    return [fragments, *errors, sunions]
+    return [fragments, *errors, sunions, *_phase_tables(network, members, local, number)]
+
+
+def _phase_tables(network: str, members: list[Any], local: Any, number: Any) -> list[Any]:
+    """Where each fragment's batches spend their time (``medusa.batch_phases``); none
+    before a batch with input."""
+    from medusa.batch_phases import LABELS, PHASES
+
+    shown = [f for f in members if f.batch_phases_ms]
+    if not shown:
+        return []
+    table = Table(title=f"{network}: where a batch's time goes (ms, median of the recent "
+                        "batches with input; state update and commit are parts of compute)")
+    table.add_column("fragment", overflow="fold")
+    for phase in PHASES:
+        table.add_column(LABELS[phase], justify="right")
+    for f in shown:
+        table.add_row(local(f.name), *(number(f.batch_phases_ms.get(phase)) for phase in PHASES))
+    return [table]
 
 
 def _shortened(error: str) -> str:

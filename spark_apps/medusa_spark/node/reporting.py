@@ -8,6 +8,7 @@ import logging
 import time
 from typing import Any
 
+from medusa.batch_phases import median_phases
 from medusa.catalog.model import Kind
 from medusa.load import BatchSample, fragment_load, utilisation
 from medusa.producing import TupleProducer
@@ -49,7 +50,8 @@ class Reporting:
                           "commit_ms": op.get("commitTimeMs")}
                          for op in progress.get("stateOperators", [])]
             sunion = hosted.sunion.state() if hosted.sunion is not None else {}
-            samples = [BatchSample.of(json.loads(p.json)) for p in run.query.recentProgress]
+            recent = [json.loads(p.json) for p in run.query.recentProgress]
+            samples = [BatchSample.of(p) for p in recent]
             load = fragment_load([s for s in samples if s is not None], int(time.time() * 1000),
                                  self.node.load_window_s)
             batch_ms = int(progress.get("batchDuration") or 0)
@@ -70,8 +72,10 @@ class Reporting:
                 if hosted.bottleneck_since is not None and not run.standby else 0.0,
                 "lag": lag, "restarts": hosted.restarts,
                 "error": failure or self.node.errors.get(hosted.name),
-                "operators": json.dumps({"operators": operators,
-                                         "duration_ms": progress.get("durationMs", {})}),
+                "operators": json.dumps({
+                    "operators": operators, "duration_ms": progress.get("durationMs", {}),
+                    "batch_phases_ms": median_phases(recent,
+                                                     run.writer.recent_times.by_batch())}),
                 "sunion": json.dumps(sunion),
             })
             duration_s = max(0.001, (progress.get("batchDuration") or 0) / 1000.0)

@@ -121,9 +121,20 @@ function renderGraphs(s) {
 
 // --- fragments ----------------------------------------------------------------------------
 
+// Where a fragment's batches spend their time: the median batch, then its phases.
+const PHASE_LABELS = [["plan", "plan"], ["compute", "compute"], ["state_update", "state update"],
+  ["state_commit", "state commit"], ["rows", "rows"], ["produce", "produce"],
+  ["transaction_commit", "Kafka commit"], ["spark_commit", "Spark commit"], ["other", "other"]];
+
+function batchPhases(p) {
+  if (!p || p.total === undefined) return "–";
+  const parts = PHASE_LABELS.filter(([k]) => p[k]).map(([k, label]) => `${label} ${num(p[k], 0)}`);
+  return `${num(p.total, 0)}<div class="note">${esc(parts.join(" · "))}</div>`;
+}
+
 function renderFragments(s) {
   table($("#fragment-table"), ["fragment", "node", "phase", "DPC", "tentative",
-    "corrected", "rows in/s", "rows out/s", "lag", "restarts", ""],
+    "corrected", "rows in/s", "rows out/s", "batch ms", "lag", "restarts", ""],
   s.fragments.map((f) => `<tr data-fragment="${esc(f.name)}" data-dpc="${esc(f.dpc_state)}" ` +
       `data-node="${esc(f.node)}" data-phase="${esc(f.phase)}" ` +
       `data-rows-in="${esc(f.input_rate ?? "")}">` +
@@ -136,6 +147,7 @@ function renderFragments(s) {
           `reader-side replica on ${esc(f.reader_replica)}`) + `</div>` : ""}</td><td>${badge(f.phase)}</td><td>${badge(f.dpc_state)}</td>` +
       `<td class="num">${f.tentative_results}</td><td class="num">${f.corrections}</td>` +
       `<td class="num">${num(f.input_rate)}</td><td class="num">${num(f.processing_rate)}</td>` +
+      `<td class="num" data-batch-phases>${batchPhases(f.batch_phases_ms)}</td>` +
       `<td class="num">${f.lag ?? "–"}</td><td class="num">${f.restarts}</td>` +
       `<td><button class="small" data-move="${esc(f.name)}">Move…</button> ` +
       `<button class="small" data-scale="${esc(f.name)}">Scale…</button>` +
