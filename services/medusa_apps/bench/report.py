@@ -51,6 +51,34 @@ def latency_plot(path: Path, title: str, series: dict[str, list[tuple[float, flo
     plt.close(figure)
 
 
+def path_latency_plot(path: Path, title: str,
+                      series: dict[str, list[tuple[float, float]]]) -> None:
+    """Per path: latency (ms, log scale) over time on the left, its histogram on the right."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure, (over_time, histogram) = plt.subplots(1, 2, figsize=(12, 4.5))
+    measured = {label: points for label, points in series.items() if points}
+    every = [latency for points in measured.values() for _, latency in points]
+    if every:
+        low, high = max(0.1, min(every)), max(every)
+        bins = [low * (high / low) ** (i / 40) for i in range(41)] if high > low else 10
+        for label, points in measured.items():
+            xs, ys = zip(*sorted(points), strict=True)
+            over_time.plot(xs, ys, ".", markersize=3, label=label, alpha=0.7)
+            histogram.hist(ys, bins=bins, alpha=0.5, label=label)
+        over_time.set_yscale("log")
+        histogram.set_xscale("log")
+    over_time.set_xlabel("second of the run")
+    over_time.set_ylabel("produce to readable (ms)")
+    histogram.set_xlabel("produce to readable (ms)")
+    histogram.set_ylabel("results")
+    over_time.set_title(title)
+    over_time.legend(loc="upper right", markerscale=4, fontsize=8)
+    histogram.legend(loc="upper right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def pause_plot(path: Path, title: str,
                runs: dict[str, list[tuple[float, float | None, float]]], slide_s: float) -> None:
     """The output pause of moves against the moved state's size, a line per kind of move

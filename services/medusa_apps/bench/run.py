@@ -5,7 +5,8 @@ confluent-kafka producer, Kafka's tool), ``spark`` (Kafka's consumer tool, a
 plain Spark passthrough, the one-filter fragment with and without its SUnion),
 ``sunion`` (the SUnion next to a bare transactional consume-produce loop),
 ``low-rate`` (a stateful fragment's batches at a few rows a second against Spark's own
-query),
+query), ``latency`` (a stateless fragment's produce-to-readable latency against plain
+Spark's, micro-batch and Real-time Mode),
 ``linear-road`` (the L-rating), ``move``, ``failover``, ``dpc`` (a 30 s partition
 between the participants under steady input), ``dpc-matrix`` (the availability bound
 over placements, faults and their lengths, ``dpc_matrix``) and ``bpm``. The keys of
@@ -43,12 +44,13 @@ from medusa_apps.bench.report import (
     dpc_timeline_plot,
     failover_plot,
     latency_plot,
+    path_latency_plot,
     pause_plot,
     scale_plot,
     write_json,
 )
 
-PARTS = ("producers", "spark", "sunion", "low-rate", "linear-road", "move", "scale",
+PARTS = ("producers", "spark", "sunion", "low-rate", "latency", "linear-road", "move", "scale",
          "failover", "dpc", "dpc-matrix", "bpm")
 WARM_UP_RECORDS = 3000
 
@@ -116,6 +118,7 @@ class _Figures:
     filtered: Throughput | None = None
     direct: Throughput | None = None
     low_rate: Any = None
+    latency: Any = None
     steps: list[Any] = field(default_factory=list)
     floor: Any = None
     moves: list[Any] = field(default_factory=list)
@@ -163,6 +166,14 @@ def _low_rate(bench: _Bench, got: _Figures) -> None:
     with _part("low-rate", bench.errors, bench.say):
         got.low_rate = low_rate.measure(bench.spark, bench.endpoints, bench.registry,
                                         bench.scratch(), say=bench.say)
+
+
+def _latency(bench: _Bench, got: _Figures) -> None:
+    from medusa_apps.bench import stateless_latency
+
+    with _part("latency", bench.errors, bench.say):
+        got.latency = stateless_latency.measure(bench.spark, bench.endpoints, bench.registry,
+                                                bench.scratch(), say=bench.say)
 
 
 def _spark_paths(bench: _Bench, got: _Figures) -> None:
@@ -300,6 +311,7 @@ STEPS = (
     _Step("sunion", _sunion),
     _Step("spark", _spark_paths, spark=True, scratch=True),
     _Step("low-rate", _low_rate, spark=True, scratch=True),
+    _Step("latency", _latency, spark=True, scratch=True),
     _Step("linear-road", _linear_road, spark=True, scratch=True),
     _Step("move", _move, spark=True),
     _Step("scale", _scale, spark=True),
@@ -407,6 +419,9 @@ def _ratios(got: _Figures, records: int) -> dict[str, float | None]:
         "spark_passthrough_over_kafka_consumer_tool": _ratio(passthrough_mean,
                                                              got.consumer_perf),
         "sunion_over_bare_loop": round(got.sunion["ratio"], 3) if got.sunion else None,
+        # The stateless fragment's p50 latency over plain Spark's in Real-time Mode.
+        "fragment_over_spark_realtime_latency":
+            got.latency.fragment_over_spark_realtime() if got.latency is not None else None,
     }
 
 
@@ -438,6 +453,11 @@ def _result(got: _Figures, runs: list[Throughput], records: int, hold_s: int, pa
         # most 150 ms), against Spark's own query doing the same on the same session.
         "fragment": got.low_rate.summary() if got.low_rate is not None
         else {"low_rate_batch_ms": None},
+        # Produce to readable by a read_committed reader, in ms (goals for the stateless
+        # fragment at 20 readings a second: p50 at most 50, p99 at most 250), beside plain
+        # Spark's micro-batch and Real-time Mode in the same run.
+        "latency": got.latency.summary() if got.latency is not None
+        else {"stateless_fragment_p50_ms": None},
         "move_pause": [move.as_dict() for move in got.moves],
         # The largest state moved warm, and the output pause of that move (goal: under 2 s,
         # flat in size); cold_over_warm_at_largest: the pause of a cold move of it, over.
@@ -467,6 +487,7 @@ def _result(got: _Figures, runs: list[Throughput], records: int, hold_s: int, pa
 
 PART_KEYS = {"producers": ("records", "value_size"), "sunion": ("sunion",),
              "linear-road": ("linear_road", "highest_xways_met"), "low-rate": ("fragment",),
+             "latency": ("latency",),
              "move": ("move_pause", "migration"), "scale": ("scale",),
              "failover": ("failover", "false_positives_under_load"), "bpm": ("bpm",)}
 """The keys of ``bench.json`` each part alone measures (``runs``, ``ratios`` and ``dpc``
@@ -523,6 +544,11 @@ def _plot(out: Path, got: _Figures, runs: list[Throughput], records: int,
                  "records per second")
     if got.steps:
         _plot_linear_road(out, got)
+    if got.latency is not None:
+        path_latency_plot(out / "stateless_latency.png",
+                          f"A stateless fragment against plain Spark, "
+                          f"{got.latency.rows_per_s} readings/s: produce to readable",
+                          {path.name: path.over_time for path in got.latency.paths.values()})
     if got.moves:
         _plot_moves(out, got)
     if got.scale is not None:

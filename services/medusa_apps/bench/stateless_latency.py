@@ -1,0 +1,297 @@
+"""A stateless fragment's latency against plain Spark's, side by side in one run.
+
+Readings go to one topic at ``rows_per_s``, each stamped with the wall clock when it is
+produced (``measured_at``, its stime too). Three paths read that topic and keep every
+reading (a filter whose predicate every reading passes):
+
+- **the fragment**: a network of one ``filter`` box run as a node runs it, with the
+  network's defaults but for its trigger (``0 seconds``): its SUnion (a process of its own)
+  releases the readings in buckets of 1 s on the fragment's input topic, the query reads
+  them in micro-batches, and the FragmentWriter writes each batch through the SOutput as
+  one Kafka transaction;
+- **the fragment with fine buckets**: the same with ``bucket: 100 milliseconds``;
+- **plain Spark, micro-batch**: Kafka, the same filter, Spark's Kafka sink; trigger
+  ``0 seconds``, the source's fetch wait at 10 ms as the fragment's;
+- **plain Spark, Real-time Mode** (Spark 4.2 or newer): the same query with
+  ``trigger(realTime=...)``, in update mode.
+
+The producer promises its progress (BOUNDARY) every ``boundary_interval_s``: a SUnion
+releases a bucket once every input partition has passed its end. A ``read_committed``
+consumer per output notes, for each result, the wall clock when it
+became readable minus ``measured_at``: produce to readable, as a user sees it. Results
+of the first ``WARM_UP_S`` seconds are left out (the queries plan and compile then).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from fastavro import parse_schema, schemaless_reader
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro
+from pyspark.sql.streaming import StreamingQuery
+
+from medusa.endpoints import Endpoints
+from medusa.latency_stats import percentile
+from medusa.producing import TupleProducer
+from medusa.schemas import load_schema
+from medusa.settings import END_OF_LOG_FETCH_WAIT_MS, kafka_config, spark_kafka_options
+from medusa.topics import ensure_topics
+from medusa_apps.bench.spark_paths import bench_fragment
+from medusa_spark.fragment import SOURCE_FETCH_WAIT_MS, build_fragment, read_source
+from medusa_spark.sunion_process import SUnionProcess
+
+WARM_UP_S = 20.0
+PREDICATE = "value > -1000000"
+FRAGMENT_BUCKETS = {"fragment": "1 second", "fragment_fine_buckets": "100 milliseconds"}
+"""The fragment as a network deploys it by default (1 s buckets), and with finer buckets."""
+REALTIME_CHECKPOINT_INTERVAL = "10 seconds"
+"""Real-time Mode's batch duration: how often it checkpoints, not a latency."""
+
+
+@dataclass
+class PathLatency:
+    """One path's produce-to-readable latencies, in ms."""
+
+    name: str
+    results: int = 0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    over_time: list[tuple[float, float]] = field(default_factory=list)
+    """(seconds since the input began, latency in ms) of each counted result."""
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "over_time"}
+
+
+@dataclass
+class StatelessLatency:
+    rows_per_s: int
+    seconds: float
+    boundary_interval_s: float
+    paths: dict[str, PathLatency]
+
+    def summary(self) -> dict[str, Any]:
+        fragment, fine, micro, real = (self.paths.get(name) for name in (
+            "fragment", "fragment_fine_buckets", "spark_microbatch", "spark_realtime"))
+        return {
+            "stateless_fragment_p50_ms": fragment.p50_ms if fragment else None,
+            "stateless_fragment_p99_ms": fragment.p99_ms if fragment else None,
+            "stateless_fragment_fine_buckets_p50_ms": fine.p50_ms if fine else None,
+            "stateless_fragment_fine_buckets_p99_ms": fine.p99_ms if fine else None,
+            "spark_microbatch_p50_ms": micro.p50_ms if micro else None,
+            "spark_microbatch_p99_ms": micro.p99_ms if micro else None,
+            "spark_realtime_p50_ms": real.p50_ms if real else None,
+            "spark_realtime_p99_ms": real.p99_ms if real else None,
+            "rows_per_s": self.rows_per_s, "boundary_interval_s": self.boundary_interval_s,
+            "paths": {name: path.as_dict() for name, path in self.paths.items()},
+        }
+
+    def fragment_over_spark_realtime(self) -> float | None:
+        fragment, real = self.paths.get("fragment"), self.paths.get("spark_realtime")
+        if fragment is None or real is None or not fragment.p50_ms or not real.p50_ms:
+            return None
+        return round(fragment.p50_ms / real.p50_ms, 1)
+
+
+def realtime_supported(spark: SparkSession) -> bool:
+    """Whether this Spark's Python API has Real-time Mode's trigger (Spark 4.2 on)."""
+    import inspect
+
+    return "realTime" in inspect.signature(spark.range(1).writeStream.trigger).parameters
+
+
+def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
+            checkpoints: Path, rows_per_s: int = 20, seconds: float = 60.0,
+            boundary_interval_s: float = 0.1,
+            say: Callable[[str], None] = print) -> StatelessLatency:
+    """``boundary_interval_s``: how often the producer promises its partitions' progress
+    (``medusa produce``'s default is 1 s); every SUnion waits for those promises."""
+    run = uuid.uuid4().hex[:6]
+    bootstrap = endpoints.bootstrap("alpha")
+    readings = f"bench.latency.{run}.readings"
+    fragments = {
+        path: bench_fragment(spark, endpoints, registry,
+                             _network(f"bench-latency-{run}-{index}", readings, run, bucket),
+                             f"bench-latency-{run}-{index}")
+        for index, (path, bucket) in enumerate(FRAGMENT_BUCKETS.items())}
+    writers = {path: fragment.writer() for path, fragment in fragments.items()}
+    plain = {"spark_microbatch": f"bench.latency.{run}.spark-microbatch",
+             "spark_realtime": f"bench.latency.{run}.spark-realtime"}
+    ensure_topics(kafka_config(bootstrap), [readings, *plain.values()], partitions=1)
+    outputs = {**{path: f.sink.topics[0] for path, f in fragments.items()}, **plain}
+    realtime = realtime_supported(spark)
+    if not realtime:
+        outputs.pop("spark_realtime")
+    say(f"stateless latency: {rows_per_s} readings a second for {WARM_UP_S + seconds:.0f} s "
+        f"through {', '.join(outputs)}, side by side")
+    began = time.time()
+    readers = {path: _Reader(bootstrap, topic, began + WARM_UP_S) for path, topic in
+               outputs.items()}
+    for reader in readers.values():
+        reader.start()
+    queries: list[StreamingQuery] = []
+    folder = checkpoints / f"latency-{run}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in fragments:
+        (folder / path).mkdir()
+    sunions = [SUnionProcess(f.wiring.sunion_config(), folder / path).start()
+               for path, f in fragments.items()]
+    try:
+        for path, fragment in fragments.items():
+            queries.append(
+                build_fragment(fragment.plan, fragment.wiring,
+                               read_source(spark, fragment.wiring.source))
+                .writeStream.queryName(f"bench-latency-{path}-{run}").outputMode("append")
+                .foreachBatch(writers[path])
+                .option("checkpointLocation", str(folder / path / "checkpoint"))
+                .trigger(processingTime="0 seconds").start())
+        queries.append(
+            _plain_filter(spark, bootstrap, readings, plain["spark_microbatch"])
+            .option("checkpointLocation", str(folder / "microbatch"))
+            .queryName(f"bench-latency-microbatch-{run}")
+            .trigger(processingTime="0 seconds").start())
+        if realtime:
+            queries.append(
+                _plain_filter(spark, bootstrap, readings, plain["spark_realtime"])
+                .option("checkpointLocation", str(folder / "realtime"))
+                .queryName(f"bench-latency-realtime-{run}").outputMode("update")
+                .trigger(realTime=REALTIME_CHECKPOINT_INTERVAL).start())
+        _produce(kafka_config(bootstrap), registry, readings, rows_per_s,
+                 WARM_UP_S + seconds, boundary_interval_s, queries)
+        time.sleep(3.0)  # the last readings' results
+    finally:
+        for query in queries:
+            query.stop()
+        for writer in writers.values():
+            writer.close()
+        for sunion in sunions:
+            sunion.stop()
+        for reader in readers.values():
+            reader.stop()
+    paths = {path: reader.latency(path, began) for path, reader in readers.items()}
+    for measured in paths.values():
+        say(f"  {measured.name}: p50 {measured.p50_ms} ms, p99 {measured.p99_ms} ms over "
+            f"{measured.results} results")
+    return StatelessLatency(rows_per_s, seconds, boundary_interval_s, paths)
+
+
+def _network(name: str, readings: str, run: str, bucket: str) -> str:
+    return yaml.safe_dump({
+        "name": name, "participant": "alpha", "partitions": 1, "trigger": "0 seconds",
+        "bucket": bucket,
+        "streams": {
+            "readings": {"topic": readings, "participant": "alpha",
+                         "schema": "sensor_reading"},
+            "kept": {"topic": f"bench.latency.{run}.{name}.kept", "participant": "alpha",
+                     "schema": "sensor_reading"}},
+        "boxes": {"keep": {"type": "filter", "params": {"predicate": PREDICATE}}},
+        "arrows": [{"from": "readings", "to": "keep"}, {"from": "keep", "to": "kept"}],
+    }, sort_keys=False)
+
+
+def _plain_filter(spark: SparkSession, bootstrap: str, source: str, sink: str) -> Any:
+    """Kafka -> the filter on the decoded reading -> Spark's Kafka sink, the record as it
+    came (value and headers)."""
+    schema = load_schema("sensor_reading").text
+    options = spark_kafka_options(bootstrap)
+    raw: DataFrame = (spark.readStream.format("kafka").options(**options)
+                      .option("subscribe", source).option("startingOffsets", "latest")
+                      .option("includeHeaders", "true")
+                      .option("kafka.fetch.max.wait.ms", str(SOURCE_FETCH_WAIT_MS)).load())
+    reading = from_avro(F.expr("substring(value, 6, length(value) - 5)"), schema)
+    kept = raw.where(reading.getField("value") > -1000000)  # PREDICATE, on the reading
+    return (kept.select("key", "value", "headers").writeStream.format("kafka")
+            .options(**options).option("topic", sink))
+
+
+def _produce(config: dict[str, Any], registry: SchemaRegistryClient, topic: str,
+             rows_per_s: int, seconds: float, boundary_interval_s: float,
+             queries: list[StreamingQuery]) -> None:
+    """Readings at ``rows_per_s``, each stamped with the wall clock as it goes."""
+    interval = 1.0 / rows_per_s
+    sent = 0
+    with TupleProducer({**config, "linger.ms": 0}, registry, topic,
+                       load_schema("sensor_reading"), "bench-latency",
+                       boundary_interval_s=boundary_interval_s) as producer:
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            for query in queries:
+                if not query.isActive:
+                    raise RuntimeError(f"{query.name} stopped: {query.exception()}")
+            now = time.time_ns() // 1_000_000
+            producer.produce({"sensor_id": f"s{sent % 10}", "kind": "temperature",
+                              "value": float(sent % 40), "unit": "C", "measured_at": now,
+                              "site": None}, f"bench-latency/{sent}", now,
+                             key=f"s{sent % 10}")
+            producer.poll()
+            sent += 1
+            time.sleep(max(0.0, started + sent * interval - time.monotonic()))
+
+
+class _Reader(threading.Thread):
+    """Reads one output topic as a ``read_committed`` user would, from its start, and
+    notes each data record's latency (readable minus ``measured_at``)."""
+
+    def __init__(self, bootstrap: str, topic: str, count_from: float) -> None:
+        super().__init__(daemon=True, name=f"latency-reader-{topic}")
+        self.topic = topic
+        self.count_from_ms = count_from * 1000
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._parsed = parse_schema(json.loads(load_schema("sensor_reading").text))
+        self._consumer = Consumer(kafka_config(bootstrap, {
+            "group.id": f"medusa-bench-latency-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest", "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": END_OF_LOG_FETCH_WAIT_MS}))
+
+    def run(self) -> None:
+        self._consumer.subscribe([self.topic])
+        try:
+            while not self._stop.is_set():
+                for message in self._consumer.consume(100, 0.1):
+                    now_ms = time.time_ns() / 1_000_000
+                    error = message.error()
+                    if error is not None:
+                        if error.code() != KafkaError._PARTITION_EOF:
+                            raise RuntimeError(str(error))
+                        continue
+                    value = message.value()
+                    if not value:  # BOUNDARY and the other control records
+                        continue
+                    reading: Any = schemaless_reader(io.BytesIO(value[5:]), self._parsed)
+                    produced = reading["measured_at"]
+                    produced_ms = produced.timestamp() * 1000 if hasattr(
+                        produced, "timestamp") else float(produced)
+                    if produced_ms >= self.count_from_ms:
+                        self.samples.append((produced_ms, now_ms - produced_ms))
+        finally:
+            self._consumer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(10)
+
+    def latency(self, name: str, began: float) -> PathLatency:
+        values = [latency for _, latency in self.samples]
+        path = PathLatency(name, len(values))
+        if values:
+            path.p50_ms = round(percentile(values, 0.5) or 0.0, 1)
+            path.p99_ms = round(percentile(values, 0.99) or 0.0, 1)
+        path.over_time = [(round(at / 1000 - began, 2), round(latency, 1))
+                          for at, latency in self.samples]
+        return path
