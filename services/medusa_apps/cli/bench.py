@@ -19,7 +19,7 @@ def bench(
     max_xways: Annotated[int, typer.Option(min=1, help="Largest L to try.")] = 16,
     only: Annotated[str, typer.Option(
         help="Run only these parts, comma-separated: producers, spark, sunion, "
-             "low-rate, linear-road, move, scale, failover, dpc, dpc-matrix, bpm "
+             "low-rate, latency, linear-road, move, scale, failover, dpc, dpc-matrix, bpm "
              "(default: all).")
                        ] = "",
     linear_road: Annotated[bool, typer.Option(help="Run the Linear Road steps.")] = True,
