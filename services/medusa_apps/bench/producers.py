@@ -76,13 +76,16 @@ def medusa_producer(bootstrap: str, registry: SchemaRegistryClient,
     topic = f"bench.medusa.{uuid.uuid4().hex[:8]}"
     config = kafka_config(bootstrap, linger_ms=20)
     ensure_topics(config, [topic], partitions=4)
-    started = time.perf_counter()
+    # Set up (the schema registered, the topic's partitions read) before the clock starts,
+    # as the hand-written producer is.
     with TupleProducer(config, registry, topic, load_schema("position_report"), "bench",
                        to_dict=to_dict) as producer:
+        started = time.perf_counter()
         for report in reports:
             producer.produce(report, report.tuple_id, STIME_ORIGIN_MS + report.time * 1000,
                              key=str(report.vid))
-    elapsed = time.perf_counter() - started
+        producer.close()
+        elapsed = time.perf_counter() - started
     if producer.stats.failed:
         raise RuntimeError(f"medusa producer: {producer.stats.errors[:3]}")
     value_size = len(producer.serialize(reports[0]))

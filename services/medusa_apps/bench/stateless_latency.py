@@ -107,11 +107,13 @@ class StatelessLatency:
         return round(fragment.p50_ms / real.p50_ms, 1)
 
 
-def realtime_supported(spark: SparkSession) -> bool:
+def realtime_supported() -> bool:
     """Whether this Spark's Python API has Real-time Mode's trigger (Spark 4.2 on)."""
     import inspect
 
-    return "realTime" in inspect.signature(spark.range(1).writeStream.trigger).parameters
+    from pyspark.sql.streaming import DataStreamWriter
+
+    return "realTime" in inspect.signature(DataStreamWriter.trigger).parameters
 
 
 def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
@@ -133,7 +135,7 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
              "spark_realtime": f"bench.latency.{run}.spark-realtime"}
     ensure_topics(kafka_config(bootstrap), [readings, *plain.values()], partitions=1)
     outputs = {**{path: f.sink.topics[0] for path, f in fragments.items()}, **plain}
-    realtime = realtime_supported(spark)
+    realtime = realtime_supported()
     if not realtime:
         outputs.pop("spark_realtime")
     say(f"stateless latency: {rows_per_s} readings a second for {WARM_UP_S + seconds:.0f} s "
@@ -251,7 +253,7 @@ class _Reader(threading.Thread):
         self.topic = topic
         self.count_from_ms = count_from * 1000
         self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
         self._parsed = parse_schema(json.loads(load_schema("sensor_reading").text))
         self._consumer = Consumer(kafka_config(bootstrap, {
             "group.id": f"medusa-bench-latency-{uuid.uuid4().hex[:8]}",
@@ -262,7 +264,7 @@ class _Reader(threading.Thread):
     def run(self) -> None:
         self._consumer.subscribe([self.topic])
         try:
-            while not self._stop.is_set():
+            while not self._stopping.is_set():
                 for message in self._consumer.consume(100, 0.1):
                     now_ms = time.time_ns() / 1_000_000
                     error = message.error()
@@ -283,7 +285,7 @@ class _Reader(threading.Thread):
             self._consumer.close()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
         self.join(10)
 
     def latency(self, name: str, began: float) -> PathLatency:
