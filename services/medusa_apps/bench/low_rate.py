@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.streaming import StreamingQuery
 
+from medusa.batch_phases import describe, median_phases
 from medusa.endpoints import Endpoints
 from medusa.latency_stats import percentile
 from medusa.schemas import schema_for_topic
@@ -57,6 +58,9 @@ class LowRate:
     spark_batch_ms_p90: float | None
     fragment_phases_ms_p50: dict[str, float]
     """Spark's ``durationMs`` of the fragment's batches, each phase's median."""
+    fragment_batch_phases_ms: dict[str, float]
+    """Where the fragment's batches spent their time, each phase's median
+    (``medusa.batch_phases``: Spark's phases with the writer's own)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,11 +123,12 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
     result = LowRate(
         rows_per_s, seconds, len(batches), _percentile(batches, 50),
         _percentile(batches, 90), len(plain), _percentile(plain, 50), _percentile(plain, 90),
-        _phase_medians(counted))
+        _phase_medians(counted), median_phases(counted, writer.recent_times.by_batch()))
     say(f"  fragment: p50 {result.fragment_batch_ms_p50} ms, p90 "
         f"{result.fragment_batch_ms_p90} ms over {result.fragment_batches} batches; Spark's "
         f"own: p50 {result.spark_batch_ms_p50} ms, p90 {result.spark_batch_ms_p90} ms over "
         f"{result.spark_batches}")
+    say(f"  the fragment's median {describe(result.fragment_batch_phases_ms)}")
     return result
 
 
