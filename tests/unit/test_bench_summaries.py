@@ -113,10 +113,12 @@ def test_the_low_rate_summary_keeps_the_fragments_median_and_its_ratio_to_spark(
 
     assert _percentile([], 50) is None
     assert _percentile([300.0, 100.0, 200.0], 50) == 200.0
-    result = LowRate(5, 60.0, 58, 210.0, 260.0, 59, 140.0, 170.0, {"addBatch": 120.0})
+    result = LowRate(5, 60.0, 58, 210.0, 260.0, 59, 140.0, 170.0, {"addBatch": 120.0},
+                     {"compute": 90.0, "transaction_commit": 20.0, "total": 210.0})
     summary = result.summary()
     assert summary["low_rate_batch_ms"] == 210.0
     assert summary["spark_low_rate_batch_ms"] == 140.0
     assert summary["low_rate_over_spark"] == 1.5
     assert summary["low_rate_rows_per_s"] == 5
+    assert summary["runs"]["fragment_batch_phases_ms"]["transaction_commit"] == 20.0
     assert summary["runs"]["fragment_phases_ms_p50"] == {"addBatch": 120.0}
