@@ -277,20 +277,24 @@ def _network_tables(network: str, members: list[Any], name_column: Any, number: 
 
 
 def _phase_tables(network: str, members: list[Any], local: Any, number: Any) -> list[Any]:
-    """Where each fragment's batches spend their time (``medusa.batch_phases``); none
-    before a batch with input."""
+    """Where each fragment's batches spend their time (``medusa.batch_phases``), a row per
+    phase and a column per fragment (phases outnumber a network's fragments, and their
+    names are longer); none before a batch with input."""
     from medusa.batch_phases import LABELS, PHASES
 
     shown = [f for f in members if f.batch_phases_ms]
     if not shown:
         return []
     table = Table(title=f"{network}: where a batch's time goes (ms, median of the recent "
-                        "batches with input; state update and commit are parts of compute)")
-    table.add_column("fragment", overflow="fold")
-    for phase in PHASES:
-        table.add_column(LABELS[phase], justify="right")
+                        "batches with input)")
+    table.add_column("phase")
     for f in shown:
-        table.add_row(local(f.name), *(number(f.batch_phases_ms.get(phase)) for phase in PHASES))
+        table.add_column(local(f.name), justify="right", overflow="fold")
+    for phase in PHASES:
+        label = f"  {LABELS[phase]}" if phase in ("state_update", "state_commit") else \
+            LABELS[phase]
+        table.add_row(label, *(number(f.batch_phases_ms.get(phase)) for f in shown),
+                      end_section=phase == "other")
     return [table]
 
 
