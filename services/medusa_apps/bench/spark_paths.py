@@ -63,6 +63,9 @@ class MeteredSink:
         self.inner = inner
         self.topics = inner.topics
         self.standby = inner.standby
+        self.stats = inner.stats
+        """The SOutput's own (its transactions' commit time among them, which the writer's
+        batch phases read)."""
         self.data_records = 0
         self.write_s = 0.0
         self.writes = 0

@@ -131,13 +131,12 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
                              f"bench-latency-{run}-{index}")
         for index, (path, bucket) in enumerate(FRAGMENT_BUCKETS.items())}
     writers = {path: fragment.writer() for path, fragment in fragments.items()}
-    plain = {"spark_microbatch": f"bench.latency.{run}.spark-microbatch",
-             "spark_realtime": f"bench.latency.{run}.spark-realtime"}
+    realtime = realtime_supported()
+    plain = {"spark_microbatch": f"bench.latency.{run}.spark-microbatch"}
+    if realtime:
+        plain["spark_realtime"] = f"bench.latency.{run}.spark-realtime"
     ensure_topics(kafka_config(bootstrap), [readings, *plain.values()], partitions=1)
     outputs = {**{path: f.sink.topics[0] for path, f in fragments.items()}, **plain}
-    realtime = realtime_supported()
-    if not realtime:
-        outputs.pop("spark_realtime")
     say(f"stateless latency: {rows_per_s} readings a second for {WARM_UP_S + seconds:.0f} s "
         f"through {', '.join(outputs)}, side by side")
     began = time.time()
