@@ -83,6 +83,10 @@ class FragmentStatus:
     batch_phases_ms: dict[str, float] = field(default_factory=dict)
     """Where its recent batches spent their time, each phase's median (``batch_phases``);
     empty before a batch with input."""
+    execution: str | None = None
+    """How its query runs: micro-batch or real-time (None: no report yet)."""
+    execution_why: str | None = None
+    """Why it runs that way (``medusa_spark.realtime``)."""
     lag: int | None = None
     restarts: int = 0
     dpc_state: str = "STABLE"
@@ -223,6 +227,15 @@ def _batch_phases(operators: str | None) -> dict[str, float]:
     return {str(k): float(v) for k, v in phases.items() if isinstance(v, int | float)}
 
 
+def _execution(operators: str | None) -> tuple[str | None, str | None]:
+    """How the fragment's query runs, and why, from a load report (none from an older node)."""
+    try:
+        execution = json.loads(operators or "{}").get("execution") or {}
+        return execution.get("mode"), execution.get("why")
+    except (ValueError, AttributeError):
+        return None, None
+
+
 def _fragment_status(entry: Entry, reports: dict[str, dict[str, Any]]) -> FragmentStatus:
     spec = entry.spec
     network = spec.get("network") or entry.name.rsplit("/", 1)[0]
@@ -243,6 +256,7 @@ def _fragment_status(entry: Entry, reports: dict[str, dict[str, Any]]) -> Fragme
         fragment.processing_rate = load.get("processing_rate")
         fragment.batch_duration_ms = load.get("batch_duration_ms")
         fragment.batch_phases_ms = _batch_phases(load.get("operators"))
+        fragment.execution, fragment.execution_why = _execution(load.get("operators"))
         fragment.lag = load.get("lag")
         fragment.restarts = max(fragment.restarts, int(load.get("restarts") or 0))
         fragment.dpc_state = load.get("dpc_state") or fragment.dpc_state

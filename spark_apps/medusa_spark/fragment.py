@@ -157,12 +157,15 @@ def read_source(spark: SparkSession, source: KafkaStream) -> DataFrame:
 
 
 def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame,
-                   skip_epoch: int = 0) -> DataFrame:
+                   skip_epoch: int = 0, realtime: bool = False) -> DataFrame:
     """The fragment's rows for its writer, from the SUnion's records ``raw`` (Kafka rows:
     value, headers), less the records of the UP_FAILURE periods up to ``skip_epoch``
-    (redone, see ``reconcile``)."""
+    (redone, see ``reconcile``). ``realtime``: for Real-time Mode (see ``realtime``), which
+    has no watermark nor observed metrics (its boxes are stateless)."""
     fragment = wiring.fragment
-    source = without_redone(envelope_of(raw), skip_epoch).withWatermark(STIME, SOURCE_DELAY)
+    source = without_redone(envelope_of(raw), skip_epoch)
+    if not realtime:
+        source = source.withWatermark(STIME, SOURCE_DELAY)
     frames: dict[str, DataFrame] = {}
     for name in fragment.inputs:
         frames[name] = decode_input(source, name, wiring.inputs[name])
@@ -177,7 +180,7 @@ def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame,
         if isinstance(plan.boxes[box], PortBox):
             ports.setdefault(plan.inputs[box]["in"], {})[box] = output
         else:
-            rows.append(_output_rows(box, frames[box], output))
+            rows.append(_output_rows(box, frames[box], output, observed=not realtime))
     for process, outputs in ports.items():
         rows.append(_port_rows(plan, frames[process], outputs))
     # BOUNDARY and INVALID records in one reader of the source, not one each.
@@ -213,12 +216,14 @@ def _kafka_key(output: FragmentOutput, column_of: Callable[[str], str | None]) -
     return F.concat_ws("/", *[F.col(column_of(k) or k).cast("string") for k in output.key])
 
 
-def _output_rows(box: str, results: DataFrame, output: FragmentOutput) -> DataFrame:
+def _output_rows(box: str, results: DataFrame, output: FragmentOutput,
+                 observed: bool = True) -> DataFrame:
     def column_of(field: str) -> str | None:
         return field if field in results.columns else None
 
     trace = F.col(TRACE) if TRACE in results.columns else F.lit(None).cast("string")
-    counted = results.observe(f"box.{box}", F.count(F.lit(1)).alias("rows"))
+    counted = results.observe(f"box.{box}", F.count(F.lit(1)).alias("rows")) if observed \
+        else results
     return counted.select(F.lit(box).alias(OUTPUT), TYPE, ID, STIME,
                           _kafka_key(output, column_of).alias(KEY), trace.alias(TRACE),
                           _packed_value(output, column_of).alias(packed(box)))

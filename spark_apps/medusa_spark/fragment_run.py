@@ -16,7 +16,9 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from medusa_spark.durations import duration_ms
 from medusa_spark.fragment import FragmentWiring, start_query_frame
 from medusa_spark.fragment_writer import FragmentWriter
+from medusa_spark.network.execution import MICRO_BATCH, REAL_TIME
 from medusa_spark.network.validate import Plan
+from medusa_spark.realtime import StagedRelay, execution_of, start_realtime_query
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired
 from medusa_spark.soutput import OutputFencedError, SOutput
 
@@ -62,7 +64,12 @@ class FragmentRun:
     writer: FragmentWriter
     checkpoint: str
     trigger_ms: int = 0
-    """Its trigger interval (0: process what is there, then stop)."""
+    """Its trigger interval (0: process what is there, then stop, or Real-time Mode)."""
+    execution: str = MICRO_BATCH
+    """micro-batch or real-time (see ``realtime``)."""
+    execution_why: str = ""
+    relay: StagedRelay | None = None
+    """A real-time fragment's: passes its staged rows to its writer."""
 
     @property
     def name(self) -> str:
@@ -70,6 +77,9 @@ class FragmentRun:
 
     def failure(self) -> str | None:
         """Why the query stopped, unless it stopped because it was asked to."""
+        if self.relay is not None and self.relay.error is not None and \
+                not self.writer.halted:
+            return _first_lines(f"relay of its staged rows: {self.relay.error}")
         if self.query.isActive or self.writer.halted:
             return None
         error = self.query.exception()
@@ -98,8 +108,13 @@ class FragmentRun:
     def abandon(self) -> None:
         """Stops at once, writing nothing more: the fragment belongs to another node now."""
         self.writer.halt()
+        self._stop_relay()
         self.query.stop()
         self.writer.close()
+
+    def _stop_relay(self) -> None:
+        if self.relay is not None:
+            self.relay.stop()
 
     def hand_over(self, timeout_s: float = 120.0) -> None:
         """Stops at a batch boundary, so the checkpoint holds exactly what was written.
@@ -108,6 +123,13 @@ class FragmentRun:
         batch begun after ``halt`` writes nothing and is replayed by the next runner.
         """
         last = self.writer.halt()
+        if self.relay is not None:
+            # What was staged and not yet written is written by the next runner's relay,
+            # from the position this one committed.
+            self._stop_relay()
+            self.query.stop()
+            self.writer.close()
+            return
         deadline = time.monotonic() + timeout_s
         while last is not None and self.query.isActive:
             progress: dict[str, Any] = self.query.lastProgress or {}
@@ -146,11 +168,18 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     fragment's own in this session (a query's name is unique in it).
     """
     skip_epoch = DpcRecord.load(checkpoint).skip_epoch
-    frame = start_query_frame(spark, plan, wiring, skip_epoch)
     interval = trigger or plan.network.trigger
     writer = FragmentWriter(plan, wiring, standby=standby, on_batch=on_batch,
                             checkpoint=checkpoint)
     suffix = f"/{role}" if role else "/standby" if standby else ""
+    execution, why = execution_of(plan, wiring, standby or role is not None) \
+        if interval != AVAILABLE_NOW else (MICRO_BATCH, "runs what is there, then stops")
+    if execution == REAL_TIME:
+        name = f"{wiring.topic_prefix}{wiring.global_name}{suffix}"
+        query = start_realtime_query(spark, plan, wiring, checkpoint, name, skip_epoch)
+        relay = StagedRelay(wiring, writer, lambda: query).start()
+        return FragmentRun(wiring, query, writer, checkpoint, 0, execution, why, relay)
+    frame = start_query_frame(spark, plan, wiring, skip_epoch)
     stream = (frame.writeStream.queryName(f"{wiring.topic_prefix}{wiring.global_name}{suffix}")
               .outputMode("append")
               .foreachBatch(writer)
@@ -169,7 +198,8 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
                          args=(query, writer, max(duration_ms(interval), 200) / 1000),
                          name=f"idle-boundaries {wiring.global_name}", daemon=True).start()
     return FragmentRun(wiring, query, writer, checkpoint,
-                       0 if interval == AVAILABLE_NOW else duration_ms(interval))
+                       0 if interval == AVAILABLE_NOW else duration_ms(interval),
+                       execution, why)
 
 
 _STARTING = threading.Lock()

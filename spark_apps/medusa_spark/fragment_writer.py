@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Producer
 from opentelemetry import trace
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import to_avro
 
@@ -312,31 +312,32 @@ class FragmentWriter:
 
     def _encoded(self, batch: DataFrame) -> pa.Table:
         """One Spark job: every output's values encoded, plus the control rows' columns."""
-        now = F.unix_millis(F.current_timestamp())
-        value: Any = F.lit(None).cast("binary")
-        for box, output in self.wiring.outputs.items():
-            fields = output.fields.fieldNames()
-            struct = F.col(packed(box))
-            if EMIT_TIME in fields:
-                struct = struct.withField(EMIT_TIME, now)
-            encoded = F.concat(F.lit(wire_prefix(output.stream.schema_id)),
-                               to_avro(struct, output.stream.schema))
-            value = F.when(F.col(OUTPUT) == box, encoded).otherwise(value)
-        # The stime as text, as its header carries it (and no column of numbers with nulls,
-        # which would come out of Arrow as floats).
-        columns = [F.col(OUTPUT), F.col(TYPE), F.col(ID),
-                   F.unix_millis(F.col(STIME)).cast("string").alias(STIME), F.col(KEY),
-                   value.alias("value"),
-                   F.col(TRACE)]
-        extras = [RAW, RAW_HEADERS, REASON, SOURCE, EPOCH, REDO]
-        columns += [F.col(c) if c in batch.columns else
-                    F.lit(None).cast("int" if c in (EPOCH, REDO) else "string").alias(c)
-                    for c in extras]
-        return batch.select(*columns).toArrow()
+        return batch.select(*encoded_columns(self.wiring, batch.columns,
+                                             F.unix_millis(F.current_timestamp()))).toArrow()
+
+    def write_table(self, table: pa.Table, batch_id: int, began: float | None = None) -> None:
+        """Writes rows already encoded (``encoded_columns``) as one batch, as ``__call__``
+        does a micro-batch's: the relay of a real-time fragment (see ``realtime``)."""
+        with self.lock:
+            if self._halted:
+                raise FragmentHaltedError(
+                    f"fragment {self.wiring.global_name} is handing over; its rows from "
+                    f"offset {batch_id} on are left to its next runner")
+            try:
+                self._write_table(table, batch_id, began or time.perf_counter())
+            except Exception as error:
+                self.error = error
+                raise
+            self.last_written = batch_id
+            self.batches += 1
+        if self.on_batch is not None:
+            self.on_batch(self.wiring.global_name, batch_id)
 
     def _write_batch(self, batch: DataFrame, batch_id: int) -> None:
         began = time.perf_counter()
-        table = self._encoded(batch)
+        self._write_table(self._encoded(batch), batch_id, began)
+
+    def _write_table(self, table: pa.Table, batch_id: int, began: float) -> None:
         encoded = time.perf_counter()
         redo = self._dpc_before(table, batch_id)
         tentative = self._tentative_epoch is not None
@@ -610,6 +611,35 @@ class FragmentWriter:
         headers.append((TRACEPARENT_HEADER, own.encode()))
         return OutRecord(record.topic, record.tuple_id, record.value, headers, record.key,
                          record.partition)
+
+
+ENCODED_EXTRAS = (RAW, RAW_HEADERS, REASON, SOURCE, EPOCH, REDO)
+"""The control rows' columns beside a result's (null on results)."""
+
+
+def encoded_columns(wiring: FragmentWiring, columns: Sequence[str], now: Column
+                    ) -> list[Column]:
+    """A fragment's rows as the writer takes them: each output's value encoded (Avro in
+    the wire format, ``emit_time`` stamped with ``now``, epoch milliseconds), the envelope,
+    and the control rows' columns (``ENCODED_EXTRAS``)."""
+    value: Any = F.lit(None).cast("binary")
+    for box, output in wiring.outputs.items():
+        fields = output.fields.fieldNames()
+        struct = F.col(packed(box))
+        if EMIT_TIME in fields:
+            struct = struct.withField(EMIT_TIME, now)
+        encoded = F.concat(F.lit(wire_prefix(output.stream.schema_id)),
+                           to_avro(struct, output.stream.schema))
+        value = F.when(F.col(OUTPUT) == box, encoded).otherwise(value)
+    # The stime as text, as its header carries it (and no column of numbers with nulls,
+    # which would come out of Arrow as floats).
+    selected = [F.col(OUTPUT), F.col(TYPE), F.col(ID),
+                F.unix_millis(F.col(STIME)).cast("string").alias(STIME), F.col(KEY),
+                value.alias("value"), F.col(TRACE)]
+    selected += [F.col(c) if c in columns else
+                 F.lit(None).cast("int" if c in (EPOCH, REDO) else "string").alias(c)
+                 for c in ENCODED_EXTRAS]
+    return selected
 
 
 def redo_traceparent(table: pa.Table, epoch: int) -> str | None:

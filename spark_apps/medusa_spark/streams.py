@@ -51,6 +51,8 @@ class KafkaStream:
     """The writer schema (Avro JSON) registered under ``schema_id``."""
 
 
+SOURCE_OFFSET = "_source_offset"
+"""A real-time fragment's source records' offsets, kept on its control rows (``realtime``)."""
 INPUT = "_input"
 """On the SUnion's records: the fragment input (stream or upstream box) a tuple came from."""
 INPUT_HEADER = "medusa.input"
@@ -59,8 +61,9 @@ INPUT_HEADER = "medusa.input"
 def envelope_of(raw: DataFrame) -> DataFrame:
     """The envelope of Kafka rows, read from their headers once: ``_type`` as declared,
     ``_id``, ``_stime``, the SUnion's ``_input``, the raw value and headers, the trace,
-    and DPC's marks (``_epoch``, ``_redo``)."""
-    return raw.select(
+    and DPC's marks (``_epoch``, ``_redo``); the source offset too where ``raw`` has it."""
+    offset = [F.col(SOURCE_OFFSET)] if SOURCE_OFFSET in raw.columns else []
+    return raw.select(*offset,
         header(TYPE_HEADER).alias(TYPE), header(ID_HEADER).alias(ID),
         F.timestamp_millis(header(STIME_HEADER).cast("long")).alias(STIME),
         header(INPUT_HEADER).alias(INPUT), F.col("value").alias("_bytes"),
@@ -130,7 +133,8 @@ def control_rows(source: DataFrame, inputs: dict[str, KafkaStream]) -> DataFrame
     is_boundary = F.col(TYPE) == BOUNDARY
     rows = source.where(is_boundary | reason.isNotNull())
     unusable = ~is_boundary
-    return rows.select(
+    offset = [F.col(SOURCE_OFFSET)] if SOURCE_OFFSET in source.columns else []
+    return rows.select(*offset,
         F.when(is_boundary, F.lit(BOUNDARY)).otherwise(F.lit(INVALID)).alias(TYPE),
         ID, STIME,
         F.when(is_boundary, F.col(EPOCH)).alias(EPOCH),

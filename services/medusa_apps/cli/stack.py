@@ -273,7 +273,32 @@ def _network_tables(network: str, members: list[Any], name_column: Any, number: 
                             Text(", ".join(s.failed_inputs) or "-",
                                  "red" if s.failed_inputs else ""),
                             number(s.lag), number(s.dead_lettered))
-    return [fragments, *errors, sunions, *_phase_tables(network, members, local, number)]
+    return [fragments, *errors, sunions, *_execution_table(network, members, local, name_column),
+            *_phase_tables(network, members, local, number)]
+
+
+def _execution_table(network: str, members: list[Any], local: Any, name_column: Any
+                     ) -> list[Any]:
+    """How each fragment's query runs, and why: shown once the network asks for Real-time
+    Mode (``execution: real-time``), where some fragments may not run that way."""
+    from rich.text import Text
+
+    from medusa_spark.network.execution import MICRO_BATCH, REAL_TIME
+
+    asked = [f for f in members if f.execution is not None and not (
+        f.execution == MICRO_BATCH and (f.execution_why or "").startswith(
+            "the network's execution is"))]
+    if not asked:
+        return []
+    table = Table(title=f"{network}: how each fragment's query runs")
+    name_column(table, "fragment", [local(f.name) for f in asked])
+    table.add_column("execution")
+    table.add_column("why", overflow="fold")
+    for f in asked:
+        table.add_row(Text(local(f.name)), Text(f.execution or "-", "green" if
+                                                f.execution == REAL_TIME else "yellow"),
+                      f.execution_why or "")
+    return [table]
 
 
 def _phase_tables(network: str, members: list[Any], local: Any, number: Any) -> list[Any]:

@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 
 from medusa_spark.durations import duration_ms
+from medusa_spark.network.execution import realtime_refusal
 from medusa_spark.network.model import NetworkError
 from medusa_spark.network.validate import Plan
 
@@ -48,6 +49,8 @@ class Fragment:
             "arrows": [(a.source, a.target) for a in network.arrows
                        if a.target_box in self.boxes],
         }
+        if realtime_refusal(plan, self) is None:
+            described["execution"] = network.execution  # another query, another checkpoint
         text = json.dumps(described, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 

@@ -72,6 +72,11 @@ class NetworkSpec(BaseModel):
     costs every batch a task and a state store commit, used or not: one for a network
     whose state is one group."""
     trigger: str = "500 milliseconds"
+    execution: Literal["micro-batch", "real-time"] = "micro-batch"
+    """How its fragments' queries run: ``real-time`` runs each fragment that can in Spark's
+    Real-time Mode (stateless boxes, no DPC, no active standby; see ``medusa_spark.realtime``),
+    each record passed on as it is read; the rest run on micro-batches of ``trigger``, and
+    ``medusa status`` says why."""
     bucket: str = "1 second"
     """The SUnion's bucket in stime: a fragment's input is released bucket by bucket once
     every input partition's BOUNDARY has passed it (the producers' BOUNDARY interval)."""

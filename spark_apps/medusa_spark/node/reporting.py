@@ -10,7 +10,7 @@ from typing import Any
 
 from medusa.batch_phases import median_phases
 from medusa.catalog.model import Kind
-from medusa.load import BatchSample, fragment_load, utilisation
+from medusa.load import BatchSample, FragmentLoad, fragment_load, utilisation
 from medusa.producing import TupleProducer
 from medusa.schemas import NODE_LOAD_TOPIC, schema_for_topic
 from medusa.settings import kafka_config
@@ -55,6 +55,8 @@ class Reporting:
             load = fragment_load([s for s in samples if s is not None], int(time.time() * 1000),
                                  self.node.load_window_s)
             batch_ms = int(progress.get("batchDuration") or 0)
+            if run.relay is not None:  # real-time: a batch's tasks run for all of it
+                load = FragmentLoad(run.relay.load(self.node.load_window_s), 0.0)
             if load.demand >= 1.0 or (run.trigger_ms and batch_ms > run.trigger_ms):
                 hosted.bottleneck_since = hosted.bottleneck_since or time.time()
             else:
@@ -75,7 +77,8 @@ class Reporting:
                 "operators": json.dumps({
                     "operators": operators, "duration_ms": progress.get("durationMs", {}),
                     "batch_phases_ms": median_phases(recent,
-                                                     run.writer.recent_times.by_batch())}),
+                                                     run.writer.recent_times.by_batch()),
+                    "execution": {"mode": run.execution, "why": run.execution_why}}),
                 "sunion": json.dumps(sunion),
             })
             duration_s = max(0.001, (progress.get("batchDuration") or 0) / 1000.0)

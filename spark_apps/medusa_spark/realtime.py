@@ -1,0 +1,331 @@
+"""Real-time Mode: a stateless fragment's query in Spark's Real-time Mode, its rows relayed
+through the fragment's writer.
+
+Spark's Real-time Mode (in Python from Spark 4.2) keeps a long-running task per source
+partition and passes each record on as it is read, in milliseconds, where a micro-batch
+waits for its batch to be planned and run. It runs stateless queries only, writes to
+Kafka or a ``foreach`` writer, and has no ``foreachBatch``; a Python ``foreach`` writer
+gets its rows only as each (long) batch ends. So the query writes through Spark's Kafka
+sink to the fragment's *staged* topic (beside its SUnion's, on the node's cluster), each
+row's envelope in headers, and the relay, a thread of the node, reads that topic as the
+records arrive and hands them to the ``FragmentWriter`` as a micro-batch's rows: the
+SOutput's fencing, tuple-id deduplication and transactions, the dead letters and the
+outputs' BOUNDARY records are the same as on micro-batches.
+
+Exactly once: Spark's Kafka sink writes at least once (rows of a batch cut short are
+written again from the checkpoint) and the relay commits its position (a consumer group)
+only after the rows are written; a row written twice has the same tuple id, which the
+SOutput drops.
+
+Boundaries: the query reads its source twice (the results' reader and the control rows'),
+and in Real-time Mode each reader is a task of its own, going at its own pace, so a
+BOUNDARY may be staged before results below it. The relay holds each BOUNDARY back until
+a batch of the query that read past its source offset has ended: every task has then
+written what it read (the sink flushes at a task's end). Results do not wait; the
+outputs' promises trail by up to one batch of ``REALTIME_BATCH``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+from medusa.settings import kafka_config, spark_kafka_options
+from medusa.topics import ensure_topics
+from medusa_spark.fragment import KEY, OUTPUT, FragmentWiring, build_fragment, read_source
+from medusa_spark.fragment_writer import (
+    ENCODED_EXTRAS,
+    FragmentHaltedError,
+    FragmentWriter,
+    encoded_columns,
+)
+from medusa_spark.network.execution import MICRO_BATCH, REAL_TIME, realtime_refusal
+from medusa_spark.network.validate import Plan
+from medusa_spark.streams import (
+    BOUNDARY,
+    EPOCH,
+    ID,
+    RAW,
+    RAW_HEADERS,
+    REDO,
+    SOURCE_OFFSET,
+    STIME,
+    TRACE,
+    TYPE,
+)
+
+log = logging.getLogger(__name__)
+
+REALTIME_BATCH = "5 seconds"
+"""How long each of Real-time Mode's batches runs: how often it checkpoints, and how far
+the outputs' promises trail its results (see the module's doc); not a latency."""
+STAGED_SUFFIX = ".staged"
+RELAY_IDLE_POLL_S = 0.1
+"""How long the relay waits in one poll for a record (it returns as one comes)."""
+PROGRESS_CHECK_S = 0.05
+"""How often, at most, the relay asks the query which batch has ended."""
+_OFFSET = SOURCE_OFFSET
+_RAW_PREFIX = "raw:"
+"""Staged headers that carry an INVALID record's own headers (for its dead letter)."""
+_COLUMNS = (OUTPUT, TYPE, ID, STIME, KEY, "value", TRACE, *ENCODED_EXTRAS)
+
+
+def realtime_supported() -> bool:
+    """Whether this PySpark has Real-time Mode's trigger (``trigger(realTime=...)``)."""
+    return "realTime" in inspect.signature(DataStreamWriter.trigger).parameters
+
+
+def execution_of(plan: Plan, wiring: FragmentWiring, standby: bool) -> tuple[str, str]:
+    """How a fragment's query runs here, and why."""
+    refusal = realtime_refusal(plan, wiring.fragment)
+    if refusal is None and wiring.instance is not None:
+        refusal = "an instance of a scaled-out fragment runs on micro-batches"
+    if refusal is None and standby:
+        refusal = "a standby replica (a warm move's) runs on micro-batches"
+    if refusal is None and not realtime_supported():
+        refusal = "this Spark has no Real-time Mode in Python (4.2 or newer)"
+    if refusal is None:
+        return REAL_TIME, "stateless: each record is passed on as it is read"
+    return MICRO_BATCH, refusal
+
+
+def staged_topic(wiring: FragmentWiring) -> str:
+    return wiring.source.topic + STAGED_SUFFIX
+
+
+def _now_ms() -> Column:
+    """The wall clock per row: ``current_timestamp`` is fixed per batch, and a real-time
+    batch runs for seconds."""
+    return F.expr("CAST(reflect('java.lang.System', 'currentTimeMillis') AS BIGINT)")
+
+
+def _staged_rows(plan: Plan, wiring: FragmentWiring, raw: DataFrame, skip_epoch: int
+                 ) -> DataFrame:
+    """The fragment's rows as Kafka records: the encoded value (an INVALID record's raw
+    value), the envelope and the source offset in headers."""
+    rows = build_fragment(plan, wiring, raw.withColumn(_OFFSET, F.col("offset")),
+                          skip_epoch, realtime=True)
+    encoded = rows.select(*encoded_columns(wiring, rows.columns, _now_ms()),
+                          F.col(_OFFSET))
+    headers = [F.struct(F.lit(name).alias("key"),
+                        F.col(name).cast("string").cast("binary").alias("value"))
+               for name in (c for c in _COLUMNS if c not in ("value", RAW, RAW_HEADERS))]
+    raw_headers = F.transform(
+        F.coalesce(F.col(RAW_HEADERS), F.array().cast("array<struct<key:string,value:binary>>")),
+        lambda h: F.struct(F.concat(F.lit(_RAW_PREFIX), h["key"]).alias("key"),
+                           h["value"].alias("value")))
+    return encoded.select(
+        F.coalesce(F.col("value"), F.col(RAW).cast("binary")).alias("value"),
+        F.concat(F.array(*headers, F.struct(F.lit(_OFFSET).alias("key"),
+                                            F.col(_OFFSET).cast("string").cast("binary")
+                                            .alias("value"))),
+                 raw_headers).alias("headers"))
+
+
+def start_realtime_query(spark: SparkSession, plan: Plan, wiring: FragmentWiring,
+                         checkpoint: str, name: str, skip_epoch: int = 0) -> StreamingQuery:
+    """The fragment's query in Real-time Mode, staging its rows (see the module's doc)."""
+    staged = staged_topic(wiring)
+    ensure_topics(kafka_config(wiring.source.bootstrap), [staged], partitions=1)
+    stream = _staged_rows(plan, wiring, read_source(spark, wiring.source), skip_epoch) \
+        .writeStream.format("kafka")
+    for key, value in spark_kafka_options(wiring.source.bootstrap).items():
+        stream = stream.option(key, value)
+    return (stream.option("topic", staged)
+            .option("checkpointLocation", checkpoint)
+            .option("kafka.linger.ms", "0")
+            .queryName(name).outputMode("update")
+            .trigger(realTime=REALTIME_BATCH)  # type: ignore[call-overload,unused-ignore]
+            .start())
+
+
+class StagedRelay:
+    """Reads a real-time fragment's staged topic and writes its rows through the
+    fragment's writer (see the module's doc)."""
+
+    def __init__(self, wiring: FragmentWiring, writer: FragmentWriter,
+                 query: Callable[[], StreamingQuery | None]) -> None:
+        self.wiring = wiring
+        self.writer = writer
+        self._query = query
+        self.topic = staged_topic(wiring)
+        self.group = f"medusa.relay.{wiring.topic_prefix}{wiring.global_name}"
+        self.error: Exception | None = None
+        self.relayed = 0
+        self._held: list[tuple[int, dict[str, Any]]] = []
+        """BOUNDARY rows not yet safe to pass on: (source offset, row)."""
+        self._passed_source_offset = -1
+        """The source offset below which every row is staged (the newest ended batch's)."""
+        self._seen_batch = -1
+        self._ended: list[tuple[int, int]] = []
+        """Ended batches not yet passed on: (the staged topic's end then, the source
+        offset the batch read to)."""
+        self._position = 0
+        """The staged offset after the last row read."""
+        self._checked_at = 0.0
+        self._relayed_batches = 0
+        self._busy: deque[tuple[float, float]] = deque(maxlen=100_000)
+        """(when, seconds) of each write: the fragment's load (the query's tasks run for
+        the whole of each batch, so Spark's progress says nothing of it)."""
+        self._stopping = threading.Event()
+        self._consumer = Consumer(kafka_config(
+            wiring.source.bootstrap, **{
+                "group.id": self.group, "enable.auto.commit": False,
+                "auto.offset.reset": "earliest", "fetch.wait.max.ms": 5,
+                "fetch.min.bytes": 1, "isolation.level": "read_uncommitted"}))
+        start = self._start_offset()
+        self._position = max(start, 0)
+        self._consumer.assign([TopicPartition(self.topic, 0, start)])
+        self._thread = threading.Thread(target=self._run, name=f"relay {wiring.global_name}",
+                                        daemon=True)
+
+    def _start_offset(self) -> int:
+        committed = self._consumer.committed([TopicPartition(self.topic, 0)], timeout=10)
+        offset = committed[0].offset if committed else -1
+        return offset if offset >= 0 else OFFSET_BEGINNING
+
+    def load(self, window_s: float) -> float:
+        """The share of the last ``window_s`` seconds the relay spent writing."""
+        since = time.monotonic() - window_s
+        return min(1.0, sum(spent for at, spent in list(self._busy) if at >= since) / window_s)
+
+    def start(self) -> StagedRelay:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(10)
+        with contextlib.suppress(RuntimeError):  # closed already
+            self._consumer.close()
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                first = self._consumer.poll(RELAY_IDLE_POLL_S if not self._held
+                                            else PROGRESS_CHECK_S)
+                messages = [] if first is None else \
+                    [first, *self._consumer.consume(10_000, 0)]
+                rows, last = self._rows(messages)
+                if last is not None:
+                    self._position = last + 1
+                released = self._released_boundaries()
+                rows += released
+                if rows:
+                    began = time.perf_counter()
+                    self.writer.write_table(_table(rows), self._batch_id(last), began)
+                    self.relayed += len(rows)
+                    self._busy.append((time.monotonic(), time.perf_counter() - began))
+                if released:  # every result below them is written: promise them now
+                    self.writer.write_idle_boundaries(None)
+                if last is not None:
+                    self._consumer.commit(offsets=[TopicPartition(self.topic, 0, last + 1)],
+                                          asynchronous=True)
+        except FragmentHaltedError:
+            return
+        except Exception as error:  # the node sees it through the fragment's run
+            self.error = error
+            log.exception("%s: the relay of the staged rows stopped",
+                          self.wiring.global_name)
+
+    def _batch_id(self, last: int | None) -> int:
+        """A relayed batch's id: the staged offset after its last record (rising, also
+        across restarts)."""
+        self._relayed_batches += 1
+        return self._position if last is not None else \
+            max(self.writer.last_written or 0, self._position)
+
+    def _rows(self, messages: list[Any]) -> tuple[list[dict[str, Any]], int | None]:
+        rows = []
+        last = None
+        for message in messages:
+            if message.error() is not None:
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"relay of {self.topic}: {message.error()}")
+                continue
+            last = message.offset()
+            row = _row(message)
+            if row[TYPE] == BOUNDARY and row[OUTPUT] is None:
+                self._held.append((int(row.pop(_OFFSET)), row))
+            else:
+                row.pop(_OFFSET, None)
+                rows.append(row)
+        return rows, last
+
+    def _released_boundaries(self) -> list[dict[str, Any]]:
+        """The held BOUNDARY rows whose source offset an ended batch of the query passed,
+        once the relay has read every row staged before that batch ended."""
+        if not self._held:
+            return []
+        now = time.monotonic()
+        if now - self._checked_at >= PROGRESS_CHECK_S:
+            self._checked_at = now
+            self._note_ended_batch()
+        safe = max((end for staged_to, end in self._ended if staged_to <= self._position),
+                   default=-1)
+        self._ended = [(s, e) for s, e in self._ended if s > self._position]
+        self._passed_source_offset = max(self._passed_source_offset, safe)
+        released = [row for offset, row in self._held if offset < self._passed_source_offset]
+        self._held = [(o, r) for o, r in self._held if o >= self._passed_source_offset]
+        return released
+
+    def _note_ended_batch(self) -> None:
+        """Notes the newest ended batch's end offset in the source, with how far the
+        staged topic reached then."""
+        query = self._query()
+        progress: dict[str, Any] = (query.lastProgress if query is not None else None) or {}
+        batch = int(progress.get("batchId", -1))
+        if batch <= self._seen_batch:
+            return
+        self._seen_batch = batch
+        end = -1
+        for source in progress.get("sources") or []:
+            ends = source.get("endOffset") or {}
+            for partitions in (ends.values() if isinstance(ends, dict) else ()):
+                for offset in (partitions or {}).values():
+                    end = max(end, int(offset))
+        _, staged_to = self._consumer.get_watermark_offsets(
+            TopicPartition(self.topic, 0), timeout=5, cached=False)
+        self._ended.append((staged_to, end))
+
+
+def _row(message: Any) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(_COLUMNS)
+    raw_headers = []
+    for key, value in message.headers() or []:
+        if key.startswith(_RAW_PREFIX):
+            raw_headers.append({"key": key[len(_RAW_PREFIX):], "value": value})
+        elif value is not None:
+            row[key] = value.decode()
+    if row[TYPE] == "INVALID":
+        row[RAW] = message.value()
+        row[RAW_HEADERS] = raw_headers
+    else:
+        row["value"] = message.value()
+    for name in (EPOCH, REDO):
+        row[name] = None if row[name] is None else int(row[name])
+    return row
+
+
+_SCHEMA = pa.schema([
+    *[pa.field(name, pa.binary() if name in ("value", RAW) else
+               pa.int32() if name in (EPOCH, REDO) else
+               pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+               if name == RAW_HEADERS else pa.string()) for name in _COLUMNS]])
+
+
+def _table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=_SCHEMA)

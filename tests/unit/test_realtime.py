@@ -1,0 +1,157 @@
+"""Real-time Mode (``medusa_spark.realtime``): which fragments run that way and why, the
+staged rows as the relay reads them, and the BOUNDARY records it holds back until an ended
+batch of the query has passed them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from rich.console import Console
+
+from medusa.federation_status import FragmentStatus
+from medusa_apps.cli.stack import _execution_table
+from medusa_spark.fragment import OUTPUT
+from medusa_spark.network.execution import realtime_refusal
+from medusa_spark.network.fragments import group
+from medusa_spark.network.model import parse_network
+from medusa_spark.network.validate import Plan, check_structure
+from medusa_spark.realtime import _OFFSET, StagedRelay, _row, _table
+from medusa_spark.streams import BOUNDARY, EPOCH, ID, RAW, RAW_HEADERS, STIME, TYPE
+
+pytestmark = pytest.mark.unit
+
+FILTER = {"type": "filter", "params": {"predicate": "speed > 0"}}
+WINDOW = {"type": "aggregate", "params": {
+    "window": {"type": "tumbling", "size": "60 seconds"}, "group_by": ["seg"],
+    "aggregates": {"cars": {"count": "vid"}}, "fields": {"seg": "seg", "cars": "cars"}}}
+
+
+def _plan(boxes: dict[str, Any], **overrides: Any) -> Plan:
+    names = list(boxes)
+    arrows = [{"from": "reports", "to": names[0]}] + [
+        {"from": a, "to": b} for a, b in zip(names, names[1:], strict=False)]
+    raw = {"name": "t", "participant": "alpha", "execution": "real-time",
+           "streams": {"reports": {"topic": "in.reports", "participant": "alpha",
+                                   "schema": "position_report"}},
+           "boxes": boxes, "arrows": arrows, **overrides}
+    return check_structure(parse_network(yaml.safe_dump(raw, sort_keys=False)))
+
+
+def _only_fragment(plan: Plan) -> Any:
+    (fragment,) = group(plan, dict.fromkeys(plan.network.boxes, "alpha/n1")).values()
+    return fragment
+
+
+def test_a_stateless_fragment_may_run_in_real_time_mode() -> None:
+    plan = _plan({"moving": FILTER})
+    assert realtime_refusal(plan, _only_fragment(plan)) is None
+
+
+@pytest.mark.parametrize(("boxes", "overrides", "why"), [
+    ({"moving": FILTER}, {"execution": "micro-batch"}, "the network's execution is micro-batch"),
+    ({"moving": FILTER, "per_minute": WINDOW}, {}, "box 'per_minute' (aggregate) keeps state"),
+    ({"moving": FILTER}, {"availability_bound": "3 seconds"}, "DPC"),
+    ({"moving": {**FILTER, "ha": "active"}}, {}, "active standby"),
+])
+def test_the_rest_stay_on_micro_batches_and_say_why(boxes: dict[str, Any],
+                                                    overrides: dict[str, Any],
+                                                    why: str) -> None:
+    plan = _plan(boxes, **overrides)
+    refusal = realtime_refusal(plan, _only_fragment(plan))
+    assert refusal is not None and why in refusal, refusal
+
+
+def test_real_time_mode_is_another_checkpoint_for_a_stateless_fragment_only() -> None:
+    def fingerprint(boxes: dict[str, Any], execution: str) -> str:
+        plan = _plan(boxes, execution=execution)
+        return _only_fragment(plan).fingerprint(plan)
+
+    stateless = {"moving": FILTER}
+    assert fingerprint(stateless, "real-time") != fingerprint(stateless, "micro-batch")
+    stateful = {"moving": FILTER, "per_minute": WINDOW}
+    assert fingerprint(stateful, "real-time") == fingerprint(stateful, "micro-batch")
+
+
+class _Message:
+    def __init__(self, offset: int, headers: list[tuple[str, bytes | None]],
+                 value: bytes | None = None) -> None:
+        self._offset, self._headers, self._value = offset, headers, value
+
+    def error(self) -> None:
+        return None
+
+    def offset(self) -> int:
+        return self._offset
+
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        return self._headers
+
+    def value(self) -> bytes | None:
+        return self._value
+
+
+def _result(offset: int, stime: int) -> _Message:
+    return _Message(offset, [(OUTPUT, b"kept"), (TYPE, b"STABLE"), (ID, f"t{stime}".encode()),
+                             (STIME, str(stime).encode())], b"\x00avro")
+
+
+def _boundary(offset: int, stime: int, source_offset: int) -> _Message:
+    return _Message(offset, [(TYPE, BOUNDARY.encode()), (ID, f"b{stime}".encode()),
+                             (STIME, str(stime).encode()),
+                             (_OFFSET, str(source_offset).encode())])
+
+
+def test_staged_records_become_the_writer_s_rows() -> None:
+    invalid = _Message(3, [(TYPE, b"INVALID"), ("_reason", b"not Avro"), (EPOCH, b"2"),
+                           ("raw:medusa.id", b"x1")], b"garbage")
+    rows = [_row(message) for message in (_result(1, 1000), invalid)]
+    table = _table([{k: v for k, v in row.items() if k != _OFFSET} for row in rows])
+    assert table.column(OUTPUT).to_pylist() == ["kept", None]
+    assert table.column("value").to_pylist() == [b"\x00avro", None]
+    assert table.column(RAW).to_pylist() == [None, b"garbage"]
+    assert table.column(RAW_HEADERS).to_pylist()[1] == [{"key": "medusa.id", "value": b"x1"}]
+    assert table.column(EPOCH).to_pylist() == [None, 2]
+
+
+def _relay() -> StagedRelay:
+    relay = object.__new__(StagedRelay)  # its state only: no consumer, no thread
+    relay.topic = "t.staged"
+    relay._held, relay._ended = [], []
+    relay._passed_source_offset, relay._position, relay._checked_at = -1, 0, float("inf")
+    return relay
+
+
+def test_a_boundary_waits_for_an_ended_batch_that_passed_it_and_for_its_rows() -> None:
+    relay = _relay()
+    rows, last = relay._rows([_result(0, 1000), _boundary(1, 1010, source_offset=7)])
+    assert [r[ID] for r in rows] == ["t1000"], "results go at once, the boundary is held"
+    relay._position = last + 1
+    assert relay._released_boundaries() == []
+    relay._ended.append((5, 7))  # ended at source offset 7: the boundary at 7 not passed
+    assert relay._released_boundaries() == []
+    relay._ended.append((9, 8))  # passed it, but rows were staged up to 9 by then
+    assert relay._released_boundaries() == []
+    relay._position = 9
+    assert [r[ID] for r in relay._released_boundaries()] == ["b1010"]
+    assert relay._held == []
+
+
+def _status(execution: str, why: str, name: str = "alpha/t/f") -> FragmentStatus:
+    return FragmentStatus(name, "alpha/t", "alpha/n1", "running", execution=execution,
+                          execution_why=why)
+
+
+def test_status_says_how_each_fragment_runs_once_the_network_asks_for_real_time() -> None:
+    def shown(fragments: list[FragmentStatus]) -> str:
+        console = Console(width=100, record=True)
+        for table in _execution_table("alpha/t", fragments, lambda n: n.split("/")[-1],
+                                      lambda table, header, _: table.add_column(header)):
+            console.print(table)
+        return console.export_text()
+
+    assert shown([_status("micro-batch", "the network's execution is micro-batch")]) == ""
+    text = shown([_status("real-time", "stateless", "alpha/t/a"),
+                  _status("micro-batch", "box 'w' (aggregate) keeps state", "alpha/t/b")])
+    assert "real-time" in text and "keeps state" in text, text
