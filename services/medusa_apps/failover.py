@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Kind
 from medusa.endpoints import Endpoints
+from medusa.federation_status import federation_status
 from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput
 from medusa.settings import kafka_config
 from medusa_spark.deploy import deploy, undeploy
@@ -52,6 +53,9 @@ class FailoverOutcome:
     """Arrivals of the continuous stream (out of ``plausible``) and of the windowed results."""
     sent_ids: list[str]
     expected_windows: dict[str, dict[str, Any]]
+    executions: dict[str, str | None] = field(default_factory=dict)
+    """How each fragment's query ran before the failure (micro-batch or real-time), as
+    ``medusa status`` said."""
 
     @property
     def detection_s(self) -> float | None:
@@ -147,16 +151,19 @@ def run_failover(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Sp
                  catalog: CatalogClient, mode: str, primary: str, secondary: str,
                  fail: Callable[[], None], sensors: int = 10, seconds: int = 50,
                  fail_after_first_s: float = 8.0, say: Callable[[str], None] = lambda _: None,
-                 trace_every: int = 0, after_recovery_s: float = AFTER_RECOVERY_S
-                 ) -> FailoverOutcome:
-    """Runs the scenario; ``fail`` brings ``primary`` down (kill -9, or a pause)."""
-    name = f"ha-{mode[:3]}-{uuid.uuid4().hex[:6]}"
+                 trace_every: int = 0, after_recovery_s: float = AFTER_RECOVERY_S,
+                 execution: str = "micro-batch") -> FailoverOutcome:
+    """Runs the scenario; ``fail`` brings ``primary`` down (kill -9, or a pause).
+    ``execution``: the network's (with ``real-time``, its stateless fragment runs in
+    Spark's Real-time Mode)."""
+    name = f"ha-{mode[:3]}-{'rt-' if execution == 'real-time' else ''}{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
     prefix = f"{name}."
     alpha = kafka_config(endpoints.bootstrap("alpha"))
     beta = kafka_config(endpoints.bootstrap("beta"))
     topics = {box: f"{prefix}medusa.{name}.{box}" for box in BOXES}
-    deploy(network_yaml(name, prefix, ha=mode, fragments=FRAGMENTS), name, endpoints,
+    deploy(network_yaml(name, prefix, ha=mode, fragments=FRAGMENTS, execution=execution),
+           name, endpoints,
            registry, spark, catalog, dict.fromkeys(BOXES, primary), report=lambda _: None)
     try:
         wait_placed(catalog, network, primary, secondary if mode == "active" else None)
@@ -183,6 +190,9 @@ def run_failover(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Sp
         while not watch.ids(topics["per_sensor"]) and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(fail_after_first_s)
+        executions = {f.name.rsplit("/", 1)[-1]: f.execution
+                      for f in federation_status(endpoints, registry).fragments
+                      if f.network == network}
         failures = _FailureWatch(endpoints.catalog_url, primary).start()
         kill_ms = int(time.time() * 1000)
         fail()
@@ -203,7 +213,7 @@ def run_failover(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Sp
         passed = {box: watch.arrived(topic) for box, topic in topics.items()}
         outcome = FailoverOutcome(mode, primary, secondary, kill_ms, failures.declared_ms,
                                   placement, passed, [r.tuple_id for r in steady.sent],
-                                  expected)
+                                  expected, executions)
         say(f"  {mode}: detected in {outcome.detection_s} s, first output after "
             f"{outcome.first_after_kill_s} s, gap {outcome.output_gap_s} s, "
             f"lost {len(outcome.lost())}, duplicated {len(outcome.duplicated())}")

@@ -40,11 +40,11 @@ def _restart(node: NodeProcess) -> None:
 
 
 def _failover(federation, nodes, spark, registry_module, mode: str, primary: str,
-              secondary: str) -> FailoverOutcome:
+              secondary: str, execution: str = "micro-batch") -> FailoverOutcome:
     with CatalogClient(federation.catalog_url) as catalog:
         outcome = run_failover(federation, registry_module, spark, catalog, mode, primary,
                                secondary, nodes[primary].kill, trace_every=TRACE_EVERY,
-                               **QUICK)
+                               execution=execution, **QUICK)
     _restart(nodes[primary])  # rejoins as a new incarnation, with no fragments
     return outcome
 
@@ -57,6 +57,19 @@ def _assert_exactly_once(outcome: FailoverOutcome) -> None:
     assert not outcome.duplicated(), f"duplicated: {outcome.duplicated()[:5]}"
     assert not outcome.wrong(), f"differ from the reference: {outcome.wrong()[:5]}"
     assert outcome.first_after_kill_s is not None, "no output after the kill"
+
+
+def test_a_real_time_fragment_resumes_on_the_secondary_exactly_once(
+        federation, nodes, spark, registry_module) -> None:
+    """``execution: real-time``: the stateless check fragment runs in Spark's Real-time
+    Mode, its rows relayed through its SOutput; killed -9 with its node, it resumes on the
+    secondary from its checkpoint and the relay's committed position, and the sink sees
+    every result once (the windows fragment, stateful, stays on micro-batches)."""
+    outcome = _failover(federation, nodes, spark, registry_module, "passive", A2, A1,
+                        execution="real-time")
+    assert outcome.executions == {"check": "real-time", "windows": "micro-batch"}, \
+        outcome.executions
+    _assert_exactly_once(outcome)
 
 
 @pytest.fixture(scope="module")

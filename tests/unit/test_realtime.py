@@ -4,6 +4,7 @@ batch of the query has passed them."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ WINDOW = {"type": "aggregate", "params": {
 def _plan(boxes: dict[str, Any], **overrides: Any) -> Plan:
     names = list(boxes)
     arrows = [{"from": "reports", "to": names[0]}] + [
-        {"from": a, "to": b} for a, b in zip(names, names[1:], strict=False)]
+        {"from": a, "to": b} for a, b in pairwise(names)]
     raw = {"name": "t", "participant": "alpha", "execution": "real-time",
            "streams": {"reports": {"topic": "in.reports", "participant": "alpha",
                                    "schema": "position_report"}},
