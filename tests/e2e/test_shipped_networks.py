@@ -22,13 +22,15 @@ from medusa.settings import REPO_ROOT, kafka_config
 from medusa.stable_view import StableView
 from tests.federation_processes import federation_env
 from tests.fragment_checks import wait_network_running
-from tests.waiting import first_within
+from tests.waiting import first_within, wait_for
 
 pytestmark = pytest.mark.e2e
 
 SHIPPED = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks"
 DEPLOYED_BY_OTHER_TESTS = {"linear_road.yaml": "test_demo.py",
                            "sensor_pair.yaml": "test_readme_dpc.py"}
+REAL_TIME = {"sensor_alerts.yaml"}
+"""Deployed by ``test_a_real_time_network_passes_each_reading_on_once`` below."""
 SENSORS = 4
 ROUNDS = 25
 """Readings per sensor, a second apart, sent in real time: two 10-second windows close."""
@@ -36,7 +38,7 @@ ROUNDS = 25
 
 def test_every_shipped_network_has_a_deployment_test() -> None:
     shipped = {path.name for path in SHIPPED.glob("*.yaml")}
-    assert shipped == set(INPUTS) | set(DEPLOYED_BY_OTHER_TESTS)
+    assert shipped == set(INPUTS) | set(DEPLOYED_BY_OTHER_TESTS) | REAL_TIME
 
 
 def _medusa(env: dict[str, str], *args: str) -> str:
@@ -140,3 +142,54 @@ def test_a_shipped_network_deploys_with_default_placement_and_answers(
         finally:
             _medusa(env, "undeploy", name)
             _medusa(env, "contract", "revoke", f"alpha/{contract}", "--by", "alpha")
+
+
+def test_a_real_time_network_passes_each_reading_on_once(alpha_beta_nodes, federation,
+                                                        registry, tmp_path) -> None:
+    """sensor_alerts.yaml: its filter runs in Spark's Real-time Mode (``medusa status``
+    says so), and the hot readings come out each once, as the reference says."""
+    raw = yaml.safe_load((SHIPPED / "sensor_alerts.yaml").read_text())
+    prefix = f"shipped{uuid.uuid4().hex[:6]}."
+    raw["topic_prefix"] = prefix
+    network = tmp_path / "sensor_alerts.yaml"
+    network.write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = {**federation_env(federation, tmp_path), "COLUMNS": "200",
+           "MEDUSA_PRODUCER_BOUNDARY_INTERVAL_S": "0.05"}
+    name = f"alpha/{raw['name']}"
+    deployed = _medusa(env, "deploy", str(network))
+    assert f"deployed {name}" in deployed
+    with CatalogClient(federation.catalog_url) as catalog:
+        try:
+            wait_network_running(catalog, name, timeout_s=240)
+            _medusa(env, "produce", "sensors", "--participant", "alpha", "--topic-prefix",
+                    prefix, "--sensors", str(SENSORS), "--count", str(SENSORS * ROUNDS),
+                    "--interval-ms", "200", "--speedup", "1")
+            readings = _readings(federation, registry,
+                                 {"alpha": f"{prefix}sensors.readings"})["alpha"]
+            hot = {r.tuple_id for r in readings if r.kind == "temperature" and r.value > 21}
+            assert hot, "the walk never went above 21"
+            with TupleConsumer(kafka_config(federation.bootstrap("alpha")), registry,
+                               [f"{prefix}sensors.hot"],
+                               f"shipped-{uuid.uuid4().hex[:6]}") as consumer:
+                got: list[str] = []
+
+                def complete() -> bool:
+                    consumed = consumer.poll(1.0)
+                    if consumed is not None and consumed.record.type is TupleType.STABLE:
+                        got.append(consumed.record.tuple_id)
+                    return set(got) >= hot
+
+                first_within(complete, 180, interval_s=0)
+                got += [c.record.tuple_id for c in consumer.drain(idle_s=3)
+                        if c.record.type is TupleType.STABLE]
+            assert sorted(got) == sorted(hot), "each hot reading once, and no other"
+
+            def says_real_time() -> str | None:
+                shown = _medusa(env, "status")
+                return shown if "real-time" in shown else None
+
+            shown = wait_for("medusa status to say the filter runs in real time",
+                             says_real_time, 60)
+            assert "stateless" in shown, shown
+        finally:
+            _medusa(env, "undeploy", name)
