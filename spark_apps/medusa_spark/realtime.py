@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import logging
 import threading
 import time
@@ -37,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -174,6 +175,8 @@ class StagedRelay:
         offset the batch read to)."""
         self._position = 0
         """The staged offset after the last row read."""
+        self._written_to: int | None = None
+        """The staged offset after the last row written (what the relay commits)."""
         self._checked_at = 0.0
         self._relayed_batches = 0
         self._busy: deque[tuple[float, float]] = deque(maxlen=100_000)
@@ -209,6 +212,10 @@ class StagedRelay:
         self._stopping.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(10)
+        if self._written_to is not None:  # the next runner's relay starts there
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self._consumer.commit(offsets=[TopicPartition(self.topic, 0, self._written_to)],
+                                      asynchronous=False)
         with contextlib.suppress(RuntimeError):  # closed already
             self._consumer.close()
 
@@ -232,6 +239,7 @@ class StagedRelay:
                 if released:  # every result below them is written: promise them now
                     self.writer.write_idle_boundaries(None)
                 if last is not None:
+                    self._written_to = last + 1
                     self._consumer.commit(offsets=[TopicPartition(self.topic, 0, last + 1)],
                                           asynchronous=True)
         except FragmentHaltedError:
@@ -294,6 +302,8 @@ class StagedRelay:
         end = -1
         for source in progress.get("sources") or []:
             ends = source.get("endOffset") or {}
+            if isinstance(ends, str):  # PySpark's progress object keeps it as JSON
+                ends = json.loads(ends)
             for partitions in (ends.values() if isinstance(ends, dict) else ()):
                 for offset in (partitions or {}).values():
                     end = max(end, int(offset))
