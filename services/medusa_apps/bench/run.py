@@ -119,6 +119,8 @@ class _Figures:
     direct: Throughput | None = None
     low_rate: Any = None
     latency: Any = None
+    latency_high: Any = None
+    """The same paths at ``stateless_latency.HIGH_RATE`` readings a second."""
     steps: list[Any] = field(default_factory=list)
     floor: Any = None
     moves: list[Any] = field(default_factory=list)
@@ -174,6 +176,10 @@ def _latency(bench: _Bench, got: _Figures) -> None:
     with _part("latency", bench.errors, bench.say):
         got.latency = stateless_latency.measure(bench.spark, bench.endpoints, bench.registry,
                                                 bench.scratch(), say=bench.say)
+    with _part("latency", bench.errors, bench.say):
+        got.latency_high = stateless_latency.measure(
+            bench.spark, bench.endpoints, bench.registry, bench.scratch(),
+            rows_per_s=stateless_latency.HIGH_RATE, seconds=40.0, say=bench.say)
 
 
 def _spark_paths(bench: _Bench, got: _Figures) -> None:
@@ -456,8 +462,12 @@ def _result(got: _Figures, runs: list[Throughput], records: int, hold_s: int, pa
         # Produce to readable by a read_committed reader, in ms (goals for the stateless
         # fragment at 20 readings a second: p50 at most 50, p99 at most 250), beside plain
         # Spark's micro-batch and Real-time Mode in the same run.
-        "latency": got.latency.summary() if got.latency is not None
-        else {"stateless_fragment_p50_ms": None},
+        "latency": {**(got.latency.summary() if got.latency is not None
+                       else {"stateless_fragment_p50_ms": None}),
+                    # The same paths at 2,000 readings a second: latency not bought with
+                    # throughput.
+                    "at_high_rate": got.latency_high.summary()
+                    if got.latency_high is not None else None},
         "move_pause": [move.as_dict() for move in got.moves],
         # The largest state moved warm, and the output pause of that move (goal: under 2 s,
         # flat in size); cold_over_warm_at_largest: the pause of a cold move of it, over.
@@ -544,11 +554,13 @@ def _plot(out: Path, got: _Figures, runs: list[Throughput], records: int,
                  "records per second")
     if got.steps:
         _plot_linear_road(out, got)
-    if got.latency is not None:
-        path_latency_plot(out / "stateless_latency.png",
-                          f"A stateless fragment against plain Spark, "
-                          f"{got.latency.rows_per_s} readings/s: produce to readable",
-                          {path.name: path.over_time for path in got.latency.paths.values()})
+    for measured, file in ((got.latency, "stateless_latency.png"),
+                           (got.latency_high, "stateless_latency_high_rate.png")):
+        if measured is not None:
+            path_latency_plot(out / file,
+                              f"A stateless fragment against plain Spark, "
+                              f"{measured.rows_per_s:,} readings/s: produce to readable",
+                              {path.name: path.over_time for path in measured.paths.values()})
     if got.moves:
         _plot_moves(out, got)
     if got.scale is not None:

@@ -56,6 +56,8 @@ from medusa_spark.realtime import realtime_supported
 from medusa_spark.sunion_process import SUnionProcess
 
 WARM_UP_S = 20.0
+HIGH_RATE = 2_000
+"""Readings a second of the second run: the paths keep their latency under load."""
 PREDICATE = "value > -1000000"
 FRAGMENT_BUCKETS = {"fragment": "1 second", "fragment_fine_buckets": "100 milliseconds"}
 """The fragment as a network deploys it by default (1 s buckets), and with finer buckets."""
@@ -74,6 +76,9 @@ class PathLatency:
     results: int = 0
     p50_ms: float | None = None
     p99_ms: float | None = None
+    results_per_s: float | None = None
+    """Results that became readable per second, first to last (the input's rate when the
+    path keeps up)."""
     over_time: list[tuple[float, float]] = field(default_factory=list)
     """(seconds since the input began, latency in ms) of each counted result."""
     error: str | None = None
@@ -203,7 +208,7 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
     paths = {path: reader.latency(path, began) for path, reader in readers.items()}
     for measured in paths.values():
         say(f"  {measured.name}: p50 {measured.p50_ms} ms, p99 {measured.p99_ms} ms over "
-            f"{measured.results} results")
+            f"{measured.results} results ({measured.results_per_s} a second)")
     return StatelessLatency(rows_per_s, seconds, boundary_interval_s, paths)
 
 
@@ -311,6 +316,10 @@ class _Reader(threading.Thread):
         if values:
             path.p50_ms = round(percentile(values, 0.5) or 0.0, 1)
             path.p99_ms = round(percentile(values, 0.99) or 0.0, 1)
+        arrivals = [at + latency for at, latency in self.samples]
+        if len(arrivals) > 1 and max(arrivals) > min(arrivals):
+            path.results_per_s = round((len(arrivals) - 1) * 1000 /
+                                       (max(arrivals) - min(arrivals)), 1)
         path.over_time = [(round(at / 1000 - began, 2), round(latency, 1))
                           for at, latency in self.samples]
         return path
