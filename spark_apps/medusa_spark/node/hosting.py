@@ -641,7 +641,10 @@ class Hosting:
     def _restart_query(self, hosted: HostedFragment, network: NetworkPlan, why: str,
                        standby: bool = False) -> None:
         """Starts the fragment's query again from its checkpoint."""
-        hosted.run.writer.close()
+        if hosted.run.relay is not None:  # a real-time query whose relay failed runs on
+            hosted.run.abandon()
+        else:
+            hosted.run.writer.close()
         wiring = hosted.run.wiring
         hosted.run = start_fragment(self.node.spark, network.plan, wiring, hosted.run.checkpoint,
                                     standby=standby)
