@@ -1,6 +1,6 @@
 """A one-NameNode, one-DataNode HDFS run from Hadoop's own jars, for checkpoints on a shared store.
 
-Spark (pyspark ships hadoop-client 3.4.2) already speaks ``hdfs://``; this module is the
+Spark (pyspark ships hadoop-client 3.5.0) already speaks ``hdfs://``; this module is the
 server side: it writes the configuration (every port on 127.0.0.1, replication 1, no
 permission checks, no safe-mode wait), formats the NameNode once, and gives the two java
 command lines and a readiness check, so the launcher can run them like Kafka or the registry.
