@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,12 +123,14 @@ def drop_uncommitted(location: str) -> int | None:
 
 
 def forget_query_id(location: str) -> None:
-    """Drops the query id Spark keeps in a checkpoint (``metadata``): a copy then runs as a
-    query of its own beside the one it was copied from, in the same session (Spark stops
-    a running query whose id another run resumes)."""
+    """Gives a checkpoint a query id of its own (``metadata``): a copy then runs as a query
+    of its own beside the one it was copied from, in the same session (Spark stops a
+    running query whose id another run resumes). Spark 4.2 refuses a checkpoint whose
+    offset log has batches but whose ``metadata`` is missing, so it is written anew."""
     for name in ("metadata", ".metadata.crc"):
         if store.exists(f"{location}/{name}"):
             store.delete(f"{location}/{name}")
+    store.write_text(f"{location}/metadata", json.dumps({"id": str(uuid.uuid4())}))
 
 
 def rebase_source(location: str, topic: str, offsets: dict[int, int]) -> int | None:
