@@ -156,36 +156,61 @@ def read_source(spark: SparkSession, source: KafkaStream) -> DataFrame:
             .load())
 
 
-def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame,
-                   skip_epoch: int = 0, realtime: bool = False) -> DataFrame:
+def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame | Callable[[], DataFrame],
+                   skip_epoch: int = 0) -> DataFrame:
     """The fragment's rows for its writer, from the SUnion's records ``raw`` (Kafka rows:
     value, headers), less the records of the UP_FAILURE periods up to ``skip_epoch``
-    (redone, see ``reconcile``). ``realtime``: for Real-time Mode (see ``realtime``), which
-    has no watermark nor observed metrics (its boxes are stateless)."""
+    (redone, see ``reconcile``).
+
+    ``raw`` may be a function that loads the source: for Real-time Mode (see
+    ``realtime``), which unions only distinct sources, so that every input a box reads
+    and the control rows get a reader of their own; with no watermark nor observed
+    metrics (its boxes are stateless)."""
     fragment = wiring.fragment
-    source = without_redone(envelope_of(raw), skip_epoch)
-    if not realtime:
-        source = source.withWatermark(STIME, SOURCE_DELAY)
-    frames: dict[str, DataFrame] = {}
-    for name in fragment.inputs:
-        frames[name] = decode_input(source, name, wiring.inputs[name])
+    realtime = callable(raw)
+
+    def source() -> DataFrame:
+        loaded = raw() if callable(raw) else raw
+        return without_redone(envelope_of(loaded), skip_epoch)
+
+    shared = None if realtime else source().withWatermark(STIME, SOURCE_DELAY)
+
+    def input_frame(name: str) -> DataFrame:
+        frame = decode_input(shared if shared is not None else source(), name,
+                             wiring.inputs[name])
         if wiring.instance is not None and not wiring.instance.by_partition:
-            frames[name] = frames[name].where(owned_keys(wiring.instance))
-    for box in fragment.boxes:
-        frames[box] = plan.boxes[box].apply(
-            {port: frames[src] for port, src in plan.inputs[box].items()})
+            frame = frame.where(owned_keys(wiring.instance))
+        return frame
+
+    frames: dict[str, DataFrame] = {}
+
+    def frame_of(name: str) -> DataFrame:
+        """A box's or an input's rows; built once, but in Real-time Mode anew for every
+        reader (each then reads the source apart)."""
+        if name in frames:
+            return frames[name]
+        if name in fragment.inputs:
+            frame = input_frame(name)
+        else:
+            frame = plan.boxes[name].apply(
+                {port: frame_of(src) for port, src in plan.inputs[name].items()})
+        if not realtime:
+            frames[name] = frame
+        return frame
+
     rows: list[DataFrame] = []
     ports: dict[str, dict[str, FragmentOutput]] = {}
     for box, output in wiring.outputs.items():
         if isinstance(plan.boxes[box], PortBox):
             ports.setdefault(plan.inputs[box]["in"], {})[box] = output
         else:
-            rows.append(_output_rows(box, frames[box], output, observed=not realtime))
+            rows.append(_output_rows(box, frame_of(box), output, observed=not realtime))
     for process, outputs in ports.items():
-        rows.append(_port_rows(plan, frames[process], outputs))
+        rows.append(_port_rows(plan, frame_of(process), outputs))
     # BOUNDARY and INVALID records in one reader of the source, not one each.
     inputs = {name: wiring.inputs[name] for name in fragment.inputs}
-    rows.append(control_rows(source, inputs).withColumn(OUTPUT, F.lit(None).cast("string")))
+    control = control_rows(shared if shared is not None else source(), inputs)
+    rows.append(control.withColumn(OUTPUT, F.lit(None).cast("string")))
     result = rows[0]
     for frame in rows[1:]:
         result = result.unionByName(frame, allowMissingColumns=True)
