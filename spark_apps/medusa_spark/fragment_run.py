@@ -18,9 +18,16 @@ from medusa_spark.fragment import FragmentWiring, start_query_frame
 from medusa_spark.fragment_writer import FragmentWriter
 from medusa_spark.network.execution import MICRO_BATCH, REAL_TIME
 from medusa_spark.network.validate import Plan
-from medusa_spark.realtime import StagedRelay, execution_of, start_realtime_query
+from medusa_spark.realtime import (
+    SLOTS,
+    StagedRelay,
+    execution_of,
+    readers_of,
+    start_realtime_query,
+)
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired
 from medusa_spark.soutput import OutputFencedError, SOutput
+from medusa_spark.wiring import SUNION_PARTITIONS
 
 AVAILABLE_NOW = "available-now"
 
@@ -70,6 +77,8 @@ class FragmentRun:
     execution_why: str = ""
     relay: StagedRelay | None = None
     """A real-time fragment's: passes its staged rows to its writer."""
+    realtime_slots: int = 0
+    """The session's task slots its real-time query holds (``realtime.SLOTS``)."""
 
     @property
     def name(self) -> str:
@@ -115,6 +124,8 @@ class FragmentRun:
     def _stop_relay(self) -> None:
         if self.relay is not None:
             self.relay.stop()
+        SLOTS.give_back(self.realtime_slots)
+        self.realtime_slots = 0
 
     def hand_over(self, timeout_s: float = 120.0) -> None:
         """Stops at a batch boundary, so the checkpoint holds exactly what was written.
@@ -174,11 +185,20 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     suffix = f"/{role}" if role else "/standby" if standby else ""
     execution, why = execution_of(plan, wiring, standby or role is not None) \
         if interval != AVAILABLE_NOW else (MICRO_BATCH, "runs what is there, then stops")
+    slots = readers_of(plan, wiring) * SUNION_PARTITIONS
+    if execution == REAL_TIME and not SLOTS.take(slots):
+        execution, why = MICRO_BATCH, (
+            f"Real-time Mode needs {slots} task slot(s) for good; the node has "
+            f"{SLOTS.total - SLOTS.taken} of {SLOTS.total} free (medusa node --realtime-slots)")
     if execution == REAL_TIME:
         name = f"{wiring.topic_prefix}{wiring.global_name}{suffix}"
-        query = start_realtime_query(spark, plan, wiring, checkpoint, name, skip_epoch)
+        try:
+            query = start_realtime_query(spark, plan, wiring, checkpoint, name, skip_epoch)
+        except Exception:
+            SLOTS.give_back(slots)
+            raise
         relay = StagedRelay(wiring, writer, lambda: query).start()
-        return FragmentRun(wiring, query, writer, checkpoint, 0, execution, why, relay)
+        return FragmentRun(wiring, query, writer, checkpoint, 0, execution, why, relay, slots)
     frame = start_query_frame(spark, plan, wiring, skip_epoch)
     stream = (frame.writeStream.queryName(f"{wiring.topic_prefix}{wiring.global_name}{suffix}")
               .outputMode("append")

@@ -83,13 +83,54 @@ _RAW_PREFIX = "raw:"
 _COLUMNS = (OUTPUT, TYPE, ID, STIME, KEY, "value", TRACE, *ENCODED_EXTRAS)
 
 
+class RealtimeSlots:
+    """The task slots a session keeps for Real-time Mode (``spark_session``'s
+    ``realtime_slots``): a real-time query holds one per reader of its source for good, so
+    it starts only where its slots are free, and runs on micro-batches otherwise."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.taken = 0
+        self._lock = threading.Lock()
+
+    def configure(self, total: int) -> None:
+        with self._lock:
+            self.total, self.taken = total, 0
+
+    def take(self, count: int) -> bool:
+        with self._lock:
+            if self.taken + count > self.total:
+                return False
+            self.taken += count
+            return True
+
+    def give_back(self, count: int) -> None:
+        with self._lock:
+            self.taken = max(0, self.taken - count)
+
+
+SLOTS = RealtimeSlots()
+
+
+def readers_of(plan: Plan, wiring: FragmentWiring) -> int:
+    """The readers of its source a fragment's real-time query has (each a task per source
+    partition): one per input each output box's lineage reads, and one for the control
+    rows (see ``build_fragment``)."""
+    def count(name: str) -> int:
+        if name in wiring.fragment.inputs:
+            return 1
+        return sum(count(source) for source in plan.inputs[name].values())
+    return 1 + sum(count(box) for box in wiring.outputs)
+
+
 def realtime_supported() -> bool:
     """Whether this PySpark has Real-time Mode's trigger (``trigger(realTime=...)``)."""
     return "realTime" in inspect.signature(DataStreamWriter.trigger).parameters
 
 
 def execution_of(plan: Plan, wiring: FragmentWiring, standby: bool) -> tuple[str, str]:
-    """How a fragment's query runs here, and why."""
+    """How a fragment's query runs here, and why (without taking its task slots: see
+    ``SLOTS``)."""
     refusal = realtime_refusal(plan, wiring.fragment)
     if refusal is None and wiring.instance is not None:
         refusal = "an instance of a scaled-out fragment runs on micro-batches"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -122,14 +123,16 @@ def _log_to_file(log_file: Path) -> str:
 def spark_session(app_name: str, master: str = "local[2]",
                   settings: StackSettings | None = None,
                   ui_port: int | None = None, log_file: Path | None = None,
-                  object_store: bool = False) -> SparkSession:
+                  object_store: bool = False, realtime_slots: int = 0) -> SparkSession:
     """The project's SparkSession. ``ui_port``: run Spark's web UI on this port of the
     loopback interface, or on one of the next ones (``spark.port.maxRetries``) when it is
     taken; ``sparkContext.uiWebUrl`` then tells where. None or 0: no UI (the default:
     only nodes run one). ``log_file``: Spark's logs go there rather than to the terminal
     (commands a user runs; a node's output is a log file already). ``object_store``: with
     the S3A file system, configured for the settings' object store (``s3a://``
-    checkpoints; see ``medusa.object_store``)."""
+    checkpoints; see ``medusa.object_store``). ``realtime_slots``: task threads on top of a
+    ``local[N]`` master for Real-time Mode's long-running tasks (``realtime``), which hold
+    a slot each for good; the other queries keep their N."""
     # Everything this project runs binds to the loopback interface: the driver, and the web
     # UI, whose server binds to SPARK_LOCAL_IP (or to every interface when it is unset).
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -159,6 +162,12 @@ def spark_session(app_name: str, master: str = "local[2]",
             builder = builder.config(key, value)
     else:
         builder = builder.config("spark.ui.enabled", "false")
+    from medusa_spark.realtime import SLOTS
+
+    local = re.fullmatch(r"local\[(\d+)\]", master)
+    SLOTS.configure(realtime_slots if local else 0)
+    if local and realtime_slots:
+        master = f"local[{int(local.group(1)) + realtime_slots}]"
     return (
         builder.appName(app_name)
         .master(master)

@@ -18,7 +18,7 @@ from medusa_spark.network.execution import realtime_refusal
 from medusa_spark.network.fragments import group
 from medusa_spark.network.model import parse_network
 from medusa_spark.network.validate import Plan, check_structure
-from medusa_spark.realtime import _OFFSET, StagedRelay, _row, _table
+from medusa_spark.realtime import _OFFSET, RealtimeSlots, StagedRelay, _row, _table
 from medusa_spark.streams import BOUNDARY, EPOCH, ID, RAW, RAW_HEADERS, STIME, TYPE
 
 pytestmark = pytest.mark.unit
@@ -156,3 +156,11 @@ def test_status_says_how_each_fragment_runs_once_the_network_asks_for_real_time(
     text = shown([_status("real-time", "stateless", "alpha/t/a"),
                   _status("micro-batch", "box 'w' (aggregate) keeps state", "alpha/t/b")])
     assert "real-time" in text and "keeps state" in text, text
+
+
+def test_a_real_time_query_holds_a_slot_per_reader_while_there_are_free_ones() -> None:
+    slots = RealtimeSlots()
+    slots.configure(3)
+    assert slots.take(2) and not slots.take(2), "two of three taken: two more do not fit"
+    slots.give_back(2)
+    assert slots.take(3)

@@ -351,7 +351,9 @@ def _measure(bench: _Bench, parts: set[str]) -> _Figures:
         if not step.spark and step.part in parts:
             step.run(bench, got)
     needs_spark = parts & {step.part for step in STEPS if step.spark}
-    bench.spark = spark_session("medusa-bench") if needs_spark else None
+    # Task slots for the latency part's real-time queries (held for good), on top of the
+    # two the other queries share.
+    bench.spark = spark_session("medusa-bench", realtime_slots=4) if needs_spark else None
     try:
         with tempfile.TemporaryDirectory(prefix="medusa-bench-") as scratch:
             bench.checkpoints = Path(scratch)

@@ -39,6 +39,11 @@ def node(
     heartbeat_interval: Annotated[float | None, typer.Option(
         min=0.01, help="Seconds between heartbeats [default: MEDUSA_HA_HEARTBEAT_INTERVAL_S, "
                        "else 0.5].")] = None,
+    realtime_slots: Annotated[int, typer.Option(
+        min=0, help="Spark task slots on top of a local[N] master for fragments in Real-time "
+                    "Mode, each of which holds one per reader of its input for good "
+                    "(a one-input filter: 2); a fragment with no free slots runs on "
+                    "micro-batches.")] = 2,
     capacity: Annotated[float | None, typer.Option(
         min=0.01, help="Processing slots, in the unit of a fragment's load (BPM prices load "
                        "against it) [default: measured, Spark's cores].")] = None,
@@ -82,7 +87,7 @@ def node(
             raise _fail(f"--checkpoint-root {root}: {error}") from None
     spark = spark_session(f"medusa-node-{participant}-{name}", master=master,
                           settings=settings, ui_port=settings.node_spark_ui_port,
-                          object_store=uses_object_store(root))
+                          object_store=uses_object_store(root), realtime_slots=realtime_slots)
     spark.sparkContext.setLogLevel("WARN")
     running = Node(name, participant, endpoints, registry_client(endpoints.registry_url), spark,
                    root, catalog, secondary,

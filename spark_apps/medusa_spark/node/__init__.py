@@ -63,6 +63,7 @@ from medusa_spark.node.state import (
     caught_up,
     dpc_state,
 )
+from medusa_spark.realtime import SLOTS
 from medusa_spark.warmup import warm_up
 
 __all__ = ["HostedFragment", "NetworkPlan", "Node", "NodeState", "PendingTakeover",
@@ -89,7 +90,9 @@ class Node:
             registry=registry, spark=spark, checkpoint_root=checkpoint_root.rstrip("/"),
             catalog=catalog, secondary=secondary, metrics_interval_s=metrics_interval_s,
             heartbeat_interval_s=heartbeat_interval_s, max_restarts=max_restarts,
-            capacity=capacity or float(spark.sparkContext.defaultParallelism),
+            # Spark's cores, less those kept for Real-time Mode's queries.
+            capacity=capacity or float(max(1, spark.sparkContext.defaultParallelism -
+                                           SLOTS.total)),
             spark_ui=spark.sparkContext.uiWebUrl, load_window_s=load_window_s,
             work_dir=work_dir or StackSettings().run_dir / "nodes" / participant / name,
             tracer=trace.get_tracer("medusa"), incarnation=uuid.uuid4().hex)
