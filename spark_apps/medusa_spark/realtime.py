@@ -341,14 +341,21 @@ class StagedRelay:
         if batch <= self._seen_batch:
             return
         self._seen_batch = batch
-        end = -1
+        # Each reader of the source is a source of its own, with its own end: the slowest
+        # says how far every reader has gone (the SUnion's topic has one partition).
+        ends = []
         for source in progress.get("sources") or []:
-            ends = source.get("endOffset") or {}
-            if isinstance(ends, str):  # PySpark's progress object keeps it as JSON
-                ends = json.loads(ends)
-            for partitions in (ends.values() if isinstance(ends, dict) else ()):
-                for offset in (partitions or {}).values():
-                    end = max(end, int(offset))
+            offsets = source.get("endOffset") or {}
+            if isinstance(offsets, str):  # PySpark's progress object keeps it as JSON
+                offsets = json.loads(offsets)
+            reached = [int(offset) for partitions in (offsets.values() if isinstance(
+                offsets, dict) else ()) for offset in (partitions or {}).values()]
+            if not reached:
+                return  # a reader with no end yet: nothing is known to be passed
+            ends.append(min(reached))
+        if not ends:
+            return
+        end = min(ends)
         _, staged_to = self._consumer.get_watermark_offsets(
             TopicPartition(self.topic, 0), timeout=5, cached=False)
         self._ended.append((staged_to, end))
