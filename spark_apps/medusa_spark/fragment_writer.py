@@ -289,17 +289,24 @@ class FragmentWriter:
             producer.flush(10)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        def write() -> None:
+            run_jobs_in(batch.sparkSession, PREPARING if self.standby else SERVING)
+            self._write_batch(batch, batch_id)
+
+        # Nothing of a batch begun after ``halt`` is written and Spark does not commit it,
+        # so the fragment's next runner replays it from the same offsets and state.
+        self._write_once(batch_id, write, f"batch {batch_id} is left to its next runner")
+
+    def _write_once(self, batch_id: int, write: Callable[[], None], left: str) -> None:
+        """Runs ``write`` for one batch unless the writer was halted (``left`` says what
+        the next runner gets then), and notes the batch as written."""
         # Held for the whole batch: ``halt`` waits for a batch being written to finish.
         with self.lock:
             if self._halted:
-                # Nothing of this batch is written and Spark does not commit it, so the
-                # fragment's next runner replays it from the same offsets and state.
                 raise FragmentHaltedError(
-                    f"fragment {self.wiring.global_name} is handing over; batch {batch_id} "
-                    "is left to its next runner")
-            run_jobs_in(batch.sparkSession, PREPARING if self.standby else SERVING)
+                    f"fragment {self.wiring.global_name} is handing over; {left}")
             try:
-                self._write_batch(batch, batch_id)
+                write()
             except Exception as error:
                 self.error = error
                 raise
@@ -318,20 +325,9 @@ class FragmentWriter:
     def write_table(self, table: pa.Table, batch_id: int, began: float | None = None) -> None:
         """Writes rows already encoded (``encoded_columns``) as one batch, as ``__call__``
         does a micro-batch's: the relay of a real-time fragment (see ``realtime``)."""
-        with self.lock:
-            if self._halted:
-                raise FragmentHaltedError(
-                    f"fragment {self.wiring.global_name} is handing over; its rows from "
-                    f"offset {batch_id} on are left to its next runner")
-            try:
-                self._write_table(table, batch_id, began or time.perf_counter())
-            except Exception as error:
-                self.error = error
-                raise
-            self.last_written = batch_id
-            self.batches += 1
-        if self.on_batch is not None:
-            self.on_batch(self.wiring.global_name, batch_id)
+        started = began or time.perf_counter()
+        self._write_once(batch_id, lambda: self._write_table(table, batch_id, started),
+                         f"its rows from offset {batch_id} on are left to its next runner")
 
     def _write_batch(self, batch: DataFrame, batch_id: int) -> None:
         began = time.perf_counter()
