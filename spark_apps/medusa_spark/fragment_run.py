@@ -137,9 +137,7 @@ class FragmentRun:
         if self.relay is not None:
             # What was staged and not yet written is written by the next runner's relay,
             # from the position this one committed.
-            self._stop_relay()
-            self.query.stop()
-            self.writer.close()
+            self.abandon()
             return
         deadline = time.monotonic() + timeout_s
         while last is not None and self.query.isActive:

@@ -58,6 +58,7 @@ from medusa_spark.streams import (
     BOUNDARY,
     EPOCH,
     ID,
+    INVALID,
     RAW,
     RAW_HEADERS,
     REDO,
@@ -206,7 +207,6 @@ class StagedRelay:
         self.topic = staged_topic(wiring)
         self.group = f"medusa.relay.{wiring.topic_prefix}{wiring.global_name}"
         self.error: Exception | None = None
-        self.relayed = 0
         self._held: list[tuple[int, dict[str, Any]]] = []
         """BOUNDARY rows not yet safe to pass on: (source offset, row)."""
         self._passed_source_offset = -1
@@ -220,7 +220,6 @@ class StagedRelay:
         self._written_to: int | None = None
         """The staged offset after the last row written (what the relay commits)."""
         self._checked_at = 0.0
-        self._relayed_batches = 0
         self._busy: deque[tuple[float, float]] = deque(maxlen=100_000)
         """(when, seconds) of each write: the fragment's load (the query's tasks run for
         the whole of each batch, so Spark's progress says nothing of it)."""
@@ -276,7 +275,6 @@ class StagedRelay:
                 if rows:
                     began = time.perf_counter()
                     self.writer.write_table(_table(rows), self._batch_id(last), began)
-                    self.relayed += len(rows)
                     self._busy.append((time.monotonic(), time.perf_counter() - began))
                 if released:  # every result below them is written: promise them now
                     self.writer.write_idle_boundaries(None)
@@ -294,7 +292,6 @@ class StagedRelay:
     def _batch_id(self, last: int | None) -> int:
         """A relayed batch's id: the staged offset after its last record (rising, also
         across restarts)."""
-        self._relayed_batches += 1
         return self._position if last is not None else \
             max(self.writer.last_written or 0, self._position)
 
@@ -369,7 +366,7 @@ def _row(message: Any) -> dict[str, Any]:
             raw_headers.append({"key": key[len(_RAW_PREFIX):], "value": value})
         elif value is not None:
             row[key] = value.decode()
-    if row[TYPE] == "INVALID":
+    if row[TYPE] == INVALID:
         row[RAW] = message.value()
         row[RAW_HEADERS] = raw_headers
     else:
