@@ -17,7 +17,8 @@ principal is refused what no ACL allows. The ACLs follow the catalog:
 The parties of a contract in force read each other's node load reports
 (``medusa.node-load``): the origin's BPM agent prices and brings home its load by them.
 A move across clusters lets the new host read the fragment's SUnion topic on the old
-host's cluster (where its inputs stood), while the fragment is released to it.
+host's cluster (where its inputs stood), while the fragment is released to it or warms up
+there for a warm move.
 
 Inputs give Read and Describe, and Write and Create on their dead-letter topic (the SUnion
 writes undecodable records there); outputs give Write, Describe and Read (exactly-once reads
@@ -133,21 +134,27 @@ def open_clusters(streams: Iterable[Entry]) -> dict[str, set[str]]:
 
 
 def _rebase_grants(name: str, spec: Mapping[str, Any]) -> set[Grant]:
-    """A fragment released by a node of R to a node of P, on another cluster: P reads where
-    its SUnion stood on R's cluster (only a topic named as the fragment's SUnion topics are,
-    so that no one opens another topic of R's by naming it here)."""
-    released_by, node, topic = spec.get("released_by"), spec.get("node"), spec.get("source_topic")
-    if not (isinstance(released_by, str) and isinstance(node, str) and isinstance(topic, str)):
-        return set()
-    old_host, new_host = released_by.split("/", 1)[0], node.split("/", 1)[0]
+    """A fragment released by a node of R to a node of P on another cluster, or warming up
+    on P for a warm move from R: P reads where its SUnion stood on R's cluster (only a topic
+    named as the fragment's SUnion topics are, so that no one opens another topic of R's by
+    naming it here)."""
+    topic = spec.get("source_topic")
     _, network, fragment = name.split("/")
     base = fragment.split("--", 1)[0]  # an instance of a scaled-out fragment: f--g2-0
-    if old_host == new_host or not re.fullmatch(
+    if not isinstance(topic, str) or not re.fullmatch(
             rf"[A-Za-z0-9._-]*medusa\.{re.escape(network)}\.{re.escape(base)}"
             r"\.[0-9a-f]+\.in(--g\d+-\d+)?", topic):
         return set()
-    return {Grant(old_host, new_host, "topic", topic, False, "read"),
-            Grant(old_host, new_host, "topic", topic, False, "describe")}
+    grants: set[Grant] = set()
+    for old, new in ((spec.get("released_by"), spec.get("node")),
+                     (spec.get("node"), spec.get("warm_target"))):
+        if not (isinstance(old, str) and isinstance(new, str)):
+            continue
+        old_host, new_host = old.split("/", 1)[0], new.split("/", 1)[0]
+        if old_host != new_host:
+            grants |= {Grant(old_host, new_host, "topic", topic, False, "read"),
+                       Grant(old_host, new_host, "topic", topic, False, "describe")}
+    return grants
 
 
 def desired_grants(fragments: Iterable[Entry], contracts: Iterable[Entry],

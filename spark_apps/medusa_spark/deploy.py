@@ -605,13 +605,14 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
     waits until it runs there. ``trace_parent``: a traceparent the new node's hand-over
     span continues.
 
-    Within one cluster the move is ``warm`` (unless told not to): the target first runs a
-    standby replica from a copy of the checkpoint, which loads the state and catches up
-    while the fragment goes on running; only then does the old node stop, and the replica
-    takes the output over, so the pause does not grow with the state. Across clusters
-    (load moved to a partner) the target resumes from the checkpoint the old node
-    released. ``contract``: the BPM contract under which it moves to a partner; the
-    partner's access to its topics lasts as long as the contract (``medusa.access``).
+    The move is ``warm`` (unless told not to): the target first runs a standby replica
+    from a copy of the checkpoint, which loads the state and catches up while the fragment
+    goes on running; only then does the old node stop, and the replica takes the output
+    over, so the pause does not grow with the state. Onto another cluster (load moved to a
+    partner) the replica runs its own SUnion there from the start, resumed where the copy
+    stood. A cold move resumes on the target from the checkpoint the old node released.
+    ``contract``: the BPM contract under which it moves to a partner; the partner's access
+    to its topics lasts as long as the contract (``medusa.access``).
     """
     entry = resolve_fragment(catalog, name)
     node = catalog.get(Kind.NODES, target)
@@ -654,10 +655,9 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
 
 
 def warm_move_possible(spec: dict[str, Any], target: str) -> bool:
-    """A running fragment moving within its cluster, not onto its own active replica."""
-    return (spec.get("phase") == "running" and
-            spec["node"].split("/")[0] == target.split("/")[0] and
-            spec.get("replica") != target)
+    """A running fragment, not moving onto its own active or reader-side replica."""
+    return spec.get("phase") == "running" and target not in (spec.get("replica"),
+                                                             spec.get("reader_replica"))
 
 
 def _warm_up(catalog: CatalogClient, name: str, target: str, deadline: float,

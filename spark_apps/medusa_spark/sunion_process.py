@@ -104,6 +104,17 @@ class SUnionProcess:
                 process.wait(10)
         self.process = None
 
+    def caught_up(self, records: int) -> bool:
+        """Whether it has opened and its last state put it at most ``records`` behind the
+        end of its inputs."""
+        state = self.state()
+        if not state.get("opened_at"):
+            return False
+        lags = [part.get("lag") for given in (state.get("inputs") or {}).values()
+                for part in (given.get("partitions") or {}).values()]
+        known = [lag for lag in lags if isinstance(lag, int)]
+        return len(known) == len(lags) and sum(known) <= records
+
     def state(self) -> dict[str, Any]:
         """The SUnion's last written state ({} before the first)."""
         path = Path(self.config.state_file or "")

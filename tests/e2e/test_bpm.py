@@ -1,9 +1,11 @@
 """BPM on the real stack: alpha's node is given a tiny capacity, so the sensor-windows
 fragment it runs overloads it; beta's node has room. With a contract from alpha to beta,
 the two participants' agents (`medusa bpm`, real processes) move the fragment to beta under
-continuous input: offer, acceptance, hand-over. Every result reaches the output exactly
-once, equal to the reference (by tuple id); the fragment moves once and stays; the offer
-and the ledger record the move at the contract's price."""
+continuous input: offer, acceptance, hand-over (warm: a replica on beta's node, with its
+own SUnion on beta's cluster, catches up beside the fragment and then takes the output
+over). Every result reaches the output exactly once, equal to the reference (by tuple id);
+the fragment moves once and stays; the offer and the ledger record the move at the
+contract's price."""
 
 from __future__ import annotations
 
@@ -183,4 +185,7 @@ def test_the_move_is_one_trace_from_the_offer_to_the_first_output(bpm_run: BpmRu
         assert trace.parent(trace.one(stage)) == root, stage
     handover = trace.one("hand-over")
     assert trace.parent(trace.one(f"takeover {bpm_run.fragment}")) == handover
-    assert trace.one(f"takeover {bpm_run.fragment}").service == f"medusa-node {BETA_NODE}"
+    takeover = trace.one(f"takeover {bpm_run.fragment}")
+    assert takeover.service == f"medusa-node {BETA_NODE}"
+    # Warm: a replica on the partner's node caught up beside the fragment, then took over.
+    assert takeover.attributes.get("medusa.ha") == "warm move", takeover.attributes

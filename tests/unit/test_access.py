@@ -195,3 +195,14 @@ def test_a_fragment_released_across_clusters_lets_its_new_host_read_where_it_sto
     elsewhere = fragment("alpha/sw/f1", "alpha/n1", [], [], released_by="beta/n2",
                          source_topic="beta-secrets")
     assert desired_grants([elsewhere], [], [], 0) == set()
+
+
+def test_a_warm_move_across_clusters_lets_its_target_read_where_the_fragment_stands() -> None:
+    warming = fragment("alpha/sw/f1", "alpha/n1", [("alpha", "in")], [("alpha", "out")],
+                       warm_target="beta/n2", phase="running",
+                       source_topic="p.medusa.sw.f1.0a1b2c.in")
+    assert topics(desired_grants([warming], [], [], 0), "beta", "alpha")[
+        "p.medusa.sw.f1.0a1b2c.in"] >= {"read", "describe"}
+    within = fragment("alpha/sw/f1", "alpha/n1", [], [], warm_target="alpha/n2",
+                      source_topic="p.medusa.sw.f1.0a1b2c.in")
+    assert desired_grants([within], [], [], 0) == set()

@@ -144,9 +144,9 @@ class FragmentSpec(Spec):
     nothing; the old ones are ``retiring`` once the new ones write, and ``retired`` when
     stopped.
 
-    A move within one cluster is warm: first ``warm_target`` runs a standby replica from
-    a copy of the checkpoint until it has caught up (``warm_ready``), with the state loaded;
-    then the old node hands over and the replica takes the output over.
+    A warm move (the default for a running fragment): first ``warm_target`` runs a standby
+    replica from a copy of the checkpoint until it has caught up (``warm_ready``), with the
+    state loaded; then the old node hands over and the replica takes the output over.
     """
 
     network: str = Field(pattern=NETWORK_NAME)

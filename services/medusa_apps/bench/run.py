@@ -244,9 +244,11 @@ def _move(bench: _Bench, got: _Figures) -> None:
         return
     sizes = sorted(bench.state_mb)
     migrations = [("warm", size) for size in sizes] + \
-        [("cold", size) for size in dict.fromkeys([sizes[0], sizes[-1]])]
+        [("cold", size) for size in dict.fromkeys([sizes[0], sizes[-1]])] + \
+        [("partner", sizes[0])]
     bench.say(f"moving a stateful fragment between nodes, warm and cold, state of "
-              f"{', '.join(map(str, sizes))} MB")
+              f"{', '.join(map(str, sizes))} MB; and warm onto a partner's node at "
+              f"{sizes[0]} MB")
     with _part("move", bench.errors, bench.say):
         got.moves = state_migration.measure(bench.endpoints, bench.registry, bench.spark,
                                             bench.layout, migrations, bench.say)
@@ -606,7 +608,7 @@ def _plot_moves(out: Path, got: _Figures) -> None:
 
     pause_plot(out / "move_pause.png", "Moving a stateful fragment: output pause",
                {mode: [(m.state_mb, m.pause_s, m.hand_over_s) for m in got.moves
-                       if m.mode == mode] for mode in ("warm", "cold")},
+                       if m.mode == mode] for mode in ("warm", "cold", "partner")},
                state_migration.SLIDE_S)
 
 

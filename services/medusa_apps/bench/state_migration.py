@@ -1,14 +1,14 @@
-"""Moving a stateful fragment under steady input: the pause in its output against the size
-of its state, from megabytes to a gigabyte, warm (the default) and cold side by side.
+"""Moving a stateful fragment under steady input: the pause in its output against the size of
+its state, from megabytes to a gigabyte, warm (the default) and cold side by side.
 
-Two nodes of participant alpha run one fragment of two windowed aggregates over the same
-readings: ``per_sensor``, a sliding window whose results come every slide (the output
-whose pause is measured), and ``ballast``, which keeps one large value per key for a day
-(the state that has to move). A fill phase sends the ballast, then the fragment is moved
-from one node to the other. The pause is the longest gap between results from the
-request until the move is done (a warm move hands over at its end); the gaps in the two
-minutes before say what the output does without a move.
-"""
+Two nodes of participant alpha (and one of beta, for a warm move onto a partner's node
+under a contract) run one fragment of two windowed aggregates over the same readings:
+``per_sensor``, a sliding window whose results come every slide (the output whose pause is
+measured), and ``ballast``, which keeps one large value per key for a day (the state that
+has to move). A fill phase sends the ballast, then the fragment is moved from one node to
+the other. The pause is the longest gap between results from the request until the move is
+done (a warm move hands over at its end); the gaps in the two minutes before say what the
+output does without a move."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import SparkSession
 
 from medusa.catalog.client import CatalogClient
+from medusa.contracts import accept, propose, revoke
 from medusa.endpoints import Endpoints
 from medusa.producing import TupleProducer
 from medusa.schemas import schema_for_topic
@@ -49,12 +50,15 @@ PAYLOAD_BYTES = 10_000
 FILL_MB_PER_S = 12.0
 AFTER_MOVE_S = 25
 NODES = ("alpha/bench-move-1", "alpha/bench-move-2")
+PARTNER_NODE = "beta/bench-move-3"
+"""The target of a ``partner`` move: another participant's node, another Kafka cluster."""
 
 
 @dataclass(frozen=True)
 class Migration:
     mode: str
-    """``warm`` (a replica loads the state first) or ``cold`` (resume from the checkpoint)."""
+    """``warm`` (a replica loads the state first), ``cold`` (resume from the checkpoint), or
+    ``partner`` (warm, onto a node of another participant under a BPM contract)."""
     ballast_mb: int
     """What the fill phase sent into the ballast's state."""
     state_bytes: int
@@ -111,7 +115,9 @@ def summary(moves: list[Migration]) -> dict[str, Any]:
             "switch_beyond_normal_at_largest_s": largest.switch_beyond_normal_s,
             "cold_pause_at_largest_s": cold[0].pause_s if cold else None,
             "cold_over_warm_at_largest": ratio,
-            "warm_pauses_s": {str(m.ballast_mb): m.pause_s for m in warm}}
+            "warm_pauses_s": {str(m.ballast_mb): m.pause_s for m in warm},
+            # A warm move onto a partner's node (another cluster), as BPM makes it.
+            "partner": [m.as_dict() for m in moves if m.mode == "partner"]}
 
 
 def network_yaml(name: str) -> str:
@@ -213,15 +219,16 @@ class BallastInput:
             producer.flush(30)
 
 
-def start_nodes(layout: StackLayout, catalog: CatalogClient) -> list[processes.RunningProcess]:
+def start_nodes(layout: StackLayout, catalog: CatalogClient, nodes: tuple[str, ...] = NODES
+                ) -> list[processes.RunningProcess]:
     started = []
-    for node in NODES:
+    for node in nodes:
         participant, name = node.split("/")
         started.append(launcher.start_service(
             layout, f"node-{participant}-{name}",
             [sys.executable, "-m", "medusa_apps", "node", "--name", name, "--participant",
              participant, "--master", "local[1]"], report=lambda _: None))
-    for node in NODES:
+    for node in nodes:
         wait_for_node(catalog, node, timeout_s=240)
     return started
 
@@ -246,8 +253,9 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
     """One move per (mode, ballast MB), each on a network of its own."""
     results = []
     with CatalogClient(endpoints.catalog_url) as catalog:
-        say(f"  starting nodes {', '.join(NODES)}")
-        nodes = start_nodes(layout, catalog)
+        wanted = NODES + ((PARTNER_NODE,) if any(m == "partner" for m, _ in runs) else ())
+        say(f"  starting nodes {', '.join(wanted)}")
+        nodes = start_nodes(layout, catalog, wanted)
         try:
             for mode, ballast_mb in runs:
                 results.append(_one(endpoints, registry, spark, catalog, mode, ballast_mb, say))
@@ -268,6 +276,7 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
            report=lambda _: None)
     box = f"{network}/per_sensor"
     checkpoints: list[str] = []
+    contracts: list[str] = []
     source = BallastInput(config, registry, f"{name}.{SENSOR_READINGS}", ballast_mb)
     output = f"{name}.medusa.{name}.per_sensor"
     watch = OutputWatch(config, registry, [output]).start()
@@ -285,9 +294,17 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
         entry = resolve_fragment(catalog, box)
         checkpoints.append(entry.spec["checkpoint"])
         state_bytes = checkpoint_size(f"{entry.spec['checkpoint']}/state")
+        target = NODES[1]
+        if mode == "partner":
+            target = PARTNER_NODE
+            contract = propose(catalog, f"bench-{uuid.uuid4().hex[:6]}", origin="alpha",
+                               host="beta", price=1.0, delta=0.5, movable=[network],
+                               period_s=3600, by="alpha")
+            accept(catalog, contract.name, by="beta")
+            contracts.append(contract.name)
         asked_ms = int(time.time() * 1000)
-        moved = move(catalog, box, NODES[1], timeout_s=900, report=lambda _: None,
-                     warm=(mode == "warm"))
+        moved = move(catalog, box, target, timeout_s=900, report=lambda _: None,
+                     warm=(mode != "cold"))
         time.sleep(AFTER_MOVE_S)
         checkpoints.append(resolve_fragment(catalog, box).spec["checkpoint"])
         written = sorted(a.appended_ms for a in watch.arrived(output))
@@ -314,6 +331,8 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
         source.stop.set()
         watch.stop()
         undeploy(catalog, network, report=lambda _: None)
+        for name in contracts:
+            revoke(catalog, name, by="alpha")
         time.sleep(3)  # the node stops the query before its checkpoint goes
         for location in checkpoints:
             delete_checkpoint(location)

@@ -96,9 +96,14 @@ def move(
     to: Annotated[str, typer.Option("--to", help="Node to move it to, as participant/node.")],
     timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for the hand-over.")
                        ] = 300.0,
+    cold: Annotated[bool, typer.Option(
+        "--cold", help="Stop it at a batch boundary and resume it on the target from the "
+                       "checkpoint, instead of warming a replica up there first (the pause "
+                       "then grows with the state).")] = False,
 ) -> None:
     """Move a running fragment (named, or by one of its boxes), with its state, to another
-    node."""
+    node: warm by default (a replica on the target loads the state and catches up while
+    the fragment runs, then takes the output over)."""
     from medusa.catalog.client import CatalogClient
     from medusa.endpoints import resolve
     from medusa_spark.deploy import move as move_box
@@ -107,7 +112,7 @@ def move(
         raise _fail(f"--to: expected participant/node, got {to!r}", 2)
     with CatalogClient(resolve().catalog_url) as catalog:
         try:
-            result = move_box(catalog, box, to, timeout, console.print)
+            result = move_box(catalog, box, to, timeout, console.print, warm=not cold)
         except TimeoutError as error:
             raise _fail(str(error)) from None
     console.print(f"moved {result.fragment} from {result.source} to {result.target} "

@@ -403,7 +403,7 @@ class Hosting:
                     (batch_offsets(mine, restored) if restored is not None else None) or
                     "the earliest offsets"})
         if sunion is None:
-            resume = self._rebase(name, mine, wiring, self.node.endpoints.bootstrap(before))
+            resume = self.rebase(name, mine, wiring, self.node.endpoints.bootstrap(before))
             sunion = self.start_sunion(name, wiring, resume)
         drop_uncommitted(mine)  # a batch begun after the hand-over: planned anew here
         run = start_fragment(self.node.spark, network.plan, wiring, mine)
@@ -520,11 +520,11 @@ class Hosting:
         log.info("%s: retired %s for a scale step: results written below stime %s",
                  self.node.global_name, name, watermark)
 
-    def _rebase(self, name: str, checkpoint: str, wiring: FragmentWiring,
-                old_bootstrap: str) -> dict[str, Any] | None:
-        """Moved here from another cluster: the query goes on at the end of this cluster's
-        SUnion topic, and the SUnion from the inputs' positions of the last batch the
-        query committed there."""
+    def rebase(self, name: str, checkpoint: str, wiring: FragmentWiring,
+               old_bootstrap: str) -> dict[str, Any] | None:
+        """Moved here from another cluster (or warming up here for such a move): the query
+        goes on at the end of this cluster's SUnion topic, and the SUnion from the inputs'
+        positions of the last batch the query committed there."""
         batch = last_committed_batch(checkpoint)
         topic = wiring.source.topic
         read = source_offsets(checkpoint, batch, topic) if batch is not None else None

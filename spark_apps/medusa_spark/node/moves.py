@@ -29,7 +29,13 @@ from medusa_spark.fragment_run import (
     progress_time,
     start_fragment,
 )
-from medusa_spark.node.state import HostedFragment, NodeState, PendingTakeover, caught_up
+from medusa_spark.node.state import (
+    CAUGHT_UP_RECORDS,
+    HostedFragment,
+    NodeState,
+    PendingTakeover,
+    caught_up,
+)
 from medusa_spark.output_watch import OutputWatch
 
 if TYPE_CHECKING:  # the hosting part owns this one and is given to it
@@ -58,30 +64,35 @@ class Moves:
         self._hosting = hosting
 
     def follow_replica(self, name: str, entry: Entry, network: NetworkPlan) -> None:
-        """Runs the standby replica of an ``ha: active`` fragment: it computes, writes nothing.
+        """Runs the standby replica of an ``ha: active`` fragment or of a warm move: it
+        computes, writes nothing.
 
         It reads the primary's SUnion topic, on the primary's cluster, so both see the
         same buckets; promoted, it starts a SUnion of its own that resumes that topic.
+        A warm move onto another cluster (``across_clusters``) runs its own SUnion on this
+        cluster from the start instead, resumed where the copied checkpoint stood.
         """
         hosted = self.node.hosted.get(name)
+        primary = str(entry.spec["node"]).split("/")[0]
+        own_input = self.across_clusters(entry)
+        bootstrap = self.node.bootstrap if own_input else self.node.endpoints.bootstrap(primary)
         if hosted is not None:
             failure = hosted.run.failure()
-            primary = str(entry.spec["node"]).split("/")[0]
-            if not self._hosting.kept_through_redeploy(
-                    hosted, network, entry, self.node.endpoints.bootstrap(primary)):
+            if not self._hosting.kept_through_redeploy(hosted, network, entry, bootstrap):
                 self.abandon(name, "redeployed")
             elif failure is not None:
                 # Started again on the next pass, from a new copy of the checkpoint.
                 self.node.errors[name] = failure
                 self.abandon(name, f"its replica failed: {failure}")
             elif entry.spec.get("warm_target") == self.node.global_name and \
-                    not entry.spec.get("warm_ready") and caught_up(hosted.run):
+                    not entry.spec.get("warm_ready") and caught_up(hosted.run) and \
+                    (hosted.sunion is None or not hosted.own_input or
+                     hosted.sunion.caught_up(CAUGHT_UP_RECORDS)):
                 self._set_warm_ready(name)
                 return
             else:
                 return
-        primary = str(entry.spec["node"]).split("/")[0]
-        wiring = self._hosting.wiring(network, name, entry, self.node.endpoints.bootstrap(primary))
+        wiring = self._hosting.wiring(network, name, entry, bootstrap)
         mine = checkpoint_location(self.node.checkpoint_root, wiring) + REPLICA_SUFFIX
         source = entry.spec.get("checkpoint")
         warm = entry.spec.get("warm_target") == self.node.global_name
@@ -94,14 +105,26 @@ class Moves:
             drop_uncommitted(mine)  # copied while it ran: the batch in progress is replanned
             log.info("%s: %s: copied %d files (%d bytes) of its checkpoint for a replica",
                      self.node.global_name, name, stats.files, stats.bytes)
-        run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True)
-        # Its SUnion is started and waits, to go at the takeover (the process's start-up
-        # is then off the takeover's path).
-        sunion = self._hosting.start_sunion(name, wiring, wait_for_go=True)
+        if own_input:
+            # The copy goes on at the end of this cluster's SUnion topic, and the SUnion
+            # here from the inputs' positions of the copy's last batch: both then compute
+            # what the primary does, from the same inputs.
+            resume = self._hosting.rebase(name, mine, wiring,
+                                          self.node.endpoints.bootstrap(primary))
+            sunion = self._hosting.start_sunion(name, wiring, resume, wait_for_go=True)
+            sunion.go()
+            run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True)
+        else:
+            run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True)
+            # Its SUnion is started and waits, to go at the takeover (the process's
+            # start-up is then off the takeover's path).
+            sunion = self._hosting.start_sunion(name, wiring, wait_for_go=True)
         with self.node.lock:
-            self.node.hosted[name] = HostedFragment(name, network.version, run, time.time(), sunion)
+            self.node.hosted[name] = HostedFragment(name, network.version, run, time.time(),
+                                                    sunion, own_input=own_input)
         log.info("%s: running the standby replica of %s%s", self.node.global_name, name,
-                 " to take it over (warm move)" if warm else "")
+                 (" to take it over (warm move from another cluster, with its own SUnion)"
+                  if own_input else " to take it over (warm move)") if warm else "")
         if warm:
             return
 
@@ -110,6 +133,12 @@ class Moves:
                 return None
             return {**spec, "replica_ready": True}
         self.node.catalog.update(Kind.FRAGMENTS, name, ready)
+
+    def across_clusters(self, entry: Entry) -> bool:
+        """Whether the fragment warms up here for a move from a node of another cluster."""
+        return entry.spec.get("warm_target") == self.node.global_name and \
+            self.node.endpoints.bootstrap(str(entry.spec["node"]).split("/")[0]) != \
+            self.node.bootstrap
 
     def follow_reader(self, name: str, entry: Entry, network: NetworkPlan) -> None:
         """Runs the fragment's reader-side replica (``medusa.reader_side``): its own SUnion
@@ -183,7 +212,8 @@ class Moves:
 
     def ready_to_take_over(self, hosted: HostedFragment) -> bool:
         """A warm move takes the input over first: the replica's SUnion goes (fencing the
-        old node's, whose query reads the same topic and goes on writing). The output
+        old node's, whose query reads the same topic and goes on writing); one from another
+        cluster has its own SUnion running already. The output
         follows once a batch of the replica has read what the new SUnion released and
         the replica holds a result the old node has not written yet (or, after
         ``AHEAD_WAIT_S``, has computed the newest one it wrote); at the latest,
@@ -191,10 +221,16 @@ class Moves:
         sunion = hosted.sunion
         if sunion is None:
             return True
-        if sunion.went_at is None:
-            sunion.go()
-            return False
-        running_since = sunion.running_since()
+        if hosted.own_input:
+            # Its SUnion has run here all along, on this cluster's topic: no input switch.
+            if hosted.switch_asked_at is None:
+                hosted.switch_asked_at = time.time()
+            running_since: float | None = hosted.switch_asked_at
+        else:
+            if sunion.went_at is None:
+                sunion.go()
+                return False
+            running_since = sunion.running_since()
         if running_since is None:
             return False
         if time.time() - running_since > OUTPUT_SWITCH_WAIT_S:

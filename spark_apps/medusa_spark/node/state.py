@@ -75,6 +75,11 @@ class HostedFragment:
     """When (monotonic clock) a scale step asked it to stop, or it last ran a batch since:
     it stops once its outputs have promised the step's cut, or once its input is quiet."""
     retiring_batches: int = 0
+    own_input: bool = False
+    """A warm move's replica on another cluster than the old node's: its SUnion runs here
+    from the start, on this cluster's topic, so the takeover switches the output alone."""
+    switch_asked_at: float | None = None
+    """When (wall clock) such a replica was first asked to take the output over."""
     replaced: bool = False
     """A redeploy replaces it by instances of a new definition, beside it (``deploy``)."""
 
