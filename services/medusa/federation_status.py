@@ -87,6 +87,8 @@ class FragmentStatus:
     """How its query runs: micro-batch or real-time (None: no report yet)."""
     execution_why: str | None = None
     """Why it runs that way (``medusa_spark.realtime``)."""
+    execution_asked: str | None = None
+    """How its network asks its fragments to run (its field ``execution``)."""
     lag: int | None = None
     restarts: int = 0
     dpc_state: str = "STABLE"
@@ -227,13 +229,14 @@ def _batch_phases(operators: str | None) -> dict[str, float]:
     return {str(k): float(v) for k, v in phases.items() if isinstance(v, int | float)}
 
 
-def _execution(operators: str | None) -> tuple[str | None, str | None]:
-    """How the fragment's query runs, and why, from a load report (none from an older node)."""
+def _execution(operators: str | None) -> tuple[str | None, str | None, str | None]:
+    """How the fragment's query runs, why, and how its network asks it to, from a load
+    report (none from an older node)."""
     try:
         execution = json.loads(operators or "{}").get("execution") or {}
-        return execution.get("mode"), execution.get("why")
+        return execution.get("mode"), execution.get("why"), execution.get("asked")
     except (ValueError, AttributeError):
-        return None, None
+        return None, None, None
 
 
 def _fragment_status(entry: Entry, reports: dict[str, dict[str, Any]]) -> FragmentStatus:
@@ -256,7 +259,8 @@ def _fragment_status(entry: Entry, reports: dict[str, dict[str, Any]]) -> Fragme
         fragment.processing_rate = load.get("processing_rate")
         fragment.batch_duration_ms = load.get("batch_duration_ms")
         fragment.batch_phases_ms = _batch_phases(load.get("operators"))
-        fragment.execution, fragment.execution_why = _execution(load.get("operators"))
+        fragment.execution, fragment.execution_why, fragment.execution_asked = \
+            _execution(load.get("operators"))
         fragment.lag = load.get("lag")
         fragment.restarts = max(fragment.restarts, int(load.get("restarts") or 0))
         fragment.dpc_state = load.get("dpc_state") or fragment.dpc_state

@@ -22,6 +22,7 @@ from medusa.contracts import covering
 from medusa.endpoints import Endpoints
 from medusa.placement import NodeSlot, PlacementError, place
 from medusa.reader_side import reader_replica
+from medusa_spark.network.execution import realtime_refusal
 from medusa_spark.network.fragments import (
     Fragment,
     default_fragment,
@@ -354,10 +355,11 @@ def apply_deploy(deployment: DeployPlan, endpoints: Endpoints, registry: SchemaR
     streams and its fragments to the catalog as planned; returns where each fragment runs.
 
     A changed fragment restarts with its new definition, from the start of its input; with
-    ``make_before_break`` (the default), a changed keyed fragment that runs, with the same boxes and
-    inputs, is replaced as a scale step to as many instances on the same nodes
-    (``scaling``): the new definition's instances rebuild their state beside the old ones,
-    which go on writing, and take the output over at a cut."""
+    ``make_before_break`` (the default), a changed fragment that runs, with the same boxes
+    and inputs, keyed (or unkeyed, as one instance) and on micro-batches, is replaced as a
+    scale step to as many instances on the same nodes (``scaling``): the new definition's
+    instances rebuild their state beside the old ones, which go on writing, and take the
+    output over at a cut."""
     topics = network_topics(deployment.plan, deployment.fragments, endpoints, registry)
     replaced = _replaceable(deployment, topics, report) if make_before_break else {}
     for entries in replaced.values():
@@ -459,10 +461,12 @@ def _replaceable(deployment: DeployPlan, topics: NetworkTopics, report: Report
             why = "its boxes changed"
         elif _inputs(entries[0].spec) != _inputs(uses):
             why = "its inputs changed"
+        elif realtime_refusal(deployment.plan, placed.fragment) is None:
+            why = "it runs in Real-time Mode, and its replacement would run on micro-batches"
         else:
             try:
                 fragment_key(deployment.plan.network, list(placed.fragment.boxes),
-                             placed.name)
+                             placed.name, unkeyed=len(entries) == 1)
             except ScaleError as error:
                 why = str(error)
         if why is not None:

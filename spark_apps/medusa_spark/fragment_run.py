@@ -79,6 +79,8 @@ class FragmentRun:
     """A real-time fragment's: passes its staged rows to its writer."""
     realtime_slots: int = 0
     """The session's task slots its real-time query holds (``realtime.SLOTS``)."""
+    execution_asked: str = MICRO_BATCH
+    """How its network asks its fragments to run (the network's ``execution``)."""
 
     @property
     def name(self) -> str:
@@ -196,7 +198,8 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
             SLOTS.give_back(slots)
             raise
         relay = StagedRelay(wiring, writer, lambda: query).start()
-        return FragmentRun(wiring, query, writer, checkpoint, 0, execution, why, relay, slots)
+        return FragmentRun(wiring, query, writer, checkpoint, 0, execution, why, relay, slots,
+                           plan.network.execution)
     frame = start_query_frame(spark, plan, wiring, skip_epoch)
     stream = (frame.writeStream.queryName(f"{wiring.topic_prefix}{wiring.global_name}{suffix}")
               .outputMode("append")
@@ -217,7 +220,7 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
                          name=f"idle-boundaries {wiring.global_name}", daemon=True).start()
     return FragmentRun(wiring, query, writer, checkpoint,
                        0 if interval == AVAILABLE_NOW else duration_ms(interval),
-                       execution, why)
+                       execution, why, execution_asked=plan.network.execution)
 
 
 _STARTING = threading.Lock()

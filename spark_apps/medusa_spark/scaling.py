@@ -92,18 +92,20 @@ def instances_of(catalog: CatalogClient, network: str, fragment: str) -> list[En
     return sorted(found, key=lambda e: (e.spec.get("instance") or {}).get("index", 0))
 
 
-def fragment_key(spec: NetworkSpec, boxes: list[str], fragment: str) -> list[str]:
+def fragment_key(spec: NetworkSpec, boxes: list[str], fragment: str,
+                 unkeyed: bool = False) -> list[str]:
     """The key the fragment's state is partitioned by: the one its boxes declare.
 
     Refused, naming the box: boxes that declare different keys, a fragment that declares
-    none, a session window (its span has no bound), and an output read by another
+    none (unless ``unkeyed``: one instance replacing one, by a redeploy, needs no key and
+    gets []), a session window (its span has no bound), and an output read by another
     fragment (the instances' BOUNDARY promises would interleave on its topic).
     """
     declared = {box: spec.boxes[box].key for box in boxes if spec.boxes[box].key}
-    if not declared:
+    if not declared and not unkeyed:
         raise ScaleError(f"fragment {fragment}: no box declares a key (box field 'key'); "
                          "only a keyed fragment can be split between instances")
-    keys = {tuple(k) for k in declared.values()}
+    keys = {tuple(k) for k in declared.values()} or {()}
     if len(keys) > 1:
         raise ScaleError(f"fragment {fragment}: its boxes declare different keys "
                          f"({', '.join(f'{b}: {k}' for b, k in declared.items())})")
@@ -187,13 +189,15 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
     if not old:
         raise ScaleError(f"no fragment {network}/{fragment} in the catalog")
     boxes = list((redefined or old[0].spec)["boxes"])
-    key = fragment_key(spec, boxes, fragment)
+    # A redeploy replacing one instance by one needs no key: the new one reads everything.
+    key = fragment_key(spec, boxes, fragment,
+                       unkeyed=redefined is not None and count == len(old) == 1)
     busy = [e for e in old if e.spec.get("phase") != "running"]
     if busy:
         raise ScaleError(f"fragment {busy[0].name} is {busy[0].spec.get('phase')}; wait until "
                          "it runs")
     span = window_span_ms(spec, boxes) + duration_ms(spec.bucket)
-    by_partition = keyed_input_partitions(spec, boxes, key, endpoints) >= count
+    by_partition = not key or keyed_input_partitions(spec, boxes, key, endpoints) >= count
     placed = _nodes_for(catalog, old[0].spec["node"].split("/")[0], count, nodes)
     generation = 1 + max((e.spec.get("instance") or {}).get("generation", 0) for e in old)
     report(f"  {network}/{fragment}: {len(old)} instance(s) -> {count}, on "

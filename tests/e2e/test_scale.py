@@ -71,6 +71,10 @@ class ScaledRun:
     replaced: list[tuple[str, str, str]]
     """The instances after the redeploy of a changed definition."""
     deploy_report: list[str]
+    loud: list[str]
+    """Result ids of ``loud``, an unkeyed filter, whose definition that redeploy changed
+    too (its results stay the same)."""
+    loud_expected: set[str]
 
 
 @pytest.fixture(scope="module")
@@ -133,13 +137,19 @@ def scaled_run(federation, alpha_nodes, spark, registry_module) -> Iterator[Scal
             expected = steady.finish(TAIL_S)
             watch.wait_for(results_topic, set(expected), timeout_s=300)
             watch.stop()
+            loud_topic = f"{prefix}medusa.{name}.loud"
+            loud_expected = {r.tuple_id for r in steady.sent if r.value > 0}
+            loud = OutputWatch(alpha, registry_module, [loud_topic]).start()
+            loud.wait_for(loud_topic, loud_expected, timeout_s=120)
+            loud.stop()
             alpha_nodes[1].start().wait_registered()  # back for the tests after this one
             yield ScaledRun(expected, [(a.tuple_id, a.value, a.appended_ms)
                                        for a in watch.arrivals[results_topic]],
                             steps, instances, restored_on, by_partition,
                             "\n".join(n.log_since(size)
                                       for n, size in zip(alpha_nodes, log_sizes, strict=True)),
-                            redeployed, replaced, deploy_report)
+                            redeployed, replaced, deploy_report, loud.ids(loud_topic),
+                            loud_expected)
             undeploy(catalog, network, report=lambda _: None)
     finally:
         if alpha_nodes[1].process is None:
@@ -149,13 +159,14 @@ def scaled_run(federation, alpha_nodes, spark, registry_module) -> Iterator[Scal
 def _with_a_box_of_its_own(text: str, wider: bool = False) -> str:
     """The network with one more box, in a fragment of its own, reading the input;
     ``wider``: with a filter that lets more through (none of the readings it had kept
-    out)."""
+    out), and the new box's predicate written another way (the same results)."""
     raw = yaml.safe_load(text)
     if wider:
         raw["boxes"]["plausible"]["params"]["predicate"] = \
             "value > -2000000 AND value < 2000000"
     raw["boxes"]["loud"] = {"type": "filter", "participant": "alpha", "fragment": "loud",
-                            "params": {"predicate": "value > 0"}}
+                            "params": {"predicate": "value > 0 AND value < 2000000" if wider
+                                       else "value > 0"}}
     raw["arrows"].append({"from": "readings", "to": "loud"})
     return yaml.safe_dump(raw, sort_keys=False)
 
@@ -398,8 +409,15 @@ def test_a_changed_definition_replaces_the_fragment_beside_itself(scaled_run) ->
     (after,) = scaled_run.replaced
     assert after[0] != before[0] and after[1] == before[1] and after[2] == "running", after
     report = "\n".join(scaled_run.deploy_report)
-    assert "its new definition takes over beside the running one" in report, report
+    assert report.count("its new definition takes over beside the running one") == 2, report
     assert "restarts with its new definition" not in report, report
     assert "keeps writing until the new definition's instances take over" in \
         scaled_run.node_logs
     assert "starts afresh" not in scaled_run.node_logs
+
+
+def test_an_unkeyed_fragment_is_replaced_beside_itself_exactly_once(scaled_run) -> None:
+    """``loud`` declares no key: one instance of its new definition replaced it (the
+    report's second "takes over beside", above), and its output has each result once."""
+    assert_exactly_once(scaled_run.loud, scaled_run.loud_expected,
+                        "the replacement of an unkeyed fragment")

@@ -21,7 +21,7 @@ from medusa.sensor_windows import Arrival, OutputWatch, SteadyInput
 from medusa.settings import kafka_config
 from medusa_spark.deploy import deploy, move, undeploy
 from medusa_spark.networks import network_yaml
-from tests.federation_processes import NodeProcess, running
+from tests.federation_processes import NodeProcess, SharedNodes, running
 from tests.fragment_checks import wait_network_running
 from tests.spark_cluster import SparkStandalone
 from tests.waiting import wait_until
@@ -29,7 +29,8 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.e2e
 
 SENSORS = 4
-ON_CLUSTER, LOCAL = "beta/sc-b1", "beta/sc-b2"
+ON_CLUSTER, LOCAL = "beta/sc-b1", SharedNodes.B1
+"""The node on the cluster, and the session's shared beta node in local mode."""
 WAIT_S = 300.0
 """Upper bound of every wait; a wait ends as soon as what it waits for is observed."""
 
@@ -86,13 +87,14 @@ def cluster(tmp_path_factory) -> Iterator[SparkStandalone]:
 
 
 @pytest.fixture(scope="module")
-def nodes(federation, cluster, tmp_path_factory) -> Iterator[dict[str, NodeProcess]]:
+def nodes(federation, cluster, shared_nodes, tmp_path_factory
+          ) -> Iterator[dict[str, NodeProcess]]:
     run_dir = tmp_path_factory.mktemp("sc-nodes")
+    local = shared_nodes.ready()[LOCAL]
     started = {ON_CLUSTER: NodeProcess("sc-b1", "beta", federation, run_dir,
-                                       master=cluster.master_url),
-               LOCAL: NodeProcess("sc-b2", "beta", federation, run_dir, master="local[1]")}
+                                       master=cluster.master_url)}
     with running(started):
-        yield started
+        yield {**started, LOCAL: local}
 
 
 @pytest.fixture(scope="module")

@@ -99,8 +99,11 @@ def warm_run(federation, alpha_nodes, spark, registry_module) -> Iterator[WarmRu
 
 
 def _with_a_reader(text: str) -> str:
-    """The network with one more box, in a fragment of its own, reading ``per_sensor``."""
+    """The network with one more box, in a fragment of its own, reading ``per_sensor``,
+    and an active standby for ``per_sensor`` (a change of ``ha`` alone: its replica starts
+    on the node's secondary, and the fragment's query goes on)."""
     raw = yaml.safe_load(text)
+    raw["boxes"]["per_sensor"]["ha"] = "active"
     raw["boxes"]["busy"] = {"type": "filter", "participant": "alpha", "fragment": "busy",
                             "params": {"predicate": "readings > 0"}}
     raw["arrows"].append({"from": "per_sensor", "to": "busy"})
@@ -133,10 +136,14 @@ def test_the_catalog_shows_the_fragment_on_its_last_node_and_no_move_pending(
 
 
 def test_a_redeploy_that_adds_a_reader_leaves_the_fragment_running(warm_run) -> None:
-    """The fragment's definition did not change: no stop, no restart, the same checkpoint
-    (the output's exactly-once check above spans the redeploy)."""
+    """The fragment's definition did not change, only its standby: no stop, no restart,
+    the same checkpoint (the output's exactly-once check above spans the redeploy), and an
+    active replica beside it."""
     assert warm_run.reader_results > 0
     assert "this fragment is unchanged; it keeps running" in warm_run.node_logs
+    assert any(f"running the standby replica of {warm_run.fragment}" in line and
+               "take it over" not in line for line in warm_run.node_logs.splitlines()), \
+        "no active replica started after the redeploy"
     # Only this fragment: the shared nodes also stop other modules' fragments meanwhile.
     assert f"stopped {warm_run.fragment} at a batch boundary" not in warm_run.node_logs
     assert warm_run.checkpoints[2] == warm_run.checkpoints[1]

@@ -42,8 +42,8 @@ class Target:
 TARGETS = [
     Target("envelope", seconds=5, runs=300_000, max_len=512),
     Target("csv", seconds=5, runs=300_000, max_len=256),
-    Target("network_text", seconds=20, runs=100_000, max_len=2048, extra_corpora=(NETWORKS,)),
-    Target("network_structured", seconds=25, runs=100_000, max_len=256),
+    Target("network_text", seconds=12, runs=100_000, max_len=2048, extra_corpora=(NETWORKS,)),
+    Target("network_structured", seconds=15, runs=100_000, max_len=256),
 ]
 
 

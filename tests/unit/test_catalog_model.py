@@ -1,11 +1,11 @@
-"""The catalog's specs: the fields a node reports of itself."""
+"""The catalog's specs: the fields a node reports of itself, and a fragment's instance."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from medusa.catalog.model import NodeSpec
+from medusa.catalog.model import InstanceSpec, NodeSpec
 
 pytestmark = pytest.mark.unit
 
@@ -27,3 +27,12 @@ def test_a_spark_ui_is_an_http_url_of_at_most_500_characters(url: str) -> None:
     with pytest.raises(ValidationError, match="spark_ui"):
         NodeSpec(spark_ui=url)
     assert NodeSpec(spark_ui="http://" + "h" * 493).spark_ui is not None  # 500 exactly
+
+
+def test_only_one_instance_of_an_unkeyed_fragment_may_run() -> None:
+    """A redeploy replaces an unkeyed fragment by one instance that reads all the input."""
+    spec = {"of": "loud", "index": 0, "count": 1, "generation": 1, "key": [],
+            "emit_from_ms": 0, "by_partition": True}
+    assert InstanceSpec.model_validate(spec).key == []
+    with pytest.raises(ValidationError, match="only one can run"):
+        InstanceSpec.model_validate({**spec, "count": 2})

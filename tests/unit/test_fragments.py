@@ -74,6 +74,21 @@ def test_the_fingerprint_follows_what_the_query_would_run() -> None:
     assert moved != same, "another input topic: a fresh checkpoint"
 
 
+def test_the_fingerprint_ignores_the_kind_of_standby() -> None:
+    """A redeploy that changes ``ha`` alone starts or stops a replica; the fragment's query,
+    stateless or not, goes on (``ha: active`` keeps a fragment off Real-time Mode, which a
+    micro-batch network does not ask for anyway)."""
+    for boxes in ({"moving": "f"}, {"moving": "f", "per_minute": "f"}):
+        passive = _network(boxes)
+        active = _network(boxes, boxes={
+            **passive.network.model_dump(mode="json")["boxes"],
+            "moving": {**passive.network.model_dump(mode="json")["boxes"]["moving"],
+                       "ha": "active"}})
+        assert group(active)["f"].ha == "active"
+        assert group(active)["f"].fingerprint(active) == \
+            group(passive)["f"].fingerprint(passive), boxes
+
+
 def test_a_new_reader_of_an_output_keeps_the_fingerprint() -> None:
     """A redeploy that adds a box downstream leaves the fragment it reads running."""
     before = _network({"moving": "f", "per_minute": "f", "stopped": "g"})

@@ -139,9 +139,10 @@ def test_a_boundary_waits_for_an_ended_batch_that_passed_it_and_for_its_rows() -
     assert relay._held == []
 
 
-def _status(execution: str, why: str, name: str = "alpha/t/f") -> FragmentStatus:
+def _status(execution: str, why: str, name: str = "alpha/t/f", asked: str = "real-time"
+            ) -> FragmentStatus:
     return FragmentStatus(name, "alpha/t", "alpha/n1", "running", execution=execution,
-                          execution_why=why)
+                          execution_why=why, execution_asked=asked)
 
 
 def test_status_says_how_each_fragment_runs_once_the_network_asks_for_real_time() -> None:
@@ -152,7 +153,8 @@ def test_status_says_how_each_fragment_runs_once_the_network_asks_for_real_time(
             console.print(table)
         return console.export_text()
 
-    assert shown([_status("micro-batch", "the network's execution is micro-batch")]) == ""
+    assert shown([_status("micro-batch", "the network's execution is micro-batch",
+                          asked="micro-batch")]) == ""
     text = shown([_status("real-time", "stateless", "alpha/t/a"),
                   _status("micro-batch", "box 'w' (aggregate) keeps state", "alpha/t/b")])
     assert "real-time" in text and "keeps state" in text, text

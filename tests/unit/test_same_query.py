@@ -35,3 +35,9 @@ def test_an_instance_is_the_same_query_whatever_stime_it_writes_from() -> None:
     first = Instance(0, 2, 1, ("sensor_id",), 1000, {"readings": {0: 5}})
     assert same_query(_wiring(replace(first, emit_from_ms=9000)), _wiring(first))
     assert not same_query(_wiring(replace(first, index=1)), _wiring(first))
+
+
+def test_a_change_of_standby_alone_is_the_same_query() -> None:
+    """``ha`` passive -> active starts a replica elsewhere; the primary's query goes on."""
+    active = replace(_wiring(), fragment=replace(_wiring().fragment, ha="active"))
+    assert same_query(active, _wiring()) and same_query(_wiring(), active)

@@ -102,7 +102,9 @@ class InstanceSpec(Spec):
     count: int = Field(ge=1, le=64)
     generation: int = Field(ge=1)
     """Which scale step made it; a new step makes new instances, with new topics."""
-    key: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    key: list[Annotated[str, Field(min_length=1)]] = Field(max_length=64)
+    """Empty for the one instance that replaces an unkeyed fragment (a redeploy): it
+    reads all the input."""
     emit_from_ms: int
     """Its results below this stime were written by the instances before it."""
     start_positions: dict[str, dict[int, int]] = Field(default_factory=dict)
@@ -116,6 +118,8 @@ class InstanceSpec(Spec):
     def _index_below_count(self) -> InstanceSpec:
         if self.index >= self.count:
             raise ValueError(f"instance index {self.index} is not below count {self.count}")
+        if not self.key and self.count > 1:
+            raise ValueError("instances of an unkeyed fragment: only one can run (count 1)")
         return self
 
 

@@ -18,8 +18,10 @@ reading (a filter whose predicate every reading passes):
 The producer promises its progress (BOUNDARY) every ``boundary_interval_s``: a SUnion
 releases a bucket once every input partition has passed its end. A ``read_committed``
 consumer per output notes, for each result, the wall clock when it
-became readable minus ``measured_at``: produce to readable, as a user sees it. Results
-of the first ``WARM_UP_S`` seconds are left out (the queries plan and compile then).
+became readable minus ``measured_at``: produce to readable, as a user sees it. The
+readings go on until every path has delivered a result, then ``WARM_UP_S`` more (the
+paths catch up with what came while they started); only the readings after that count.
+How long each path took to its first result is reported apart (``first_result_s``).
 """
 
 from __future__ import annotations
@@ -55,7 +57,10 @@ from medusa_spark.fragment_run import FragmentRun, start_fragment
 from medusa_spark.realtime import realtime_supported
 from medusa_spark.sunion_process import SUnionProcess
 
-WARM_UP_S = 20.0
+WARM_UP_S = 15.0
+"""After every path's first result: the paths catch up with what came while they started."""
+START_TIMEOUT_S = 180.0
+"""The longest wait for every path's first result."""
 HIGH_RATE = 2_000
 """Readings a second of the second run: the paths keep their latency under load."""
 PREDICATE = "value > -1000000"
@@ -79,6 +84,8 @@ class PathLatency:
     results_per_s: float | None = None
     """Results that became readable per second, first to last (the input's rate when the
     path keeps up)."""
+    first_result_s: float | None = None
+    """From the run's start (the queries start then) to this path's first result."""
     over_time: list[tuple[float, float]] = field(default_factory=list)
     """(seconds since the input began, latency in ms) of each counted result."""
     error: str | None = None
@@ -151,11 +158,11 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
                      execution="real-time"), f"bench-latency-{run}-rt")
     ensure_topics(kafka_config(bootstrap), [readings, *plain.values()], partitions=1)
     outputs = {**{path: f.sink.topics[0] for path, f in fragments.items()}, **plain}
-    say(f"stateless latency: {rows_per_s} readings a second for {WARM_UP_S + seconds:.0f} s "
-        f"through {', '.join(outputs)}, side by side")
+    say(f"stateless latency: {rows_per_s} readings a second through {', '.join(outputs)}, "
+        f"side by side: until each has answered, {WARM_UP_S:.0f} s more, then {seconds:.0f} s "
+        "counted")
     began = time.time()
-    readers = {path: _Reader(bootstrap, topic, began + WARM_UP_S) for path, topic in
-               outputs.items()}
+    readers = {path: _Reader(bootstrap, topic) for path, topic in outputs.items()}
     for reader in readers.values():
         reader.start()
     queries: list[StreamingQuery] = []
@@ -192,7 +199,7 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
                 .queryName(f"bench-latency-realtime-{run}").outputMode("update")
                 .trigger(realTime=REALTIME_CHECKPOINT_INTERVAL).start())
         _produce(kafka_config(bootstrap), registry, readings, rows_per_s,
-                 WARM_UP_S + seconds, boundary_interval_s, queries)
+                 boundary_interval_s, queries, _Schedule(list(readers.values()), seconds))
         time.sleep(3.0)  # the last readings' results
     finally:
         for fragment_run in runs:
@@ -208,7 +215,8 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
     paths = {path: reader.latency(path, began) for path, reader in readers.items()}
     for measured in paths.values():
         say(f"  {measured.name}: p50 {measured.p50_ms} ms, p99 {measured.p99_ms} ms over "
-            f"{measured.results} results ({measured.results_per_s} a second)")
+            f"{measured.results} results ({measured.results_per_s} a second); first result "
+            f"{measured.first_result_s} s into the run")
     return StatelessLatency(rows_per_s, seconds, boundary_interval_s, paths)
 
 
@@ -242,10 +250,41 @@ def _plain_filter(spark: SparkSession, bootstrap: str, source: str, sink: str) -
             .options(**options).option("topic", sink))
 
 
+class _Schedule:
+    """When the readings stop: every path has answered, ``WARM_UP_S`` have passed since,
+    and then ``seconds`` counted (the readers count from that moment on)."""
+
+    def __init__(self, readers: list[_Reader], seconds: float) -> None:
+        self.readers = readers
+        self.seconds = seconds
+        self.started = time.monotonic()
+        self.answered_at: float | None = None
+        self.counting_at: float | None = None
+
+    def done(self) -> bool:
+        now = time.monotonic()
+        if self.answered_at is None:
+            if all(reader.first_at_ms is not None for reader in self.readers):
+                self.answered_at = now
+            elif now - self.started > START_TIMEOUT_S:
+                silent = [r.topic for r in self.readers if r.first_at_ms is None]
+                raise TimeoutError(f"no result on {', '.join(silent)} within "
+                                   f"{START_TIMEOUT_S:.0f} s")
+            return False
+        if self.counting_at is None:
+            if now - self.answered_at < WARM_UP_S:
+                return False
+            self.counting_at = now
+            for reader in self.readers:
+                reader.count_from_ms = time.time() * 1000
+        return now - self.counting_at >= self.seconds
+
+
 def _produce(config: dict[str, Any], registry: SchemaRegistryClient, topic: str,
-             rows_per_s: int, seconds: float, boundary_interval_s: float,
-             queries: list[StreamingQuery]) -> None:
-    """Readings at ``rows_per_s``, each stamped with the wall clock as it goes."""
+             rows_per_s: int, boundary_interval_s: float, queries: list[StreamingQuery],
+             schedule: _Schedule) -> None:
+    """Readings at ``rows_per_s``, each stamped with the wall clock as it goes, until the
+    schedule says."""
     interval = 1.0 / rows_per_s
     sent = 0
     with TupleProducer({**config, "linger.ms": 0}, registry, topic,
@@ -253,7 +292,7 @@ def _produce(config: dict[str, Any], registry: SchemaRegistryClient, topic: str,
                        boundary_interval_s=boundary_interval_s) as producer:
         started = time.monotonic()
         checked = 0.0
-        while time.monotonic() - started < seconds:
+        while not schedule.done():
             if time.monotonic() - checked > 1.0:  # a call into the JVM per query: not per row
                 checked = time.monotonic()
                 for query in queries:
@@ -273,10 +312,14 @@ class _Reader(threading.Thread):
     """Reads one output topic as a ``read_committed`` user would, from its start, and
     notes each data record's latency (readable minus ``measured_at``)."""
 
-    def __init__(self, bootstrap: str, topic: str, count_from: float) -> None:
+    def __init__(self, bootstrap: str, topic: str) -> None:
         super().__init__(daemon=True, name=f"latency-reader-{topic}")
         self.topic = topic
-        self.count_from_ms = count_from * 1000
+        self.count_from_ms = float("inf")
+        """Readings produced from then on count (set by ``_Schedule``)."""
+        self.first_at_ms: float | None = None
+        """When its first result became readable."""
+
         self.samples: list[tuple[float, float]] = []
         self._stopping = threading.Event()
         self._parsed = parse_schema(json.loads(load_schema("sensor_reading").text))
@@ -304,6 +347,8 @@ class _Reader(threading.Thread):
                     produced = reading["measured_at"]
                     produced_ms = produced.timestamp() * 1000 if hasattr(
                         produced, "timestamp") else float(produced)
+                    if self.first_at_ms is None:
+                        self.first_at_ms = now_ms
                     if produced_ms >= self.count_from_ms:
                         self.samples.append((produced_ms, now_ms - produced_ms))
         finally:
@@ -325,4 +370,6 @@ class _Reader(threading.Thread):
                                        (max(arrivals) - min(arrivals)), 1)
         path.over_time = [(round(at / 1000 - began, 2), round(latency, 1))
                           for at, latency in self.samples]
+        if self.first_at_ms is not None:
+            path.first_result_s = round(self.first_at_ms / 1000 - began, 1)
         return path

@@ -285,9 +285,8 @@ def _execution_table(network: str, members: list[Any], local: Any, name_column: 
 
     from medusa_spark.network.execution import MICRO_BATCH, REAL_TIME
 
-    asked = [f for f in members if f.execution is not None and not (
-        f.execution == MICRO_BATCH and (f.execution_why or "").startswith(
-            "the network's execution is"))]
+    asked = [f for f in members if f.execution is not None and
+             f.execution_asked != MICRO_BATCH]
     if not asked:
         return []
     table = Table(title=f"{network}: how each fragment's query runs")

@@ -94,7 +94,9 @@ def fragment_of(entry: Entry) -> str:
 def same_query(wiring: FragmentWiring, running: FragmentWiring) -> bool:
     """Whether ``wiring`` runs the query ``running`` does. A scale step's instance moves
     the stime it writes from while it runs (the writer follows the catalog), so that one
-    field is not part of the query."""
+    field is not part of the query; nor is the fragment's ``ha`` (a redeploy that changes
+    it alone starts or stops the standby replica, and the primary goes on)."""
+    wiring = replace(wiring, fragment=replace(wiring.fragment, ha=running.fragment.ha))
     if wiring.instance is not None and running.instance is not None:
         wiring = replace(wiring, instance=replace(
             wiring.instance, emit_from_ms=running.instance.emit_from_ms))

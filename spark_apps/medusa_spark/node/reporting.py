@@ -78,7 +78,8 @@ class Reporting:
                     "operators": operators, "duration_ms": progress.get("durationMs", {}),
                     "batch_phases_ms": median_phases(recent,
                                                      run.writer.recent_times.by_batch()),
-                    "execution": {"mode": run.execution, "why": run.execution_why}}),
+                    "execution": {"mode": run.execution, "why": run.execution_why,
+                                  "asked": run.execution_asked}}),
                 "sunion": json.dumps(sunion),
             })
             duration_s = max(0.001, (progress.get("batchDuration") or 0) / 1000.0)
