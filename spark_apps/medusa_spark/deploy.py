@@ -22,7 +22,7 @@ from medusa.contracts import covering
 from medusa.endpoints import Endpoints
 from medusa.placement import NodeSlot, PlacementError, place
 from medusa.reader_side import reader_replica
-from medusa_spark.network.execution import realtime_refusal
+from medusa_spark.network.execution import network_realtime_refusal, realtime_refusal
 from medusa_spark.network.fragments import (
     Fragment,
     default_fragment,
@@ -634,6 +634,11 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
                             catalog.list(Kind.FRAGMENTS))
     started = time.monotonic()
     deadline = started + timeout_s
+    if warm and warm_move_possible(entry.spec, target) and _runs_real_time(catalog, entry):
+        # Its replica would run on micro-batches, and keep it on them once it took over.
+        report(f"  {entry.name}: runs in Real-time Mode: moved cold (it keeps no state "
+               "to load; a warm replica would run on micro-batches)")
+        warm = False
     if warm and warm_move_possible(entry.spec, target):
         _warm_up(catalog, entry.name, target, deadline, report)
     catalog.update(Kind.FRAGMENTS, entry.name,
@@ -656,6 +661,17 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
         time.sleep(0.2)
     raise TimeoutError(f"fragment {entry.name} did not run on {target} within {timeout_s:.0f}s "
                        f"(phase {last_phase}); see the nodes' logs")
+
+
+def _runs_real_time(catalog: CatalogClient, entry: Entry) -> bool:
+    """Whether the fragment's network runs it in Real-time Mode (``network.execution``)."""
+    network = catalog.get(Kind.NETWORKS, entry.spec["network"])
+    if network is None or entry.spec.get("instance"):  # an instance runs on micro-batches
+        return False
+    spec = parse_network(network.spec["definition"], origin=f"network {network.name}")
+    boxes = entry.spec["boxes"]
+    return all(box in spec.boxes for box in boxes) and \
+        network_realtime_refusal(spec, boxes) is None
 
 
 def warm_move_possible(spec: dict[str, Any], target: str) -> bool:

@@ -15,7 +15,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from medusa_spark.durations import duration_ms
 from medusa_spark.fragment import FragmentWiring, start_query_frame
-from medusa_spark.fragment_writer import FragmentWriter
+from medusa_spark.fragment_writer import FragmentWriter, RecordSink
 from medusa_spark.network.execution import MICRO_BATCH, REAL_TIME
 from medusa_spark.network.validate import Plan
 from medusa_spark.realtime import (
@@ -135,12 +135,15 @@ class FragmentRun:
         Every batch written is committed to the checkpoint before the query stops; a
         batch begun after ``halt`` writes nothing and is replayed by the next runner.
         """
-        last = self.writer.halt()
         if self.relay is not None:
-            # What was staged and not yet written is written by the next runner's relay,
-            # from the position this one committed.
+            # Its tasks end with the query, having staged all they read; the relay writes
+            # it all before the next runner, perhaps on another cluster (another staged
+            # topic), starts. What that one computes again is dropped by tuple id.
+            self.query.stop()
+            self.relay.drain(timeout_s)
             self.abandon()
             return
+        last = self.writer.halt()
         deadline = time.monotonic() + timeout_s
         while last is not None and self.query.isActive:
             progress: dict[str, Any] = self.query.lastProgress or {}
@@ -171,17 +174,19 @@ class FragmentRun:
 def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, checkpoint: str,
                    trigger: str | None = None, standby: bool = False,
                    on_batch: Callable[[str, int], None] | None = None,
-                   role: str | None = None) -> FragmentRun:
+                   role: str | None = None, sinks: list[RecordSink] | None = None
+                   ) -> FragmentRun:
     """Starts a fragment's query, resuming from ``checkpoint`` when it holds one.
 
     A ``standby`` fragment (an active replica) computes everything and writes nothing
     until promoted (see ``soutput``). ``role`` names a query that runs beside the
-    fragment's own in this session (a query's name is unique in it).
+    fragment's own in this session (a query's name is unique in it). ``sinks`` replace
+    its writer's SOutputs (a benchmark meters them).
     """
     skip_epoch = DpcRecord.load(checkpoint).skip_epoch
     interval = trigger or plan.network.trigger
     writer = FragmentWriter(plan, wiring, standby=standby, on_batch=on_batch,
-                            checkpoint=checkpoint)
+                            sinks=sinks, checkpoint=checkpoint)
     suffix = f"/{role}" if role else "/standby" if standby else ""
     execution, why = execution_of(plan, wiring, standby or role is not None) \
         if interval != AVAILABLE_NOW else (MICRO_BATCH, "runs what is there, then stops")

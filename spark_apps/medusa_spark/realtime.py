@@ -231,6 +231,7 @@ class StagedRelay:
                 "fetch.min.bytes": 1, "isolation.level": "read_uncommitted"}))
         start = self._start_offset()
         self._position = max(start, 0)
+        self._started_at_position = self._position
         self._consumer.assign([TopicPartition(self.topic, 0, start)])
         self._thread = threading.Thread(target=self._run, name=f"relay {wiring.global_name}",
                                         daemon=True)
@@ -248,6 +249,25 @@ class StagedRelay:
     def start(self) -> StagedRelay:
         self._thread.start()
         return self
+
+    def drain(self, timeout_s: float) -> None:
+        """Once the query has stopped (its tasks ended, so all they read is staged): waits
+        until every staged row has been written. BOUNDARY rows still held are left: the
+        next runner promises again from what it computes."""
+        _, end = self._consumer.get_watermark_offsets(TopicPartition(self.topic, 0),
+                                                      timeout=10, cached=False)
+        deadline = time.monotonic() + timeout_s
+        def written() -> int:
+            return self._written_to if self._written_to is not None else \
+                self._started_at_position
+        while self._position < end or written() < self._position:
+            if self.error is not None or not self._thread.is_alive():
+                raise RuntimeError(f"relay of {self.topic} stopped before it had written "
+                                   f"what was staged: {self.error}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"relay of {self.topic}: {end - self._position} staged "
+                                   f"row(s) not written within {timeout_s:.0f}s")
+            time.sleep(0.01)
 
     def stop(self) -> None:
         self._stopping.set()

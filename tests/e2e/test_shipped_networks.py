@@ -14,13 +14,15 @@ import pytest
 import yaml
 
 from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
 from medusa.consuming import TupleConsumer
+from medusa.contracts import hosting
 from medusa.envelope import TupleType
 from medusa.sensor_windows import WINDOW_MS, reference
 from medusa.sensors import SensorReading
 from medusa.settings import REPO_ROOT, kafka_config
 from medusa.stable_view import StableView
-from tests.federation_processes import federation_env
+from tests.federation_processes import SharedNodes, federation_env
 from tests.fragment_checks import wait_network_running
 from tests.waiting import first_within, wait_for
 
@@ -34,6 +36,8 @@ REAL_TIME = {"sensor_alerts.yaml"}
 SENSORS = 4
 ROUNDS = 25
 """Readings per sensor, a second apart, sent in real time: two 10-second windows close."""
+MOVED_ROUNDS = 150
+"""Readings per sensor for the real-time network, 200 ms apart: 30 s, across its move."""
 
 
 def test_every_shipped_network_has_a_deployment_test() -> None:
@@ -147,7 +151,10 @@ def test_a_shipped_network_deploys_with_default_placement_and_answers(
 def test_a_real_time_network_passes_each_reading_on_once(alpha_beta_nodes, federation,
                                                         registry, tmp_path) -> None:
     """sensor_alerts.yaml: its filter runs in Spark's Real-time Mode (``medusa status``
-    says so), and the hot readings come out each once, as the reference says."""
+    says so), and the hot readings come out each once, as the reference says, across a
+    ``medusa move`` to beta's node while they flow (cold: a real-time fragment keeps no
+    state, and its replica would run on micro-batches; its relay writes all it staged
+    before the new node, on another cluster, starts)."""
     raw = yaml.safe_load((SHIPPED / "sensor_alerts.yaml").read_text())
     prefix = f"shipped{uuid.uuid4().hex[:6]}."
     raw["topic_prefix"] = prefix
@@ -159,19 +166,36 @@ def test_a_real_time_network_passes_each_reading_on_once(alpha_beta_nodes, feder
     deployed = _medusa(env, "deploy", str(network))
     assert f"deployed {name}" in deployed
     with CatalogClient(federation.catalog_url) as catalog:
+        hosting(catalog, "alpha", "beta", name)  # beta may run it
         try:
             wait_network_running(catalog, name, timeout_s=240)
-            _medusa(env, "produce", "sensors", "--participant", "alpha", "--topic-prefix",
-                    prefix, "--sensors", str(SENSORS), "--count", str(SENSORS * ROUNDS),
-                    "--interval-ms", "200", "--speedup", "1")
-            readings = _readings(federation, registry,
-                                 {"alpha": f"{prefix}sensors.readings"})["alpha"]
-            hot = {r.tuple_id for r in readings if r.kind == "temperature" and r.value > 21}
-            assert hot, "the walk never went above 21"
+            producing = subprocess.Popen(
+                [sys.executable, "-m", "medusa_apps", "produce", "sensors", "--participant",
+                 "alpha", "--topic-prefix", prefix, "--sensors", str(SENSORS), "--count",
+                 str(SENSORS * MOVED_ROUNDS), "--interval-ms", "200", "--speedup", "1"],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             with TupleConsumer(kafka_config(federation.bootstrap("alpha")), registry,
                                [f"{prefix}sensors.hot"],
                                f"shipped-{uuid.uuid4().hex[:6]}") as consumer:
                 got: list[str] = []
+
+                def some() -> bool:
+                    consumed = consumer.poll(1.0)
+                    if consumed is not None and consumed.record.type is TupleType.STABLE:
+                        got.append(consumed.record.tuple_id)
+                    return bool(got)
+
+                first_within(some, 180, interval_s=0)
+                (fragment,) = catalog.list(Kind.FRAGMENTS, network=name)
+                moved = _medusa(env, "move", fragment.name, "--to", SharedNodes.B1)
+                assert "moved cold" in moved and f"to {SharedNodes.B1}" in moved, moved
+                _, errors = producing.communicate(timeout=300)
+                assert producing.returncode == 0, errors
+                readings = _readings(federation, registry,
+                                     {"alpha": f"{prefix}sensors.readings"})["alpha"]
+                hot = {r.tuple_id for r in readings
+                       if r.kind == "temperature" and r.value > 21}
+                assert hot, "the walk never went above 21"
 
                 def complete() -> bool:
                     consumed = consumer.poll(1.0)

@@ -166,3 +166,35 @@ def test_a_real_time_query_holds_a_slot_per_reader_while_there_are_free_ones() -
     assert slots.take(2) and not slots.take(2), "two of three taken: two more do not fit"
     slots.give_back(2)
     assert slots.take(3)
+
+
+class _Staged:
+    def __init__(self, end: int) -> None:
+        self.end = end
+
+    def get_watermark_offsets(self, *_: object, **__: object) -> tuple[int, int]:
+        return 0, self.end
+
+
+class _Alive:
+    def is_alive(self) -> bool:
+        return True
+
+
+def test_a_hand_over_waits_until_every_staged_row_is_written() -> None:
+    """A hand-over stops the query, then drains the relay: the next runner (perhaps on
+    another cluster, with another staged topic) must not be left rows staged here."""
+    relay = _relay()
+    relay._consumer, relay._thread, relay.error = _Staged(5), _Alive(), None
+    relay._started_at_position, relay._written_to, relay._position = 0, None, 3
+    with pytest.raises(TimeoutError, match="2 staged row"):
+        relay.drain(0.05)
+    relay._position, relay._written_to = 5, 3  # read to the end, not yet written
+    with pytest.raises(TimeoutError):
+        relay.drain(0.05)
+    relay._written_to = 5
+    relay.drain(0.05)
+    relay.error = RuntimeError("broker gone")
+    relay._position = 4
+    with pytest.raises(RuntimeError, match="broker gone"):
+        relay.drain(0.05)

@@ -116,6 +116,8 @@ class _Figures:
     passthrough: Throughput | None = None
     passthrough_again: Throughput | None = None
     filtered: Throughput | None = None
+    filtered_realtime: Throughput | None = None
+    """The same filter fragment in Real-time Mode (where Spark has it)."""
     direct: Throughput | None = None
     low_rate: Any = None
     latency: Any = None
@@ -185,6 +187,7 @@ def _latency(bench: _Bench, got: _Figures) -> None:
 def _spark_paths(bench: _Bench, got: _Figures) -> None:
     from medusa.progress import RateProgress
     from medusa_apps.bench import spark_paths
+    from medusa_spark.realtime import realtime_supported
 
     spark, records, say = bench.spark, bench.records, bench.say
     bootstrap, endpoints, registry = bench.bootstrap, bench.endpoints, bench.registry
@@ -210,6 +213,10 @@ def _spark_paths(bench: _Bench, got: _Figures) -> None:
             got.filtered = spark_paths.filter_fragment(
                 spark, endpoints, registry, source, records, checkpoints,
                 on_progress=lambda n: progress.update(n, 0, completed=float(n)))
+        if realtime_supported():
+            say("Spark: the filter fragment with its SUnion, in Real-time Mode")
+            got.filtered_realtime = spark_paths.filter_fragment_realtime(
+                spark, endpoints, registry, source, records, checkpoints)
         say("Spark: the filter fragment without its SUnion")
         got.direct = spark_paths.filter_fragment_without_sunion(
             spark, endpoints, registry, source, records, checkpoints)
@@ -413,7 +420,8 @@ def _passthrough_mean(got: _Figures, records: int) -> Throughput | None:
 def _runs(got: _Figures, records: int) -> list[Throughput]:
     """The throughputs measured, in the order the report lists them."""
     return [run for run in (got.perf, got.bare, got.avro_client, got.medusa, got.consumer_perf,
-                            got.passthrough, got.passthrough_again, got.filtered, got.direct)
+                            got.passthrough, got.passthrough_again, got.filtered,
+                            got.filtered_realtime, got.direct)
             if run is not None]
 
 
@@ -424,6 +432,10 @@ def _ratios(got: _Figures, records: int) -> dict[str, float | None]:
         "producer_over_avro_client": _ratio(got.medusa, got.avro_client),
         "bare_producer_over_kafka_producer_tool": _ratio(got.bare, got.perf),
         "filter_over_passthrough": _ratio(got.filtered, passthrough_mean),
+        # The stateless fragment's throughput in Real-time Mode against micro-batches: its
+        # latency is not bought with throughput.
+        "realtime_filter_over_passthrough": _ratio(got.filtered_realtime, passthrough_mean),
+        "realtime_filter_over_microbatch_filter": _ratio(got.filtered_realtime, got.filtered),
         "filter_fragment_without_sunion_over_passthrough": _ratio(got.direct, passthrough_mean),
         "filter_box_over_spark_passthrough": _ratio(got.filtered, passthrough_mean),
         "spark_passthrough_over_kafka_consumer_tool": _ratio(passthrough_mean,

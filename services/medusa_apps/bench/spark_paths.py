@@ -150,11 +150,12 @@ def bench_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaRe
 
 
 def _filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
-                     source: str) -> BenchFragment:
+                     source: str, execution: str = "micro-batch") -> BenchFragment:
     """A network of one filter that keeps every report, onto a fresh topic."""
     run = uuid.uuid4().hex[:8]
     text = yaml.safe_dump({
         "name": NETWORK_NAME, "participant": "alpha", "partitions": 4,
+        "execution": execution,
         "streams": {
             "reports": {"topic": source, "participant": "alpha", "schema": "position_report"},
             "kept": {"topic": f"bench.kept.{run}", "participant": "alpha",
@@ -214,6 +215,48 @@ def filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaR
             sunion.stop()
     return Throughput("Medusa filter fragment (SUnion + query + SOutput)", count, elapsed,
                       {**fragment.sink.details(), **phases})
+
+
+def filter_fragment_realtime(spark: SparkSession, endpoints: Endpoints,
+                             registry: SchemaRegistryClient, source: str, count: int,
+                             checkpoints: Path, timeout_s: float = 900.0) -> Throughput:
+    """The same filter fragment in Real-time Mode, run as a node runs it (its SUnion, its
+    query staging its rows, and the relay writing them through the metered SOutput);
+    timed until its output holds ``count`` records."""
+    from medusa_spark.fragment_run import start_fragment
+    from medusa_spark.network.execution import REAL_TIME
+
+    fragment = _filter_fragment(spark, endpoints, registry, source, execution=REAL_TIME)
+    wiring = fragment.wiring
+    with tempfile.TemporaryDirectory(prefix="medusa-bench-sunion-") as folder:
+        started = time.perf_counter()
+        sunion = SUnionProcess(wiring.sunion_config(), Path(folder)).start()
+        run = start_fragment(spark, fragment.plan, wiring,
+                             str(checkpoints / f"realtime-{wiring.source.topic}"),
+                             sinks=[fragment.sink])
+        try:
+            if run.execution != REAL_TIME:
+                raise RuntimeError(f"the filter fragment runs on micro-batches: "
+                                   f"{run.execution_why}")
+            deadline = time.monotonic() + timeout_s
+            while fragment.sink.data_records < count:
+                failure = run.failure()
+                if failure is not None:
+                    raise RuntimeError(f"the real-time filter fragment failed: {failure}")
+                if not sunion.alive():
+                    raise RuntimeError(f"the filter fragment's SUnion exited; see "
+                                       f"{sunion.log_path}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the real-time filter fragment wrote "
+                                       f"{fragment.sink.data_records:,} of {count:,} records "
+                                       f"in {timeout_s:.0f}s")
+                time.sleep(0.02)
+            elapsed = time.perf_counter() - started
+        finally:
+            run.abandon()
+            sunion.stop()
+    return Throughput("Medusa filter fragment in Real-time Mode (SUnion + query + relay + "
+                      "SOutput)", count, elapsed, fragment.sink.details())
 
 
 def _last_batch(query: StreamingQuery) -> int:

@@ -3,10 +3,12 @@ and which stay on micro-batches, from what the network says."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from medusa_spark.network.fragments import Fragment
+    from medusa_spark.network.model import NetworkSpec
     from medusa_spark.network.validate import Plan
 
 REAL_TIME = "real-time"
@@ -17,16 +19,24 @@ def realtime_refusal(plan: Plan, fragment: Fragment) -> str | None:
     """Why the fragment runs on micro-batches though its network asks for Real-time Mode;
     None when it can run that way. Only what the network says counts here (it is part of
     the fragment's fingerprint); ``execution_of`` adds what the node's Spark says."""
-    network = plan.network
+    return network_realtime_refusal(plan.network, fragment.boxes)
+
+
+def network_realtime_refusal(network: NetworkSpec, boxes: Iterable[str]) -> str | None:
+    """``realtime_refusal`` from the network's definition alone (no Spark session: a move
+    asks it)."""
+    from medusa_spark.boxes import BOX_TYPES
+
+    boxes = list(boxes)
     if network.execution != REAL_TIME:
         return f"the network's execution is {network.execution}"
-    for box in fragment.boxes:
-        if plan.boxes[box].stateful:
+    for box in boxes:
+        if BOX_TYPES[network.boxes[box].type].stateful:
             return (f"box {box!r} ({network.boxes[box].type}) keeps state: Real-time Mode "
                     "runs stateless boxes only")
     if network.availability_bound is not None:
         return ("DPC (availability_bound) redoes a failure period on micro-batches, "
                 "beside the fragment")
-    if any(network.boxes[box].ha == "active" for box in fragment.boxes):
+    if any(network.boxes[box].ha == "active" for box in boxes):
         return "an active standby (ha: active) follows its primary on micro-batches"
     return None
