@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from confluent_kafka import KafkaException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
@@ -28,6 +30,8 @@ from medusa_spark.realtime import (
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired
 from medusa_spark.soutput import OutputFencedError, SOutput
 from medusa_spark.wiring import SUNION_PARTITIONS
+
+log = logging.getLogger(__name__)
 
 AVAILABLE_NOW = "available-now"
 
@@ -140,7 +144,11 @@ class FragmentRun:
             # it all before the next runner, perhaps on another cluster (another staged
             # topic), starts. What that one computes again is dropped by tuple id.
             self.query.stop()
-            self.relay.drain(timeout_s)
+            try:
+                self.relay.drain(timeout_s)
+            except (RuntimeError, TimeoutError, KafkaException) as error:  # it stops anyway
+                log.warning("%s: %s; the next runner on this cluster writes the rest from "
+                            "the relay's committed position", self.name, error)
             self.abandon()
             return
         last = self.writer.halt()
