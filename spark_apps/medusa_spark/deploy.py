@@ -614,7 +614,8 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
     goes on running; only then does the old node stop, and the replica takes the output
     over, so the pause does not grow with the state. Onto another cluster (load moved to a
     partner) the replica runs its own SUnion there from the start, resumed where the copy
-    stood. A cold move resumes on the target from the checkpoint the old node released.
+    stood. A cold move resumes on the target from the checkpoint the old node released;
+    a fragment in Real-time Mode moves cold (a warm replica would run on micro-batches).
     ``contract``: the BPM contract under which it moves to a partner; the partner's access
     to its topics lasts as long as the contract (``medusa.access``).
     """
