@@ -34,6 +34,8 @@ from medusa_spark.wiring import SUNION_PARTITIONS
 log = logging.getLogger(__name__)
 
 AVAILABLE_NOW = "available-now"
+DRAIN_TIMEOUT_S = 15.0
+"""The longest a moving real-time fragment waits for its relay to write what it staged."""
 
 
 def checkpoint_location(checkpoint_root: str, wiring: FragmentWiring) -> str:
@@ -133,22 +135,26 @@ class FragmentRun:
         SLOTS.give_back(self.realtime_slots)
         self.realtime_slots = 0
 
-    def hand_over(self, timeout_s: float = 120.0) -> None:
+    def hand_over(self, timeout_s: float = 120.0, drain: bool = False) -> None:
         """Stops at a batch boundary, so the checkpoint holds exactly what was written.
 
         Every batch written is committed to the checkpoint before the query stops; a
         batch begun after ``halt`` writes nothing and is replayed by the next runner.
+        ``drain``: a real-time fragment moving to another node (perhaps on another
+        cluster, with another staged topic) first writes all it staged.
         """
         if self.relay is not None:
-            # Its tasks end with the query, having staged all they read; the relay writes
-            # it all before the next runner, perhaps on another cluster (another staged
-            # topic), starts. What that one computes again is dropped by tuple id.
-            self.query.stop()
-            try:
-                self.relay.drain(timeout_s)
-            except (RuntimeError, TimeoutError, KafkaException) as error:  # it stops anyway
-                log.warning("%s: %s; the next runner on this cluster writes the rest from "
-                            "the relay's committed position", self.name, error)
+            if drain:
+                # Its tasks end with the query, having staged all they read; what the next
+                # runner computes again is dropped by tuple id.
+                self.query.stop()
+                try:
+                    self.relay.drain(DRAIN_TIMEOUT_S)
+                except (RuntimeError, TimeoutError, KafkaException) as error:
+                    log.warning("%s: %s; the next runner on this cluster writes the rest "
+                                "from the relay's committed position", self.name, error)
+            # Otherwise what was staged and not yet written is written by the next runner
+            # here, from the position this relay committed.
             self.abandon()
             return
         last = self.writer.halt()

@@ -182,7 +182,7 @@ class Hosting:
                         not gone.run.fenced() and gone.run.query.isActive:
                     continue  # it writes until its warm replica takes over (fencing it)
                 # The replica takes over without this node's checkpoint.
-                self.moves.hand_over(name, at_once=warm)
+                self.moves.hand_over(name, at_once=warm, moved=moved is not None)
         wanted = {**replicas, **placed}
         # Each network is read once a pass; one that cannot be read fails its fragments alone.
         networks: dict[str, NetworkPlan | Exception] = {}

@@ -361,8 +361,8 @@ class Moves:
             hosted.sunion.stop()
         log.info("%s: stopped %s: %s", self.node.global_name, name, why)
 
-    def hand_over(self, name: str, keep_placement: bool = False, at_once: bool = False
-                  ) -> None:
+    def hand_over(self, name: str, keep_placement: bool = False, at_once: bool = False,
+                  moved: bool = True) -> None:
         """Stops a fragment placed elsewhere and releases it to its new node: at a batch
         boundary, so that the checkpoint holds what was written; or ``at_once`` when a
         replica that has computed the same batches takes it over (a warm move)."""
@@ -378,7 +378,9 @@ class Moves:
             self._release(name, hosted)
             hosted.run.abandon()
         elif hosted.run.query.isActive:
-            hosted.run.hand_over()
+            # A real-time fragment placed on another node writes what it staged first (a
+            # withdrawn one's outputs may be gone already; a redeployed one stays here).
+            hosted.run.hand_over(drain=moved and not keep_placement)
         else:
             hosted.run.writer.close()
         if hosted.sunion is not None:
