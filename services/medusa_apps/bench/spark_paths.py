@@ -185,20 +185,9 @@ def filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaR
                  .option("checkpointLocation", str(checkpoints / wiring.source.topic))
                  .trigger(processingTime=fragment.plan.network.trigger).start())
         try:
-            deadline = time.monotonic() + timeout_s
-            while fragment.sink.data_records < count:
-                if not query.isActive:
-                    raise RuntimeError(f"the filter fragment stopped: {query.exception()}")
-                if not sunion.alive():
-                    raise RuntimeError(f"the filter fragment's SUnion exited; see "
-                                       f"{sunion.log_path}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the filter fragment wrote "
-                                       f"{fragment.sink.data_records:,} of {count:,} records "
-                                       f"in {timeout_s:.0f}s")
-                if on_progress is not None:
-                    on_progress(fragment.sink.data_records)
-                time.sleep(0.02)
+            _wait_written(fragment.sink, count, "the filter fragment",
+                          lambda: None if query.isActive else str(query.exception()), sunion,
+                          timeout_s, on_progress)
             elapsed = time.perf_counter() - started
             if on_progress is not None:
                 on_progress(fragment.sink.data_records)
@@ -238,25 +227,34 @@ def filter_fragment_realtime(spark: SparkSession, endpoints: Endpoints,
             if run.execution != REAL_TIME:
                 raise RuntimeError(f"the filter fragment runs on micro-batches: "
                                    f"{run.execution_why}")
-            deadline = time.monotonic() + timeout_s
-            while fragment.sink.data_records < count:
-                failure = run.failure()
-                if failure is not None:
-                    raise RuntimeError(f"the real-time filter fragment failed: {failure}")
-                if not sunion.alive():
-                    raise RuntimeError(f"the filter fragment's SUnion exited; see "
-                                       f"{sunion.log_path}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the real-time filter fragment wrote "
-                                       f"{fragment.sink.data_records:,} of {count:,} records "
-                                       f"in {timeout_s:.0f}s")
-                time.sleep(0.02)
+            _wait_written(fragment.sink, count, "the real-time filter fragment", run.failure,
+                          sunion, timeout_s)
             elapsed = time.perf_counter() - started
         finally:
             run.abandon()
             sunion.stop()
     return Throughput("Medusa filter fragment in Real-time Mode (SUnion + query + relay + "
                       "SOutput)", count, elapsed, fragment.sink.details())
+
+
+def _wait_written(sink: MeteredSink, count: int, what: str,
+                  failure: Callable[[], str | None], sunion: SUnionProcess, timeout_s: float,
+                  on_progress: Callable[[int], None] | None = None) -> None:
+    """Until ``sink`` has written ``count`` data records; raises if the fragment (``failure``
+    says why it stopped) or its SUnion stops first, or the time is up."""
+    deadline = time.monotonic() + timeout_s
+    while sink.data_records < count:
+        stopped = failure()
+        if stopped is not None:
+            raise RuntimeError(f"{what} stopped: {stopped}")
+        if not sunion.alive():
+            raise RuntimeError(f"{what}'s SUnion exited; see {sunion.log_path}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} wrote {sink.data_records:,} of {count:,} records in "
+                               f"{timeout_s:.0f}s")
+        if on_progress is not None:
+            on_progress(sink.data_records)
+        time.sleep(0.02)
 
 
 def _last_batch(query: StreamingQuery) -> int:
