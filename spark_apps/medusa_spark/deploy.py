@@ -635,13 +635,13 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
                             catalog.list(Kind.FRAGMENTS))
     started = time.monotonic()
     deadline = started + timeout_s
-    if warm and warm_move_possible(entry.spec, target) and _runs_real_time(catalog, entry):
-        # Its replica would run on micro-batches, and keep it on them once it took over.
-        report(f"  {entry.name}: runs in Real-time Mode: moved cold (it keeps no state "
-               "to load; a warm replica would run on micro-batches)")
-        warm = False
     if warm and warm_move_possible(entry.spec, target):
-        _warm_up(catalog, entry.name, target, deadline, report)
+        if _runs_real_time(catalog, entry):
+            # Its replica would run on micro-batches, and keep it on them once it took over.
+            report(f"  {entry.name}: runs in Real-time Mode: moved cold (it keeps no state "
+                   "to load; a warm replica would run on micro-batches)")
+        else:
+            _warm_up(catalog, entry.name, target, deadline, report)
     catalog.update(Kind.FRAGMENTS, entry.name,
                    _placed_on(target, trace_parent, contract, reader))
     if reader:
