@@ -34,6 +34,7 @@ DEFAULT_TOPICS: dict[str, str] = {
     "linear-road.accident-alerts": "accident_alert",
     "linear-road.account-balances": "account_balance",
     "linear-road.daily-expenditures": "daily_expenditure",
+    "linear-road.toll-charges": "toll_charge",
     "linear-road.segment-statistics": "segment_statistics",
     "sensors.readings": "sensor_reading",
     HEARTBEAT_TOPIC: "heartbeat",

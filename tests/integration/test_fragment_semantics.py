@@ -9,6 +9,7 @@ real stack) an undecodable record going to the dead-letter topic.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -237,7 +238,7 @@ def test_every_daily_expenditure_query_is_answered_with_or_without_history(spark
     from medusa_spark.testing import harness
 
     shipped = load_network(REPO_ROOT / "spark_apps/medusa_spark/networks/linear_road.yaml")
-    member = {box: "road" for box in shipped.boxes} | {"expenditures": "expenditures"}
+    member = {box: spec.fragment or "" for box, spec in shipped.boxes.items()}
     tolls = list(range(10, 79))  # day d's toll is d + 9
 
     def query(seconds: int, vid: int, qid: int) -> Tuple:
@@ -252,3 +253,50 @@ def test_every_daily_expenditure_query_is_answered_with_or_without_history(spark
     ])["expenditures"]
     answers = {r.value["qid"]: r.value["expenditure"] for r in data(found) if r.value}
     assert answers == {1: 14, 2: 0}
+
+
+def test_the_partitioned_road_equals_the_reference_in_its_spark_queries(spark) -> None:
+    """Linear Road's road and accounts fragments as shipped, each its Spark query over the
+    network's state partitions: the road keyed by expressway and direction, its charges
+    read by the accounts keyed by car, batch by batch, against the independent reference."""
+    from medusa.linear_road import records as lr
+    from medusa.linear_road.reference import compute
+    from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
+    from medusa.settings import REPO_ROOT
+    from medusa_spark.network.model import load_network
+    from medusa_spark.testing import harness
+
+    shipped = load_network(REPO_ROOT / "spark_apps/medusa_spark/networks/linear_road.yaml")
+    assert shipped.state_partitions and shipped.state_partitions > 1
+    member = {box: spec.fragment or "" for box, spec in shipped.boxes.items()}
+    # Tolls, charges and accidents all occur (the first accident's alerts after 6 minutes).
+    profile = TrafficProfile(xways=1, duration_s=390, peak_rate=300, ramp_s=30,
+                             breakdown_probability=0.0003, accident_probability=1.0, seed=5)
+    records = [r for _, rs in TrafficSimulation(profile).run() for r in rs]
+    step = 15
+
+    def batches(tuples: list[Tuple]) -> list[list[Tuple]]:
+        """``step`` seconds of tuples a batch (in the order given), then the BOUNDARY."""
+        return [[t for t in tuples if at_s <= (t.stime - lr.STIME_ORIGIN_MS) // 1000 < at_s + step]
+                + [boundary_at(lr.STIME_ORIGIN_MS + (at_s + step) * 1000)]
+                for at_s in range(0, profile.duration_s, step)]
+
+    def tuples(kind: type, stream: str) -> list[Tuple]:
+        return [Tuple(stream, lr.STIME_ORIGIN_MS + r.time * 1000, lr.to_dict(r), id=r.tuple_id)
+                for r in records if isinstance(r, kind)]
+
+    road = harness(spark, shipped, member, "road").run(
+        batches(tuples(lr.PositionReport, "position_reports")))
+    charges = [Tuple("toll_charges", r.stime, r.value, id=r.id) for r in data(road["charges"])]
+    accounts = harness(spark, shipped, member, "accounts").run(batches(
+        charges + tuples(lr.AccountBalanceQuery, "account_balance_queries")))
+    expected = compute(records)
+    for found, box, port in ((road, "tolls", "toll_notifications"),
+                             (road, "alerts", "accident_alerts"),
+                             (accounts, "balances", "account_balances")):
+        got = sorted(json.dumps({k: v for k, v in r.value.items() if k != "emit_time"},
+                                sort_keys=True) for r in data(found[box]))
+        want = sorted(json.dumps(row, sort_keys=True) for row in getattr(expected, port))
+        assert want, f"{port}: the input makes some"
+        assert got == want, port
+    assert any(row["balance"] > 0 for row in expected.account_balances)

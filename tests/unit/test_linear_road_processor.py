@@ -1,5 +1,7 @@
-"""The Linear Road network's processor, fed batch by batch with its state pickled in between
-(as its process box keeps it), against the independent reference."""
+"""The Linear Road network's processors, fed batch by batch as their process boxes feed them
+(each group of rows sharing the box's key on its own, its state pickled in between), the
+road's charges going on to the accounts in the same batch, against the independent
+reference."""
 
 import json
 import pickle
@@ -12,7 +14,8 @@ import pytest
 from medusa.linear_road import records as lr
 from medusa.linear_road.reference import compute
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
-from medusa_spark.processors.linear_road import Road
+from medusa_spark.boxes.process import Processor
+from medusa_spark.processors.linear_road import Accounts, Road
 
 pytestmark = pytest.mark.unit
 
@@ -20,6 +23,7 @@ pytestmark = pytest.mark.unit
 PROFILE = TrafficProfile(xways=1, duration_s=420, peak_rate=400, ramp_s=30,
                          breakdown_probability=0.0001, accident_probability=1.0, seed=5)
 PORTS = {lr.PositionReport: "reports", lr.AccountBalanceQuery: "balance_queries"}
+OUTPUTS = ("toll_notifications", "accident_alerts", "account_balances")
 
 
 def _row(record: lr.LinearRoadRecord) -> dict:
@@ -41,19 +45,50 @@ def _records(rows: list[dict]) -> Counter:
     return Counter(json.dumps(row, sort_keys=True) for row in rows)
 
 
-def test_the_processor_equals_the_reference_batch_by_batch() -> None:
+class KeyedBox:
+    """A process box's processor as Spark runs it: per group of ``key``, in stime order and
+    the processor's order of inputs, with that group's state pickled between batches."""
+
+    def __init__(self, processor: Processor, key: list[str]) -> None:
+        self.processor, self.key = processor, key
+        self.states: dict[tuple, object] = {}
+        self.groups_run = 0
+
+    def run(self, rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
+        order = {port: i for i, port in enumerate(self.processor.inputs)}
+        rows = rows.assign(_order=rows["_in"].map(order)).sort_values(
+            ["_stime", "_order", "_id"], kind="stable").drop(columns="_order")
+        found: dict[str, list[pd.DataFrame]] = {}
+        for key, group in rows.groupby(self.key, sort=True):
+            state, results = self.processor.process(self.states.get(key),
+                                                    group.reset_index(drop=True))
+            self.states[key] = pickle.loads(pickle.dumps(state, protocol=5))
+            self.groups_run += 1
+            for port, frame in results.items():
+                found.setdefault(port, []).append(frame)
+        return {port: pd.concat(frames, ignore_index=True) for port, frames in found.items()}
+
+
+def test_the_partitioned_road_equals_the_reference_batch_by_batch() -> None:
     records = [r for _, rs in TrafficSimulation(PROFILE).run() for r in rs]
     expected = compute(records)
-    road, state = Road(), None
-    got: dict[str, list[dict]] = {port: [] for port in Road.outputs}
+    road = KeyedBox(Road(), ["xway", "dir"])
+    accounts = KeyedBox(Accounts(), ["vid"])
+    got: dict[str, list[dict]] = {port: [] for port in OUTPUTS}
     for batch in _batches(records, seconds=7):
-        state, results = road.process(state, batch)
-        state = pickle.loads(pickle.dumps(state, protocol=5))
-        for port, frame in results.items():
-            got[port] += frame.drop(columns=["_id", "_stime"]).to_dict("records")
-    for port in Road.outputs:
+        results = road.run(batch[batch["_in"] == "reports"].dropna(axis=1, how="all"))
+        charges = results.get("charges", pd.DataFrame(columns=["_id", "_stime", "vid", "time",
+                                                                "toll"])).assign(_in="charges")
+        queries = batch[batch["_in"] == "balance_queries"].dropna(axis=1, how="all")
+        results |= accounts.run(pd.concat([charges, queries], ignore_index=True))
+        for port in OUTPUTS:
+            if port in results:
+                got[port] += results[port].drop(columns=["_id", "_stime"]).to_dict("records")
+    for port in OUTPUTS:
         want = getattr(expected, port)
         assert want, f"{port}: the input makes some"
         assert _records(got[port]) == _records(want), port
     assert any(row["toll"] > 0 for row in expected.toll_notifications)
     assert any(row["balance"] > 0 for row in expected.account_balances)
+    assert len(road.states) == 2, "one group per direction of the expressway"
+    assert len(accounts.states) > 100, "one group per car charged or asked"

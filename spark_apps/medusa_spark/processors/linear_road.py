@@ -1,14 +1,25 @@
 """Linear Road's processors: the benchmark's rules (services/medusa/linear_road/SEMANTICS.md)
 computed as the records come, for the ``process`` boxes of networks/linear_road.yaml.
 
-``Road`` takes the position reports and the account balance queries of every expressway
-(one group: a balance query names only its car) and gives toll notifications, accident
-alerts and account balances. (Daily expenditures are a join in the network.)
+The road is partitioned as SEEP and the Storm implementations partition it:
 
-Rows come in stime order, and within one second reports before queries, so when the
-first report of minute m arrives the statistics of minute m-1 are complete, and the
-accidents active in minute m are known (one detected in m acts from m+1; one cleared in
-m still acts in m).
+- ``Road``, keyed by (xway, dir): the position reports of one direction of one expressway,
+  with the cars on it, its segments' statistics and its accidents. It gives toll
+  notifications, accident alerts and the charges of rule 10 (a car's toll, when it leaves
+  the segment it was notified for).
+- ``Accounts``, keyed by vid: a car's charges and its account balance queries (which name
+  only the car), answered from its balance. Each car is a group of its own, so a batch's
+  state writes are the cars it charged or was asked about, not every car.
+
+(Daily expenditures are a join in the network, keyed by vid too.)
+
+Rows come in stime order, and within one second in the order of the inputs, so when the
+first report of minute m on a road arrives the statistics of minute m-1 there are
+complete, and the accidents active in minute m are known (one detected in m acts from
+m+1; one cleared in m still acts in m); a car's charges of a second come before its
+queries of that second. A car changes expressway or direction only by a new trip, after
+a report on the exit lane (the benchmark's traffic): a car that reappeared on another road
+without one would stay stopped on the first.
 """
 
 from __future__ import annotations
@@ -80,7 +91,6 @@ class Accident:
 class RoadState:
     cars: dict[int, tuple[int, ...]] = field(default_factory=dict)
     """vid -> its ``Car`` as a plain tuple."""
-    balances: dict[int, int] = field(default_factory=dict)
     speeds: dict[tuple[int, int, int, int], dict[int, tuple[int, int]]] = field(
         default_factory=dict)
     """(xway, dir, seg, minute) -> vid -> (sum of speeds, reports): the open minutes."""
@@ -93,32 +103,25 @@ class RoadState:
 
 
 class Road(Processor):
-    inputs: ClassVar[tuple[str, ...]] = ("reports", "balance_queries")
+    """One direction of one expressway (the box's key is ``[xway, dir]``)."""
+
+    inputs: ClassVar[tuple[str, ...]] = ("reports",)
     outputs: ClassVar[dict[str, StructType]] = {
         "toll_notifications": _ints("vid", "time", "xway", "dir", "seg", "lav", "toll"),
         "accident_alerts": _ints("vid", "time", "xway", "dir", "seg"),
-        "account_balances": _ints("qid", "vid", "time", "result_time", "balance"),
+        "charges": _ints("vid", "time", "toll"),
     }
 
     def process(self, state: Any | None, rows: pd.DataFrame
                 ) -> tuple[Any, dict[str, pd.DataFrame]]:
         road: RoadState = state if state is not None else RoadState()
         out: dict[str, list[tuple[Any, ...]]] = {port: [] for port in self.outputs}
-        columns = [rows[c].to_numpy() if c in rows.columns else [None] * len(rows) for c in
-                   ("_in", ID, STIME, "time", "vid", "speed", "xway", "lane", "dir", "seg",
-                    "pos", "qid")]  # no qid column when no balance queries are wired
-        for port, _id, stime, *values in zip(*columns, strict=True):
-            time, vid = int(values[0]), int(values[1])
+        columns = [rows[c].to_numpy() for c in
+                   (STIME, "time", "vid", "speed", "xway", "lane", "dir", "seg", "pos")]
+        for stime, *values in zip(*columns, strict=True):
+            time, vid, speed, xway, lane, direction, seg, pos = (int(v) for v in values)
             self._advance(road, minute(time))
-            if port == "reports":
-                speed, xway, lane, direction, seg, pos = (int(v) for v in values[2:8])
-                self._report(road, out, stime, time, vid, speed, xway, lane, direction, seg,
-                             pos)
-            else:
-                qid = int(values[8])
-                out["account_balances"].append(
-                    (f"lr/balance/{qid}", stime, qid, vid, time, time,
-                     road.balances.get(vid, 0)))
+            self._report(road, out, stime, time, vid, speed, xway, lane, direction, seg, pos)
         frames = {}
         for port, results in out.items():
             names = [ID, STIME, *(f.name for f in self.outputs[port].fields)]
@@ -213,8 +216,8 @@ class Road(Processor):
             if ahead is not None:
                 out["accident_alerts"].append(
                     (f"lr/alert/{vid}/{time}", stime, vid, time, xway, direction, ahead))
-            if pending != NO_TOLL:
-                road.balances[vid] = road.balances.get(vid, 0) + pending
+            if pending > 0:  # rule 10: charged on leaving the segment (a 0 changes nothing)
+                out["charges"].append((f"lr/charge/{vid}/{time}", stime, vid, time, pending))
             pending = toll
         if lane == EXIT_LANE and not stopped:
             road.cars.pop(vid, None)  # its next report starts a trip, whatever it kept
@@ -237,3 +240,30 @@ class Road(Processor):
                     accident.cleared = m
         if not cars:
             road.stopped.pop(place, None)
+
+
+class Accounts(Processor):
+    """One car's account (the box's key is ``[vid]``): the sum of its charges, and the
+    answer to each of its balance queries (rule 11, as of the query's own second)."""
+
+    inputs: ClassVar[tuple[str, ...]] = ("charges", "balance_queries")
+    outputs: ClassVar[dict[str, StructType]] = {
+        "account_balances": _ints("qid", "vid", "time", "result_time", "balance"),
+    }
+
+    def process(self, state: Any | None, rows: pd.DataFrame
+                ) -> tuple[Any, dict[str, pd.DataFrame]]:
+        balance: int = state or 0
+        answers: list[tuple[Any, ...]] = []
+        tolls = rows["toll"].to_numpy() if "toll" in rows.columns else [None] * len(rows)
+        qids = rows["qid"].to_numpy() if "qid" in rows.columns else [None] * len(rows)
+        for port, stime, time, vid, toll, qid in zip(
+                rows["_in"].to_numpy(), rows[STIME].to_numpy(), rows["time"].to_numpy(),
+                rows["vid"].to_numpy(), tolls, qids, strict=True):
+            if port == "charges":
+                balance += int(toll)
+            else:
+                answers.append((f"lr/balance/{int(qid)}", stime, int(qid), int(vid), int(time),
+                                int(time), balance))
+        names = [ID, STIME, *(f.name for f in self.outputs["account_balances"].fields)]
+        return balance, {"account_balances": pd.DataFrame(answers, columns=names)}
