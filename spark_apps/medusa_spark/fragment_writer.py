@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -71,7 +72,15 @@ from medusa.errors import MedusaError
 from medusa.settings import kafka_config
 from medusa.tracing import context_of, traceparent
 from medusa_spark.durations import duration_ms
-from medusa_spark.fragment import EMIT_TIME, KEY, OUTPUT, SOURCE_DELAY, FragmentWiring, packed
+from medusa_spark.fragment import (
+    EMIT_TIME,
+    KEY,
+    OUTPUT,
+    SOURCE_DELAY,
+    FragmentOutput,
+    FragmentWiring,
+    packed,
+)
 from medusa_spark.network.validate import Plan
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired
 from medusa_spark.scheduler_pools import PREPARING, SERVING, run_jobs_in
@@ -180,6 +189,10 @@ class FragmentWriter:
         self.emit_until_ms: int | None = None
         """During a scale step: the results from this stime on are the new instances'
         (see ``cut``); its boundaries promise no further."""
+        self.promise_hold_ms: int | None = None
+        """During a scale step, on a new instance: its promises on the outputs another
+        fragment reads go no further until the old instances have promised this (the
+        cut), since that reader takes each partition's newest BOUNDARY as its promise."""
         self._written_through_ms: int | None = None
         """The largest stime of a result written."""
         self.redo_requested: ReconcileRequired | None = None
@@ -340,6 +353,8 @@ class FragmentWriter:
         outputs, types, ids, stimes, keys, values, traces = (
             _objects(table, name) for name in (OUTPUT, TYPE, ID, STIME, KEY, "value", TRACE))
         topics = {box: output.stream.topic for box, output in self.wiring.outputs.items()}
+        owned = {box: output.owned for box, output in self.wiring.outputs.items()
+                 if output.owned is not None}
         started_ns = time.time_ns()
         records: list[OutRecord] = []
         append = records.append
@@ -370,9 +385,11 @@ class FragmentWriter:
                 # written stable; written, it would be a tentative result no UNDO follows.
                 stray += 1
                 continue
+            key_bytes = None if key is None else key.encode()
             record = OutRecord(topics[box], tuple_id, value,
                                [(_TYPE_KEY, kind), (_ID_KEY, tuple_id), (_STIME_KEY, stime)],
-                               None if key is None else key.encode(),
+                               key_bytes, _owned_partition(owned[box], key_bytes or tuple_id)
+                               if owned and box in owned else None,
                                tentative=kind == _TENTATIVE)
             if parent:
                 record = self._traced(record, box, parent, started_ns, batch_id)
@@ -480,7 +497,7 @@ class FragmentWriter:
         epoch = self.dpc.skip_epoch
         records = []
         for box, output in self.wiring.outputs.items():
-            for partition in range(output.partitions):
+            for partition in partitions_of(output):
                 envelope = Envelope(kind, f"{self.wiring.global_name}/{box}/{kind.value.lower()}"
                                           f"/{epoch}/{partition}",
                                     max(self._emitted.get(box, 0), 0))
@@ -514,12 +531,14 @@ class FragmentWriter:
     def _promise(self, box: str, promise: int) -> list[OutRecord]:
         """A BOUNDARY at ``promise`` on every partition of the box's output, unless it
         promised as much already (nor past a scale step's cut)."""
+        output = self.wiring.outputs[box]
         if self.emit_until_ms is not None:
             promise = min(promise, self.emit_until_ms)
+        if self.promise_hold_ms is not None and output.owned is not None:
+            promise = min(promise, self.promise_hold_ms)
         if promise <= self._emitted.get(box, -1):
             return []
         self._emitted[box] = promise
-        output = self.wiring.outputs[box]
         epoch = self._tentative_epoch
         source = f"{self.wiring.global_name}/{box}"
         extra: list[tuple[str, str | bytes | None]] = []
@@ -527,7 +546,7 @@ class FragmentWriter:
             source += f"/tentative/{epoch}"
             extra.append((TENTATIVE_HEADER, str(epoch)))
         records = []
-        for partition in range(output.partitions):
+        for partition in partitions_of(output):
             envelope = boundary(source, partition, promise)
             records.append(OutRecord(output.stream.topic, envelope.tuple_id, None,
                                      envelope.headers(extra), partition=partition,
@@ -666,3 +685,14 @@ def _largest(table: pa.Table, name: str) -> int | None:
 def _objects(table: pa.Table, name: str) -> Any:
     """A column as Python objects (str, bytes or None), ten times faster than ``to_pylist``."""
     return table.column(name).to_numpy(zero_copy_only=False)
+
+
+def partitions_of(output: FragmentOutput) -> Sequence[int]:
+    """The partitions the writer promises on: all, or an instance's own (``owned``)."""
+    return output.owned if output.owned is not None else range(output.partitions)
+
+
+def _owned_partition(owned: tuple[int, ...], key: bytes | str) -> int:
+    """One of an instance's own partitions for a result, the same on every replay."""
+    data = key if isinstance(key, bytes) else key.encode()
+    return owned[zlib.crc32(data) % len(owned)]

@@ -51,6 +51,7 @@ from medusa.envelope import STIME_HEADER
 from medusa.settings import END_OF_LOG_FETCH_WAIT_MS, kafka_config
 from medusa.sunion.service import positions_before
 from medusa_spark.durations import duration_ms
+from medusa_spark.network.fragments import read_elsewhere
 from medusa_spark.network.model import NetworkSpec, parse_network
 
 Report = Callable[[str], None]
@@ -94,14 +95,18 @@ def instances_of(catalog: CatalogClient, network: str, fragment: str) -> list[En
 
 def fragment_key(spec: NetworkSpec, boxes: list[str], fragment: str,
                  unkeyed: bool = False) -> list[str]:
-    """The key the fragment's state is partitioned by: the one its boxes declare.
+    """The key the fragment's state is partitioned by: its process box's ``params.key``
+    (its ports' keys only key their records), else the one its boxes declare.
 
     Refused, naming the box: boxes that declare different keys, a fragment that declares
     none (unless ``unkeyed``: one instance replacing one, by a redeploy, needs no key and
-    gets []), a session window (its span has no bound), and an output read by another
-    fragment (the instances' BOUNDARY promises would interleave on its topic).
+    gets []), a session window (its span has no bound), and, under DPC, an output read by
+    another fragment.
     """
-    declared = {box: spec.boxes[box].key for box in boxes if spec.boxes[box].key}
+    declared = {box: list(spec.boxes[box].params.get("key") or []) for box in boxes
+                if spec.boxes[box].type == "process" and spec.boxes[box].params.get("key")}
+    if not declared:
+        declared = {box: spec.boxes[box].key for box in boxes if spec.boxes[box].key}
     if not declared and not unkeyed:
         raise ScaleError(f"fragment {fragment}: no box declares a key (box field 'key'); "
                          "only a keyed fragment can be split between instances")
@@ -114,12 +119,10 @@ def fragment_key(spec: NetworkSpec, boxes: list[str], fragment: str,
         if window.get("type") == "session":
             raise ScaleError(f"box {box!r}, field 'params.window': a session window has no "
                              "bounded span; a fragment with one cannot be scaled")
-    inside = set(boxes)
-    for arrow in spec.arrows:
-        target = _box_of(arrow.target)
-        if arrow.source in inside and target not in inside and target in spec.boxes:
-            raise ScaleError(f"box {arrow.source!r}: its output feeds box {target!r} "
-                             "of another fragment; scaling such a fragment is not supported")
+    if spec.availability_bound is not None:
+        for box, reader in read_elsewhere(spec, boxes).items():
+            raise ScaleError(f"box {box!r}: its output feeds box {reader!r} of another "
+                             "fragment; scaling such a fragment under DPC is not supported")
     return list(next(iter(keys)))
 
 
@@ -148,11 +151,14 @@ def _box_of(target: str) -> str:
     return target.split(".", 1)[0]
 
 
-def window_span_ms(spec: NetworkSpec, boxes: list[str]) -> int:
+def window_span_ms(spec: NetworkSpec, boxes: list[str]) -> int | None:
     """How far back a result of the fragment reaches: the windows' sizes and the joins'
-    time bounds of its boxes, summed (a bound on any chain of them)."""
+    time bounds of its boxes, summed (a bound on any chain of them); None when a process
+    box keeps state without a bound (Linear Road's cars, accounts and accidents)."""
     span = 0
     for box in boxes:
+        if spec.boxes[box].type == "process":
+            return None
         params = spec.boxes[box].params or {}
         window = params.get("window") or {}
         if window.get("size"):
@@ -160,7 +166,31 @@ def window_span_ms(spec: NetworkSpec, boxes: list[str]) -> int:
         for name in ("within", "bound", "interval"):
             if isinstance(params.get(name), str):
                 span += duration_ms(params[name])
+            elif isinstance(params.get(name), dict):  # a join's {lower, upper}
+                span += max(abs(duration_ms(str(v))) for v in params[name].values())
     return span
+
+
+def _shared_outputs_fit(spec: NetworkSpec, boxes: list[str], count: int,
+                        endpoints: Endpoints) -> None:
+    """Each output another fragment reads is written one instance per partition: it needs
+    a partition for every instance."""
+    for box in read_elsewhere(spec, boxes):
+        stream = next((a.target for a in spec.arrows
+                       if a.source == box and a.target in spec.streams), None)
+        if stream is None:
+            topic, participant = (f"{spec.topic_prefix}{spec.intermediate_topic(box)}",
+                                  spec.boxes[box].participant or spec.participant)
+        else:
+            topic = f"{spec.topic_prefix}{spec.streams[stream].topic}"
+            participant = spec.streams[stream].participant
+        admin = AdminClient(kafka_config(endpoints.bootstrap(participant)))
+        described = admin.list_topics(topic, timeout=10).topics.get(topic)
+        partitions = len(described.partitions) if described and not described.error else 0
+        if partitions < count:
+            raise ScaleError(f"box {box!r}: another fragment reads its output {topic}, which "
+                             f"each instance writes partitions of its own; it has {partitions} "
+                             f"partition(s), fewer than {count} instances")
 
 
 def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
@@ -196,7 +226,8 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
     if busy:
         raise ScaleError(f"fragment {busy[0].name} is {busy[0].spec.get('phase')}; wait until "
                          "it runs")
-    span = window_span_ms(spec, boxes) + duration_ms(spec.bucket)
+    window = window_span_ms(spec, boxes)
+    _shared_outputs_fit(spec, boxes, count, endpoints)
     by_partition = not key or keyed_input_partitions(spec, boxes, key, endpoints) >= count
     placed = _nodes_for(catalog, old[0].spec["node"].split("/")[0], count, nodes)
     generation = 1 + max((e.spec.get("instance") or {}).get("generation", 0) for e in old)
@@ -210,10 +241,16 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
     switch_from = max((newest_stime(bootstrap, topic) for bootstrap, topic in sources),
                       default=0)
     read_at = time.monotonic()
-    replay_from = max(0, switch_from - span)
-    positions = _positions_at(sources, replay_from)
-    report(f"  the new instances rebuild their state from stime {replay_from} beside the "
-           f"old ones, to write from stime {switch_from} or later")
+    if window is None:  # state without a bound: rebuilt from the whole input
+        replay_from, positions = 0, {}
+        report(f"  the new instances rebuild their state from the start of the input (a "
+               f"process box's state has no bounded span) beside the old ones, to write "
+               f"from stime {switch_from} or later")
+    else:
+        replay_from = max(0, switch_from - window - duration_ms(spec.bucket))
+        positions = _positions_at(sources, replay_from)
+        report(f"  the new instances rebuild their state from stime {replay_from} beside "
+               f"the old ones, to write from stime {switch_from} or later")
 
     template = {k: v for k, v in old[0].spec.items()
                 if k in ("network", "boxes", "ha", "dpc_state", "dpc_delay_ms", "reads",
@@ -250,6 +287,8 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
         catalog.update(Kind.FRAGMENTS, entry_name, partial(_take_over, cut))
     report(f"  the new instances write the results from stime {cut} on")
     retired = _retire(catalog, old, deadline, report)
+    for entry_name in created:  # the old instances have promised the cut: promise on
+        catalog.update(Kind.FRAGMENTS, entry_name, _promise_on)
     # An old instance whose input went quiet stops short of the cut: the new instances
     # write the results it left (their windows close once the input comes).
     short = min((int(e.spec["retired_watermark_ms"]) for e in retired
@@ -277,9 +316,16 @@ def _sunion_source(endpoints: Endpoints, entry: Entry) -> tuple[str, str]:
 
 
 def _take_over(cut: int, spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A new instance writes from ``cut`` on, promising no further than the cut on the
+    outputs another fragment reads until the old instances have promised it (that
+    reader's SUnion would take a new instance's BOUNDARY for the partition's)."""
     if spec is None or spec.get("phase") != "warming":
         raise ScaleError("a new instance was withdrawn or failed during the scale step")
-    return {**spec, **_instance_from(cut, spec), "phase": "placed"}
+    return {**spec, **_instance_from(cut, spec), "phase": "placed", "promise_hold_ms": cut}
+
+
+def _promise_on(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if spec is None else {**spec, "promise_hold_ms": None}
 
 
 def _start_at(stime: int, spec: dict[str, Any] | None) -> dict[str, Any] | None:

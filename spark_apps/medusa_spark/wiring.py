@@ -26,7 +26,7 @@ from medusa.topics import dead_letter_topic, ensure_topics, partition_count
 from medusa_spark.avro_types import record_schema, struct_of
 from medusa_spark.durations import duration_ms
 from medusa_spark.fragment import FragmentOutput, FragmentWiring, Instance
-from medusa_spark.network.fragments import Fragment
+from medusa_spark.network.fragments import Fragment, read_elsewhere
 from medusa_spark.network.validate import Plan
 from medusa_spark.streams import KafkaStream
 
@@ -140,11 +140,16 @@ def fragment_wiring(topics: NetworkTopics, network_name: str, fragment: Fragment
     source_topic = sunion_topic(topics, fragment) + (instance.suffix if instance else "")
     ensure_topics(kafka_config(node_bootstrap), [source_topic], partitions=SUNION_PARTITIONS)
     outputs = {}
+    shared = read_elsewhere(plan.network, fragment.boxes) if instance else {}
     for box in fragment.outputs:
         stream = topics.streams[box]
+        partitions = partition_count(kafka_config(stream.bootstrap), stream.topic)
+        owned = None
+        if instance is not None and box in shared:
+            owned = tuple(p for p in range(partitions) if p % instance.count == instance.index)
         outputs[box] = FragmentOutput(
             box, stream, struct_of(stream.schema), tuple(plan.network.boxes[box].key),
-            partition_count(kafka_config(stream.bootstrap), stream.topic))
+            partitions, owned)
     return FragmentWiring(
         network=network_name, fragment=fragment,
         source=KafkaStream(source_topic, node_bootstrap, 0, ""),

@@ -208,3 +208,20 @@ def test_a_redo_s_checkpoint_is_the_fragment_s_after_it_took_over() -> None:
     assert not is_redo_copy(canonical + ".replica", canonical)
     assert not same_definition(canonical + ".redo-2", "/c/alpha/n1/alpha/pair/dpc.beta-9b01")
 
+
+
+def test_a_fragment_runs_one_process_box() -> None:
+    """Spark runs one applyInPandasWithState per query: Linear Road's accounts, put in the
+    road's fragment and fed by its port straight, are refused, naming the box."""
+    from medusa.settings import REPO_ROOT
+
+    raw = yaml.safe_load((REPO_ROOT / "spark_apps/medusa_spark/networks/linear_road.yaml")
+                         .read_text())
+    for box in ("accounts", "balances"):
+        raw["boxes"][box]["fragment"] = "road"
+    raw["arrows"] = [{**a, "from": "charges"} if a["to"] == "accounts.charges" else a
+                     for a in raw["arrows"]]
+    plan = check_structure(parse_network(yaml.safe_dump(raw, sort_keys=False)))
+    with pytest.raises(NetworkError, match="box 'accounts', field 'fragment': fragment 'road' "
+                                           "already has process box 'road'"):
+        group(plan)

@@ -122,3 +122,21 @@ def test_a_step_given_up_removes_the_new_instances_and_lifts_the_cut() -> None:
     assert catalog.deleted == ["new-0"]
     assert catalog.specs["a"].get("emit_until_ms") is None
     assert catalog.specs["a"].get("emit_cut_ms") is None
+
+
+def test_linear_road_scales_its_road_by_expressway_and_direction() -> None:
+    """The road's state key is its process box's (its ports' keys only key their records);
+    its state has no bounded span, so a scale step rebuilds it from the whole input; its
+    charges are read by the accounts, so each instance writes partitions of its own."""
+    from medusa.settings import REPO_ROOT
+    from medusa_spark.network.fragments import read_elsewhere
+    from medusa_spark.network.model import load_network
+
+    spec = load_network(REPO_ROOT / "spark_apps/medusa_spark/networks/linear_road.yaml")
+    road = ["road", "tolls", "alerts", "charges"]
+    assert fragment_key(spec, road, "road") == ["xway", "dir"]
+    assert fragment_key(spec, ["accounts", "balances"], "accounts") == ["vid"]
+    assert window_span_ms(spec, road) is None
+    assert window_span_ms(spec, ["expenditures"]) == 3 * 3600 * 1000, "the join's 3 hours"
+    assert read_elsewhere(spec, road) == {"charges": "accounts"}
+    assert read_elsewhere(spec, ["accounts", "balances"]) == {}

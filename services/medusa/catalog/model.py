@@ -190,6 +190,10 @@ class FragmentSpec(Spec):
     emit_cut_ms: int | None = None
     """Set by its node in answer to ``emit_until_ms``: the stime from which it writes no
     result (``emit_until_ms``, or past what it had written already if that is further)."""
+    promise_hold_ms: int | None = None
+    """Set by ``medusa scale`` on its new instances while the old ones finish: their
+    BOUNDARY promises on the outputs another fragment reads go no further than this (the
+    cut) until then."""
     replaced: bool | None = None
     """Set by a redeploy (``medusa deploy`` without ``--restart``) on a changed fragment's
     instances: their nodes keep running the definition they have until the new one's take

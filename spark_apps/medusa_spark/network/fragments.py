@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from medusa_spark.durations import duration_ms
 from medusa_spark.network.execution import realtime_refusal
-from medusa_spark.network.model import NetworkError
+from medusa_spark.network.model import NetworkError, NetworkSpec
 from medusa_spark.network.validate import Plan
 
 
@@ -140,6 +140,24 @@ def _components(boxes: list[str], plan: Plan) -> list[list[str]]:
     return components
 
 
+def read_elsewhere(spec: NetworkSpec, boxes: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """The fragment's boxes whose output a box of another fragment reads (straight or
+    through a declared stream), each with one such reader. A scaled fragment writes
+    these outputs one instance per partition (``FragmentOutput.owned``)."""
+    inside = set(boxes)
+    readers: dict[str, list[str]] = {}
+    for arrow in spec.arrows:
+        readers.setdefault(arrow.source, []).append(arrow.target_box)
+    found: dict[str, str] = {}
+    for box in boxes:
+        for target in readers.get(box, []):
+            outside = [target] if target in spec.boxes else readers.get(target, [])
+            outside = [r for r in outside if r in spec.boxes and r not in inside]
+            if outside:
+                found[box] = outside[0]
+    return found
+
+
 def fragments_of(plan: Plan, member: dict[str, str]) -> dict[str, Fragment]:
     """Fragments from each box's fragment name; checks that a fragment is connected."""
     network = plan.network
@@ -160,9 +178,20 @@ def fragments_of(plan: Plan, member: dict[str, str]) -> dict[str, Fragment]:
                         or not readers.get(b)
                         or any(member[r] != name for r in readers.get(b, ())))
         _check_connected(name, boxes, plan)
+        _check_one_process_box(name, boxes, plan)
         ha = "active" if any(network.boxes[b].ha == "active" for b in boxes) else "passive"
         result[name] = Fragment(name, boxes, tuple(inputs), outputs, ha)
     return result
+
+
+def _check_one_process_box(name: str, boxes: tuple[str, ...], plan: Plan) -> None:
+    """Spark runs at most one ``applyInPandasWithState`` in a query: a second process box
+    goes in a fragment of its own, reading the first one's port through a stream."""
+    process = [b for b in boxes if plan.boxes[b].type_name == "process"]
+    if len(process) > 1:
+        raise NetworkError(f"box {process[1]!r}, field 'fragment': fragment {name!r} already "
+                           f"has process box {process[0]!r}; Spark runs one process box per "
+                           "query, so give it a fragment of its own")
 
 
 def _check_connected(name: str, boxes: tuple[str, ...], plan: Plan) -> None:
