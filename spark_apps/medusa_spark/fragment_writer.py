@@ -12,7 +12,8 @@ beside the results make Spark plan a second reader of the same topic), and each
 reader may end a micro-batch at another offset; every reader has passed where
 any reader stood one batch before. So after batch M, with b(M) the newest
 source BOUNDARY seen up to batch M:
-- an output with no stateful box upstream in the fragment promises b(M-1);
+- an output with no window or join upstream in the fragment promises b(M-1) (a
+  process box answers its input in the same batch);
 - an output behind a window or a join promises b(M-2) less the source delay and
   the reach of its joins (a join may match an old tuple with a new one).
 Spark runs a batch without data as soon as the watermark moves, so the promise
@@ -168,7 +169,7 @@ class FragmentWriter:
         self._lag_ms: dict[str, int | None] = {}
         for box in wiring.outputs:
             upstream = upstream_in_fragment(plan, box, wiring.fragment.boxes)
-            if any(plan.boxes[b].stateful for b in upstream):
+            if any(plan.boxes[b].emits_on_watermark for b in upstream):
                 reach = sum(plan.boxes[b].reach_ms() for b in upstream)
                 self._lag_ms[box] = duration_ms(SOURCE_DELAY) + reach
             else:

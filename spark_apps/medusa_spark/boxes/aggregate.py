@@ -64,6 +64,7 @@ class AggregateBox(Box):
     Params = AggregateParams
     params: AggregateParams
     stateful = True
+    emits_on_watermark = True
 
     def _window(self) -> Column:
         spec = self.params.window

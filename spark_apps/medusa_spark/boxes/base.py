@@ -41,6 +41,9 @@ class Box(ABC):
     """Input port names; ``("*",)`` takes any number of inputs."""
     Params: ClassVar[type[BoxParams]]
     stateful: ClassVar[bool] = False
+    emits_on_watermark: ClassVar[bool] = False
+    """Whether some of its results come out only once the watermark passes them (a window
+    closing, a join's tuple left unmatched): a batch after the input that made them."""
     optional_ports: ClassVar[bool] = False
     """Whether ports may stay without an arrow (at least one must have one)."""
 

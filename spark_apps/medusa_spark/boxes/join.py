@@ -53,6 +53,7 @@ class JoinBox(Box):
     Params = JoinParams
     params: JoinParams
     stateful = True
+    emits_on_watermark = True
 
     def reach_ms(self) -> int:
         bound = self.params.within
