@@ -7,13 +7,16 @@ per output partition through the SOutput: one Kafka transaction per output
 cluster, each tuple id once.
 
 The boundary of an output says that no later result of it has a smaller stime.
-The query may read its source more than once (a self-join, or the control rows
-beside the results make Spark plan a second reader of the same topic), and each
-reader may end a micro-batch at another offset; every reader has passed where
-any reader stood one batch before. So after batch M, with b(M) the newest
-source BOUNDARY seen up to batch M:
-- an output with no window or join upstream in the fragment promises b(M-1) (a
-  process box answers its input in the same batch);
+On micro-batches every reader of the query's source (the results' and the control
+rows') is the one Kafka source of the SUnion's topic, whose single partition Spark
+reads to the same offset for all of them, at a transaction's end: a batch that saw
+the SUnion's BOUNDARY b has read every tuple below b. In Real-time Mode each reader
+reads the source apart and may stand elsewhere; every reader has passed where any
+stood one batch before. So after batch M, with b(M) the newest source BOUNDARY seen
+up to batch M:
+- an output with no window or join upstream in the fragment promises b(M) on
+  micro-batches (a process box answers its input in the same batch), b(M-1) in
+  Real-time Mode;
 - an output behind a window or a join promises b(M-2) less the source delay and
   the reach of its joins (a join may match an old tuple with a new one).
 Spark runs a batch without data as soon as the watermark moves, so the promise
@@ -174,6 +177,9 @@ class FragmentWriter:
                 self._lag_ms[box] = duration_ms(SOURCE_DELAY) + reach
             else:
                 self._lag_ms[box] = None
+        self.one_source_reader = True
+        """Whether every reader of the source reads the same records each batch (micro-
+        batches); False in Real-time Mode (see the module's doc)."""
         self._seen_boundaries: deque[int | None] = deque([None, None], maxlen=2)
         self._newest_boundary: int | None = None
         self._emitted: dict[str, int] = {}
@@ -520,10 +526,11 @@ class FragmentWriter:
     def _boundaries(self) -> list[OutRecord]:
         """The BOUNDARY each output can promise after this batch (see the module's doc)."""
         one_back, two_back = self._seen_boundaries[-1], self._seen_boundaries[-2]
+        newest = self._newest_boundary if self.one_source_reader else one_back
         records = []
         for box in self.wiring.outputs:
             lag = self._lag_ms[box]
-            base = one_back if lag is None else two_back
+            base = newest if lag is None else two_back
             if base is None:
                 continue
             records += self._promise(box, base - (lag or 0))
