@@ -27,10 +27,8 @@ DIRECTION_OF = {"alpha": 0, "beta": 1}
 """Which participant's sensors report which direction of the expressways."""
 UNION = "position_reports"
 QUERY_STREAMS = ("account_balance_queries", "daily_expenditure_queries", "historical_tolls",
-                 "daily_expenditures", "account_balances", "toll_charges")
+                 "daily_expenditures")
 """The union box takes the single stream's name, so the rest of the network is unchanged."""
-QUERY_BOXES = {"accounts", "balances", "charges", "expenditures"}
-"""Without queries, the road alone: its tolls and alerts."""
 
 
 def reports_topic(participant: str) -> str:
@@ -47,9 +45,9 @@ def split_network_yaml(name: str, topic_prefix: str, availability_bound: str,
     # Position reports only: no queries, so no historical tolls and no expenditures.
     for unfed in QUERY_STREAMS:
         del streams[unfed]
-    raw["boxes"] = {name: box for name, box in raw["boxes"].items() if name not in QUERY_BOXES}
+    raw["boxes"] = {name: box for name, box in raw["boxes"].items() if name != "expenditures"}
     raw["arrows"] = [a for a in raw["arrows"] if not {a["from"], a["to"].split(".")[0]}
-                     & {*QUERY_STREAMS, *QUERY_BOXES}]
+                     & {*QUERY_STREAMS, "expenditures"}]
     single = streams.pop(UNION)
     for stream in streams.values():
         stream["participant"] = host
@@ -57,8 +55,7 @@ def split_network_yaml(name: str, topic_prefix: str, availability_bound: str,
         streams[f"{UNION}_{participant}"] = {
             **single, "topic": reports_topic(participant), "participant": participant}
     # A box may not share a stream's name: the union is a box, the single stream is gone.
-    raw["boxes"] = {UNION: {"type": "union", "fragment": raw["boxes"]["road"]["fragment"]},
-                    **raw["boxes"]}
+    raw["boxes"] = {UNION: {"type": "union"}, **raw["boxes"]}
     for box in raw["boxes"].values():
         box["participant"] = host
     raw["arrows"] = [{"from": f"{UNION}_{p}", "to": UNION} for p in DIRECTION_OF] + raw["arrows"]

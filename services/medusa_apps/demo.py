@@ -134,8 +134,8 @@ def _wait_for_fragments(endpoints: Endpoints, network: str, console: Console,
 
 WARM_UP_INPUTS = (lr.POSITION_REPORTS, lr.ACCOUNT_BALANCE_QUERIES,
                   lr.DAILY_EXPENDITURE_QUERIES, lr.HISTORICAL_TOLLS)
-WARM_UP_OUTPUTS = (lr.TOLL_NOTIFICATIONS, lr.ACCOUNT_BALANCES, lr.DAILY_EXPENDITURES)
-"""An output of each of the network's fragments (road, accounts, expenditures)."""
+WARM_UP_OUTPUTS = (lr.TOLL_NOTIFICATIONS, lr.DAILY_EXPENDITURES)
+"""An output of each of the network's two fragments."""
 
 
 def _warm_up(endpoints: Endpoints, prefix: str, console: Console,

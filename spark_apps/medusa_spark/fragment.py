@@ -278,7 +278,9 @@ def _port_rows(plan: Plan, results: DataFrame, outputs: dict[str, FragmentOutput
         if fragment_output.key:
             key = F.when(here, _kafka_key(fragment_output, column_of)).otherwise(key)
         counts.append(F.count(F.when(here, 1)).alias(box))
-    counted = results.observe(f"boxes.{next(iter(outputs))}", *counts)
+    written = [plan.boxes[box].params.port for box in outputs]  # type: ignore[attr-defined]
+    counted = results.where(F.col(PORT).isin(written)).observe(  # ports nobody reads: dropped
+        f"boxes.{next(iter(outputs))}", *counts)
     return counted.select(output.alias(OUTPUT), TYPE, ID, STIME, key.alias(KEY),
                           F.lit(None).cast("string").alias(TRACE), *packs)
 

@@ -328,7 +328,8 @@ LR_ROAD_PROFILE = TrafficProfile(xways=2, duration_s=390, peak_rate=150, ramp_s=
 
 def test_the_linear_road_road_scaled_out_and_in_equals_the_reference(
         federation, alpha_nodes, spark, registry_module, kafka_config) -> None:
-    """The shipped Linear Road network on one node; under its traffic the road fragment
+    """The shipped partitioned Linear Road network on one node; under its traffic the road
+    fragment
     (keyed by expressway and direction) goes to two instances on two nodes, then back to
     one. Every output of the four query types equals the reference, none missing, wrong
     or written twice: the new instances rebuilt the road's state (cars, statistics,
@@ -340,7 +341,7 @@ def test_the_linear_road_road_scaled_out_and_in_equals_the_reference(
     name = f"lrscale-{uuid.uuid4().hex[:6]}"
     prefix = f"{name}."
     network = f"alpha/{name}"
-    raw = yaml.safe_load(LR_NETWORK.read_text())
+    raw = yaml.safe_load(LR_NETWORK.with_name("linear_road_partitioned.yaml").read_text())
     raw.update(name=name, topic_prefix=prefix)
     expected = compute(r for _, rs in TrafficSimulation(LR_ROAD_PROFILE).run() for r in rs)
     assert expected.accident_alerts and any(r["balance"] > 0 for r in expected.account_balances)

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.e2e
 
 SHIPPED = REPO_ROOT / "spark_apps" / "medusa_spark" / "networks"
 DEPLOYED_BY_OTHER_TESTS = {"linear_road.yaml": "test_demo.py",
+                           "linear_road_partitioned.yaml": "test_scale.py",
                            "sensor_pair.yaml": "test_readme_dpc.py"}
 REAL_TIME = {"sensor_alerts.yaml"}
 """Deployed by ``test_a_real_time_network_passes_each_reading_on_once`` below."""

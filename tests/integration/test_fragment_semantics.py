@@ -238,7 +238,7 @@ def test_every_daily_expenditure_query_is_answered_with_or_without_history(spark
     from medusa_spark.testing import harness
 
     shipped = load_network(REPO_ROOT / "spark_apps/medusa_spark/networks/linear_road.yaml")
-    member = {box: spec.fragment or "" for box, spec in shipped.boxes.items()}
+    member = {box: "road" for box in shipped.boxes} | {"expenditures": "expenditures"}
     tolls = list(range(10, 79))  # day d's toll is d + 9
 
     def query(seconds: int, vid: int, qid: int) -> Tuple:
@@ -266,7 +266,8 @@ def test_the_partitioned_road_equals_the_reference_in_its_spark_queries(spark) -
     from medusa_spark.network.model import load_network
     from medusa_spark.testing import harness
 
-    shipped = load_network(REPO_ROOT / "spark_apps/medusa_spark/networks/linear_road.yaml")
+    shipped = load_network(REPO_ROOT / "spark_apps/medusa_spark/networks/"
+                                       "linear_road_partitioned.yaml")
     assert shipped.state_partitions and shipped.state_partitions > 1
     member = {box: spec.fragment or "" for box, spec in shipped.boxes.items()}
     # Tolls, charges and accidents all occur (the first accident's alerts after 6 minutes).

@@ -215,8 +215,8 @@ def test_a_fragment_runs_one_process_box() -> None:
     road's fragment and fed by its port straight, are refused, naming the box."""
     from medusa.settings import REPO_ROOT
 
-    raw = yaml.safe_load((REPO_ROOT / "spark_apps/medusa_spark/networks/linear_road.yaml")
-                         .read_text())
+    networks = REPO_ROOT / "spark_apps/medusa_spark/networks"
+    raw = yaml.safe_load((networks / "linear_road_partitioned.yaml").read_text())
     for box in ("accounts", "balances"):
         raw["boxes"][box]["fragment"] = "road"
     raw["arrows"] = [{**a, "from": "charges"} if a["to"] == "accounts.charges" else a

@@ -1,7 +1,8 @@
-"""The Linear Road network's processors, fed batch by batch as their process boxes feed them
-(each group of rows sharing the box's key on its own, its state pickled in between), the
-road's charges going on to the accounts in the same batch, against the independent
-reference."""
+"""Linear Road's processors, fed batch by batch as their process boxes feed them (each group
+of rows sharing the box's key on its own, its state pickled in between), against the
+independent reference: the road as one group (linear_road.yaml), and partitioned
+(linear_road_partitioned.yaml: the road by expressway and direction, its charges going on
+to the accounts by car)."""
 
 import json
 import pickle
@@ -43,6 +44,25 @@ def _batches(records: list, seconds: int) -> Iterator[pd.DataFrame]:
 
 def _records(rows: list[dict]) -> Counter:
     return Counter(json.dumps(row, sort_keys=True) for row in rows)
+
+
+def test_the_road_as_one_group_equals_the_reference_batch_by_batch() -> None:
+    """linear_road.yaml: every report and balance query in one group, one state."""
+    records = [r for _, rs in TrafficSimulation(PROFILE).run() for r in rs]
+    expected = compute(records)
+    road, state = Road(), None
+    got: dict[str, list[dict]] = {port: [] for port in OUTPUTS}
+    for batch in _batches(records, seconds=7):
+        state, results = road.process(state, batch)
+        state = pickle.loads(pickle.dumps(state, protocol=5))
+        for port in OUTPUTS:
+            got[port] += results[port].drop(columns=["_id", "_stime"]).to_dict("records")
+    for port in OUTPUTS:
+        want = getattr(expected, port)
+        assert want, f"{port}: the input makes some"
+        assert _records(got[port]) == _records(want), port
+    assert any(row["toll"] > 0 for row in expected.toll_notifications)
+    assert any(row["balance"] > 0 for row in expected.account_balances)
 
 
 class KeyedBox:

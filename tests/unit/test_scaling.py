@@ -132,7 +132,7 @@ def test_linear_road_scales_its_road_by_expressway_and_direction() -> None:
     from medusa_spark.network.fragments import read_elsewhere
     from medusa_spark.network.model import load_network
 
-    spec = load_network(REPO_ROOT / "spark_apps/medusa_spark/networks/linear_road.yaml")
+    spec = load_network(REPO_ROOT / "spark_apps/medusa_spark/networks/linear_road_partitioned.yaml")
     road = ["road", "tolls", "alerts", "charges"]
     assert fragment_key(spec, road, "road") == ["xway", "dir"]
     assert fragment_key(spec, ["accounts", "balances"], "accounts") == ["vid"]

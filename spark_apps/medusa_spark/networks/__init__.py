@@ -20,6 +20,7 @@ from medusa.sensor_windows import CHAIN_WINDOW_MS
 SENSOR_WINDOWS = "sensor_windows.yaml"
 SENSOR_PAIR = "sensor_pair.yaml"
 LINEAR_ROAD = "linear_road.yaml"
+LINEAR_ROAD_PARTITIONED = "linear_road_partitioned.yaml"
 
 
 def network_file(name: str) -> Traversable:

@@ -1,25 +1,27 @@
 """Linear Road's processors: the benchmark's rules (services/medusa/linear_road/SEMANTICS.md)
-computed as the records come, for the ``process`` boxes of networks/linear_road.yaml.
+computed as the records come, for the ``process`` boxes of networks/linear_road.yaml and
+networks/linear_road_partitioned.yaml.
 
-The road is partitioned as SEEP and the Storm implementations partition it:
+``Road`` takes position reports and gives toll notifications, accident alerts and the
+charges of rule 10 (a car's toll, when it leaves the segment it was notified for). It
+runs two ways:
 
-- ``Road``, keyed by (xway, dir): the position reports of one direction of one expressway,
-  with the cars on it, its segments' statistics and its accidents. It gives toll
-  notifications, accident alerts and the charges of rule 10 (a car's toll, when it leaves
-  the segment it was notified for).
-- ``Accounts``, keyed by vid: cars' charges and their account balance queries (which name
-  only the car), answered from the car's balance. The cars are hashed into buckets, each
-  a group whose state is its cars' balances: a group per car would cost every car charged
-  in a batch a Python call of its own (about 2 ms each).
+- as one group (no key, ``linear_road.yaml``): every expressway's reports and the account
+  balance queries (which name only the car) in one state, the balances kept beside the
+  cars and answered at once;
+- keyed by (xway, dir) (``linear_road_partitioned.yaml``), as SEEP and the Storm
+  implementations partition it: one direction of one expressway per group, with the cars
+  on it, its segments' statistics and its accidents; its charges go on to ``Accounts``,
+  keyed by vid, which answers the balance queries.
 
-(Daily expenditures are a join in the network, keyed by vid too.)
+(Daily expenditures are a join in both networks, keyed by vid.)
 
-Rows come in stime order, and within one second in the order of the inputs, so when the
-first report of minute m on a road arrives the statistics of minute m-1 there are
-complete, and the accidents active in minute m are known (one detected in m acts from
-m+1; one cleared in m still acts in m); a car's charges of a second come before its
-queries of that second. A car changes expressway or direction only by a new trip, after
-a report on the exit lane (the benchmark's traffic): a car that reappeared on another road
+Rows come in stime order, and within one second in the order of the inputs (reports
+before queries, charges before queries), so when the first report of minute m on a
+road arrives the statistics of minute m-1 there are complete, and the accidents active
+in minute m are known (one detected in m acts from m+1; one cleared in m still acts in
+m). Partitioned, a car changes expressway or direction only by a new trip, after a
+report on the exit lane (the benchmark's traffic): a car that reappeared on another road
 without one would stay stopped on the first.
 """
 
@@ -92,6 +94,8 @@ class Accident:
 class RoadState:
     cars: dict[int, tuple[int, ...]] = field(default_factory=dict)
     """vid -> its ``Car`` as a plain tuple."""
+    balances: dict[int, int] = field(default_factory=dict)
+    """vid -> the tolls charged to it here (its balance, when the road is one group)."""
     speeds: dict[tuple[int, int, int, int], dict[int, tuple[int, int]]] = field(
         default_factory=dict)
     """(xway, dir, seg, minute) -> vid -> (sum of speeds, reports): the open minutes."""
@@ -104,12 +108,14 @@ class RoadState:
 
 
 class Road(Processor):
-    """One direction of one expressway (the box's key is ``[xway, dir]``)."""
+    """The road: all of it as one group, or one direction of one expressway a group (the
+    box's key ``[xway, dir]``, no balance queries wired)."""
 
-    inputs: ClassVar[tuple[str, ...]] = ("reports",)
+    inputs: ClassVar[tuple[str, ...]] = ("reports", "balance_queries")
     outputs: ClassVar[dict[str, StructType]] = {
         "toll_notifications": _ints("vid", "time", "xway", "dir", "seg", "lav", "toll"),
         "accident_alerts": _ints("vid", "time", "xway", "dir", "seg"),
+        "account_balances": _ints("qid", "vid", "time", "result_time", "balance"),
         "charges": _ints("vid", "time", "toll"),
     }
 
@@ -117,12 +123,21 @@ class Road(Processor):
                 ) -> tuple[Any, dict[str, pd.DataFrame]]:
         road: RoadState = state if state is not None else RoadState()
         out: dict[str, list[tuple[Any, ...]]] = {port: [] for port in self.outputs}
-        columns = [rows[c].to_numpy() for c in
-                   (STIME, "time", "vid", "speed", "xway", "lane", "dir", "seg", "pos")]
-        for stime, *values in zip(*columns, strict=True):
-            time, vid, speed, xway, lane, direction, seg, pos = (int(v) for v in values)
+        columns = [rows[c].to_numpy() if c in rows.columns else [None] * len(rows) for c in
+                   ("_in", STIME, "time", "vid", "speed", "xway", "lane", "dir", "seg",
+                    "pos", "qid")]  # no qid column when no balance queries are wired
+        for port, stime, *values in zip(*columns, strict=True):
+            time, vid = int(values[0]), int(values[1])
             self._advance(road, minute(time))
-            self._report(road, out, stime, time, vid, speed, xway, lane, direction, seg, pos)
+            if port == "reports":
+                speed, xway, lane, direction, seg, pos = (int(v) for v in values[2:8])
+                self._report(road, out, stime, time, vid, speed, xway, lane, direction, seg,
+                             pos)
+            else:
+                qid = int(values[8])
+                out["account_balances"].append(
+                    (f"lr/balance/{qid}", stime, qid, vid, time, time,
+                     road.balances.get(vid, 0)))
         frames = {}
         for port, results in out.items():
             names = [ID, STIME, *(f.name for f in self.outputs[port].fields)]
@@ -218,6 +233,7 @@ class Road(Processor):
                 out["accident_alerts"].append(
                     (f"lr/alert/{vid}/{time}", stime, vid, time, xway, direction, ahead))
             if pending > 0:  # rule 10: charged on leaving the segment (a 0 changes nothing)
+                road.balances[vid] = road.balances.get(vid, 0) + pending
                 out["charges"].append((f"lr/charge/{vid}/{time}", stime, vid, time, pending))
             pending = toll
         if lane == EXIT_LANE and not stopped:
