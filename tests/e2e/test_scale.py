@@ -265,6 +265,7 @@ def _row(value: dict) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+@pytest.mark.scenario  # the partitioned road's scale test below covers its path in `make test`
 def test_linear_road_statistics_scaled_out_and_in_equal_the_reference(
         federation, alpha_nodes, spark, registry_module, kafka_config) -> None:
     name = f"lrstats-{uuid.uuid4().hex[:6]}"

@@ -94,6 +94,8 @@ class _Bench:
     """The Spark session of the parts that need one (None until it is made)."""
     checkpoints: Path | None = None
     """The scratch folder of the Spark and Linear Road parts' checkpoints."""
+    linear_road_network: str = "linear_road.yaml"
+    """The shipped network the Linear Road steps run."""
 
     def scratch(self) -> Path:
         """The scratch folder of checkpoints; only while the steps that use it run."""
@@ -237,11 +239,13 @@ def _linear_road(bench: _Bench, got: _Figures) -> None:
     # (JIT, Python workers), which is not the steps' to carry.
     with _part("linear-road-floor", bench.errors, say):
         got.floor = linear_road_latency.run_floor(bench.spark, bench.endpoints, bench.registry,
-                                                  min(bench.hold_s, 90), bench.scratch(), say)
+                                                  min(bench.hold_s, 90), bench.scratch(), say,
+                                                  bench.linear_road_network)
     with _part("linear-road", bench.errors, say):
         got.steps = linear_road_latency.run_steps(bench.spark, bench.endpoints, bench.registry,
                                                   bench.hold_s, bench.max_xways,
-                                                  bench.scratch(), say)
+                                                  bench.scratch(), say,
+                                                  bench.linear_road_network)
 
 
 def _move(bench: _Bench, got: _Figures) -> None:
@@ -385,7 +389,8 @@ def _run_spark_steps(bench: _Bench, got: _Figures, parts: set[str], scratch: boo
 
 def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: bool,
             say: Callable[[str], None], state_mb: list[int] | None = None,
-            failover: bool = True, only: Collection[str] | None = None) -> dict[str, Any]:
+            failover: bool = True, only: Collection[str] | None = None,
+            linear_road_network: str = "linear_road.yaml") -> dict[str, Any]:
     parts = _parts(only, linear_road, state_mb, failover)
     settings = StackSettings()
     layout = recorded_layout(StackLayout.from_settings(settings))
@@ -394,12 +399,13 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     registry = registry_client(endpoints.registry_url)
     say(f"parts: {', '.join(p for p in PARTS if p in parts)}")
     bench = _Bench(records, hold_s, max_xways, state_mb, say, {}, layout, endpoints,
-                   bootstrap, registry)
+                   bootstrap, registry, linear_road_network=linear_road_network)
     got = _measure(bench, parts)
     runs = _runs(got, records)
     for run in runs:
         say(f"  {run.name:<52} {run.per_second:>12,.0f} records/s")
     result = _result(got, runs, records, hold_s, parts, bench.errors)
+    result["linear_road"]["network"] = linear_road_network
     result["measured_at"] = dict.fromkeys(sorted(parts), time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                         time.gmtime()))
     if only and (out / "bench.json").exists():

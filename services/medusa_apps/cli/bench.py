@@ -23,6 +23,10 @@ def bench(
              "(default: all).")
                        ] = "",
     linear_road: Annotated[bool, typer.Option(help="Run the Linear Road steps.")] = True,
+    linear_road_network: Annotated[str, typer.Option(
+        help="The shipped Linear Road network the steps run: linear_road.yaml (the road one "
+             "group, as the demo runs it) or linear_road_partitioned.yaml.")
+                                   ] = "linear_road.yaml",
     out: Annotated[Path, typer.Option(help="Folder for JSON and plots.")] = Path("bench-results"),
     state_mb: Annotated[str, typer.Option(
         help="State sizes in MB for the migration benchmark, comma-separated: each is "
@@ -45,6 +49,11 @@ def bench(
     if unknown:
         raise _fail(f"--only: unknown part(s) {', '.join(unknown)}; known: {', '.join(PARTS)}",
                     2)
+    from medusa_spark.networks import LINEAR_ROAD, LINEAR_ROAD_PARTITIONED
+
+    if linear_road_network not in (LINEAR_ROAD, LINEAR_ROAD_PARTITIONED):
+        raise _fail(f"--linear-road-network: expected {LINEAR_ROAD} or "
+                    f"{LINEAR_ROAD_PARTITIONED}, got {linear_road_network!r}", 2)
     run_all(out, records, hold, max_xways, linear_road, console.print, sizes, failover,
-            only=parts or None)
+            only=parts or None, linear_road_network=linear_road_network)
     console.print(f"results in {out}/")
