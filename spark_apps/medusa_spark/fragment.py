@@ -67,10 +67,10 @@ class FragmentOutput:
     key: tuple[str, ...]
     partitions: int
     owned: tuple[int, ...] | None = None
-    """An instance's own partitions of an output another fragment reads (see ``scaling``):
-    its results and promises go to these alone, so that each partition has one writer and
-    the reader's SUnion sees its BOUNDARY promises in order. None: every partition, each
-    result where its key puts it."""
+    """One of several instances' own partitions of an output another fragment reads (see
+    ``scaling``): its results and promises go to these alone, so that each partition has
+    one writer and the reader's SUnion sees its BOUNDARY promises in order. None: every
+    partition, each result where its key puts it."""
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,7 @@ def fragment_wiring(topics: NetworkTopics, network_name: str, fragment: Fragment
         stream = topics.streams[box]
         partitions = partition_count(kafka_config(stream.bootstrap), stream.topic)
         owned = None
-        if instance is not None and box in shared:
+        if instance is not None and instance.count > 1 and box in shared:
             owned = tuple(p for p in range(partitions) if p % instance.count == instance.index)
         outputs[box] = FragmentOutput(
             box, stream, struct_of(stream.schema), tuple(plan.network.boxes[box].key),
