@@ -42,7 +42,6 @@ from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
@@ -50,6 +49,7 @@ from medusa.endpoints import Endpoints
 from medusa.envelope import STIME_HEADER
 from medusa.settings import END_OF_LOG_FETCH_WAIT_MS, kafka_config
 from medusa.sunion.service import positions_before
+from medusa.topics import partition_count
 from medusa_spark.durations import duration_ms
 from medusa_spark.network.fragments import read_elsewhere
 from medusa_spark.network.model import NetworkSpec, parse_network
@@ -138,12 +138,15 @@ def keyed_input_partitions(spec: NetworkSpec, boxes: list[str], key: list[str],
     stream = spec.streams.get(next(iter(sources)))
     if stream is None or list(stream.key) != list(key):
         return 0
-    topic = f"{spec.topic_prefix}{stream.topic}"
-    admin = AdminClient(kafka_config(endpoints.bootstrap(stream.participant)))
-    described = admin.list_topics(topic, timeout=10).topics.get(topic)
-    if described is None or described.error is not None:
+    return _partitions(endpoints, stream.participant, f"{spec.topic_prefix}{stream.topic}")
+
+
+def _partitions(endpoints: Endpoints, participant: str, topic: str) -> int:
+    """How many partitions ``topic`` has on ``participant``'s cluster; 0 if it has none."""
+    try:
+        return partition_count(kafka_config(endpoints.bootstrap(participant)), topic)
+    except RuntimeError:  # not there (yet)
         return 0
-    return len(described.partitions)
 
 
 def _box_of(target: str) -> str:
@@ -184,9 +187,7 @@ def _shared_outputs_fit(spec: NetworkSpec, boxes: list[str], count: int,
         else:
             topic = f"{spec.topic_prefix}{spec.streams[stream].topic}"
             participant = spec.streams[stream].participant
-        admin = AdminClient(kafka_config(endpoints.bootstrap(participant)))
-        described = admin.list_topics(topic, timeout=10).topics.get(topic)
-        partitions = len(described.partitions) if described and not described.error else 0
+        partitions = _partitions(endpoints, participant, topic)
         if partitions < count:
             raise ScaleError(f"box {box!r}: another fragment reads its output {topic}, which "
                              f"each instance writes partitions of its own; it has {partitions} "

@@ -8,6 +8,7 @@ import json
 import pickle
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -46,6 +47,16 @@ def _records(rows: list[dict]) -> Counter:
     return Counter(json.dumps(row, sort_keys=True) for row in rows)
 
 
+def _assert_equal(got: dict[str, list[dict]], expected: Any) -> None:
+    """Each output equals the reference's, which has tolls and balances above 0."""
+    for port in OUTPUTS:
+        want = getattr(expected, port)
+        assert want, f"{port}: the input makes some"
+        assert _records(got[port]) == _records(want), port
+    assert any(row["toll"] > 0 for row in expected.toll_notifications)
+    assert any(row["balance"] > 0 for row in expected.account_balances)
+
+
 def test_the_road_as_one_group_equals_the_reference_batch_by_batch() -> None:
     """linear_road.yaml: every report and balance query in one group, one state."""
     records = [r for _, rs in TrafficSimulation(PROFILE).run() for r in rs]
@@ -57,12 +68,7 @@ def test_the_road_as_one_group_equals_the_reference_batch_by_batch() -> None:
         state = pickle.loads(pickle.dumps(state, protocol=5))
         for port in OUTPUTS:
             got[port] += results[port].drop(columns=["_id", "_stime"]).to_dict("records")
-    for port in OUTPUTS:
-        want = getattr(expected, port)
-        assert want, f"{port}: the input makes some"
-        assert _records(got[port]) == _records(want), port
-    assert any(row["toll"] > 0 for row in expected.toll_notifications)
-    assert any(row["balance"] > 0 for row in expected.account_balances)
+    _assert_equal(got, expected)
 
 
 class KeyedBox:
@@ -106,11 +112,6 @@ def test_the_partitioned_road_equals_the_reference_batch_by_batch() -> None:
         for port in OUTPUTS:
             if port in results:
                 got[port] += results[port].drop(columns=["_id", "_stime"]).to_dict("records")
-    for port in OUTPUTS:
-        want = getattr(expected, port)
-        assert want, f"{port}: the input makes some"
-        assert _records(got[port]) == _records(want), port
-    assert any(row["toll"] > 0 for row in expected.toll_notifications)
-    assert any(row["balance"] > 0 for row in expected.account_balances)
+    _assert_equal(got, expected)
     assert len(road.states) == 2, "one group per direction of the expressway"
     assert len(accounts.states) == 16, "one group per bucket of cars"

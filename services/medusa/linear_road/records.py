@@ -21,8 +21,6 @@ TOLL_NOTIFICATIONS = "linear-road.toll-notifications"
 ACCIDENT_ALERTS = "linear-road.accident-alerts"
 ACCOUNT_BALANCES = "linear-road.account-balances"
 DAILY_EXPENDITURES = "linear-road.daily-expenditures"
-TOLL_CHARGES = "linear-road.toll-charges"
-"""Inside the network: the road's charges, read by the car's account."""
 HISTORY_DAYS = 69
 """Days of historical tolls a car has: day 1 is yesterday."""
 

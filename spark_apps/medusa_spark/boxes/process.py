@@ -151,13 +151,11 @@ class ProcessBox(Box):
 
     def apply(self, inputs: dict[str, DataFrame]) -> DataFrame:
         merged = self._merged(inputs)
-        if not self.params.key:  # one group
-            merged = merged.withColumn(GROUP, F.lit(0))
-        elif self.params.key_buckets:
-            merged = merged.withColumn(GROUP, F.pmod(
-                F.xxhash64(*[F.col(k) for k in self.params.key]), F.lit(self.params.key_buckets)))
-        keys = [F.col(GROUP)] if not self.params.key or self.params.key_buckets else \
-            [F.col(k) for k in self.params.key]
+        keys = [F.col(k) for k in self.params.key]
+        if not keys or self.params.key_buckets:  # one group, or the key's hash buckets
+            group = F.pmod(F.xxhash64(*keys), F.lit(self.params.key_buckets)) if keys \
+                else F.lit(0)
+            merged, keys = merged.withColumn(GROUP, group), [F.col(GROUP)]
         state_struct = StructType([StructField("state", BinaryType()),
                                    StructField("tentative", BooleanType())])
         output = self.output_struct()

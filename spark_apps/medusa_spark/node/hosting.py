@@ -350,8 +350,7 @@ class Hosting:
                 hosted = None
             else:
                 self._apply_cut(hosted, entry)
-                hold = entry.spec.get("promise_hold_ms")
-                hosted.run.writer.promise_hold_ms = None if hold is None else int(hold)
+                hosted.run.writer.promise_hold_ms = entry.spec.get("promise_hold_ms")
                 start = (entry.spec.get("instance") or {}).get("emit_from_ms")
                 if start is not None and not hosted.run.standby and \
                         start < (hosted.run.writer.emit_from_ms or start):

@@ -274,8 +274,7 @@ class Moves:
             hosted.sunion = self._hosting.start_sunion(name, hosted.run.wiring)
         emit_from = (entry.spec.get("instance") or {}).get("emit_from_ms") \
             if hosted.warming else None
-        hold = entry.spec.get("promise_hold_ms")
-        hosted.run.writer.promise_hold_ms = None if hold is None else int(hold)
+        hosted.run.writer.promise_hold_ms = entry.spec.get("promise_hold_ms")
         caught_up = hosted.run.promote(emit_from)
         hosted.warming = False
         promoted_s = time.monotonic() - started

@@ -51,6 +51,14 @@ def _ints(*names: str) -> StructType:
     return StructType([StructField(name, IntegerType(), False) for name in names])
 
 
+def _frames(outputs: dict[str, StructType], rows: dict[str, list[tuple[Any, ...]]]
+            ) -> dict[str, pd.DataFrame]:
+    """Each port's rows (``_id``, ``_stime``, then its fields) as the frame it returns."""
+    return {port: pd.DataFrame(found, columns=[ID, STIME, *(f.name for f in
+                                                           outputs[port].fields)])
+            for port, found in rows.items()}
+
+
 def minute(time: int) -> int:
     return time // 60 + 1
 
@@ -138,11 +146,7 @@ class Road(Processor):
                 out["account_balances"].append(
                     (f"lr/balance/{qid}", stime, qid, vid, time, time,
                      road.balances.get(vid, 0)))
-        frames = {}
-        for port, results in out.items():
-            names = [ID, STIME, *(f.name for f in self.outputs[port].fields)]
-            frames[port] = pd.DataFrame(results, columns=names)
-        return road, frames
+        return road, _frames(self.outputs, out)
 
     # Minutes ---------------------------------------------------------------------------
 
@@ -284,5 +288,4 @@ class Accounts(Processor):
             else:
                 answers.append((f"lr/balance/{int(qid)}", stime, int(qid), car, int(time),
                                 int(time), balances.get(car, 0)))
-        names = [ID, STIME, *(f.name for f in self.outputs["account_balances"].fields)]
-        return balances, {"account_balances": pd.DataFrame(answers, columns=names)}
+        return balances, _frames(self.outputs, {"account_balances": answers})
