@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from confluent_kafka import KafkaException
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
@@ -116,6 +117,10 @@ class FragmentRun:
     @property
     def standby(self) -> bool:
         return self.writer.standby
+
+    def has_work(self) -> bool:
+        """Whether its query is running a batch or has input it has not read yet."""
+        return query_has_work(self.query)
 
     def promote(self, emit_from_ms: int | None = None) -> int:
         """A standby replica becomes the fragment's writer; returns the results it caught up
@@ -270,8 +275,7 @@ def _write_boundaries_when_idle(query: StreamingQuery, writer: FragmentWriter,
     while query.isActive:
         time.sleep(interval_s)
         try:
-            status = query.status
-            if status.get("isTriggerActive") or status.get("isDataAvailable"):
+            if query_has_work(query):
                 continue
             progress: dict[str, Any] = query.lastProgress or {}
             writer.write_idle_boundaries(_watermark_ms(progress))
@@ -279,6 +283,16 @@ def _write_boundaries_when_idle(query: StreamingQuery, writer: FragmentWriter,
             if not query.isActive:
                 return
             time.sleep(interval_s)
+
+
+def query_has_work(query: StreamingQuery) -> bool:
+    """Whether the query is running a batch or has input it has not read yet (False once
+    it has stopped)."""
+    try:
+        status = query.status
+    except Py4JError:
+        return False
+    return bool(status.get("isTriggerActive") or status.get("isDataAvailable"))
 
 
 def _watermark_ms(progress: dict[str, Any]) -> int | None:

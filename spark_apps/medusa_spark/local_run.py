@@ -97,10 +97,8 @@ class LocalNetworkRun:
 
 
 def _busy(run: FragmentRun) -> bool:
-    query = run.query
-    progress: dict[str, Any] = query.lastProgress or {}
-    return bool(query.status.get("isTriggerActive") or query.status.get("isDataAvailable")
-                or progress.get("numInputRows", 1) != 0)
+    progress: dict[str, Any] = run.query.lastProgress or {}
+    return run.has_work() or progress.get("numInputRows", 1) != 0
 
 
 def wait_until_quiet(runs: list[FragmentRun], sunions: list[SUnionProcess],

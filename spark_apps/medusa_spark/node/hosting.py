@@ -71,8 +71,9 @@ REFENCED_HOLD_S = 10.0
 behind it (its tentative boundaries may run ahead of the output's): it serves again only
 after this."""
 RETIRE_IDLE_S = 5.0
-"""An instance a scale step replaces stops without promising the cut once it has run no
-batch this long (a quiet input)."""
+"""An instance a scale step replaces stops without promising the cut once it has been
+idle this long (a quiet input): no batch run or running, nothing left to read, its SUnion
+at the end of its inputs."""
 URGENT_POLL_S = 0.1
 """How often a node reads the catalog while it takes part in a warm move."""
 SECONDARY_POLL_S = 0.25
@@ -491,7 +492,12 @@ class Hosting:
             self._apply_cut(hosted, entry)
             writer = hosted.run.writer
             now = time.monotonic()
-            if hosted.retiring_since is None or hosted.retiring_batches != writer.batches:
+            # Quiet means idle, not slow: a batch that runs longer than RETIRE_IDLE_S, or an
+            # SUnion behind its inputs (a loaded machine), must finish first, or the new
+            # instances, which dropped their results below the cut, would lose those.
+            if hosted.retiring_since is None or hosted.retiring_batches != writer.batches \
+                    or hosted.run.has_work() or not (
+                        hosted.sunion is None or hosted.sunion.caught_up(0)):
                 hosted.retiring_since, hosted.retiring_batches = now, writer.batches
             if writer.wrote_all_before_cut():
                 written_below = writer.emit_until_ms
@@ -501,7 +507,7 @@ class Hosting:
                 # A quiet input: its results are written below what its outputs promised;
                 # the new instances write the rest (``scaling`` lowers their start to it).
                 written_below = writer.written_below_ms()
-                log.info("%s: %s ran no batch for %.0fs before the scale step's cut %s; it "
+                log.info("%s: %s was idle for %.0fs before the scale step's cut %s; it "
                          "stops with its results written below %s", self.node.global_name,
                          name, RETIRE_IDLE_S, writer.emit_until_ms, written_below)
         if hosted is not None:
