@@ -27,6 +27,7 @@ without one would stay stopped on the first.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, ClassVar, NamedTuple
@@ -113,6 +114,13 @@ class RoadState:
     accidents: dict[Place, list[Accident]] = field(default_factory=dict)
     minute: int = 0
     """The minute of the latest record."""
+    lavs: dict[tuple[Segment, int], int | None] = field(default_factory=dict)
+    """(segment, minute) -> its LAV: it reads closed minutes alone, so it holds for the
+    whole minute (computed once, not per report: exact arithmetic costs)."""
+
+    def __setstate__(self, saved: dict[str, Any]) -> None:
+        # State pickled before a field was added resumes with that field empty.
+        self.__dict__.update(RoadState().__dict__ | saved)
 
 
 class Road(Processor):
@@ -157,9 +165,12 @@ class Road(Processor):
         road.minute = m
         for key in [k for k in road.speeds if k[3] < m]:
             per_car = road.speeds.pop(key)
-            means = [Fraction(total, count) for total, count in per_car.values()]
+            # The mean of the cars' mean speeds, exact: over the counts' common multiple
+            # (a car reports once or twice a minute), one Fraction, not one per car.
+            common = math.lcm(*(count for _, count in per_car.values()))
+            total = sum(speed * (common // count) for speed, count in per_car.values())
             road.statistics.setdefault(key[:3], {})[key[3]] = (
-                len(means), sum(means, Fraction(0)) / len(means))
+                len(per_car), Fraction(total, common * len(per_car)))
         for segment, minutes in list(road.statistics.items()):
             for old in [k for k in minutes if k < m - LAV_MINUTES]:
                 del minutes[old]
@@ -169,14 +180,19 @@ class Road(Processor):
             found[:] = [a for a in found if a.cleared is None or a.cleared >= m - 1]
             if not found:
                 del road.accidents[place]
+        road.lavs.clear()
 
     def _lav(self, road: RoadState, segment: Segment, m: int) -> int | None:
+        if (segment, m) in road.lavs:
+            return road.lavs[segment, m]
         minutes = road.statistics.get(segment, {})
         speeds = [minutes[k][1] for k in range(m - LAV_MINUTES, m) if k in minutes]
-        if not speeds:
-            return None
-        mean = sum(speeds, Fraction(0)) / len(speeds)
-        return int(mean + Fraction(1, 2))  # rounded, halves up (speeds are not negative)
+        lav = None
+        if speeds:
+            mean = sum(speeds, Fraction(0)) / len(speeds)
+            lav = int(mean + Fraction(1, 2))  # rounded, halves up (speeds are not negative)
+        road.lavs[segment, m] = lav
+        return lav
 
     def _accident_ahead(self, road: RoadState, xway: int, direction: int, seg: int,
                         m: int) -> int | None:
