@@ -115,3 +115,13 @@ def test_the_partitioned_road_equals_the_reference_batch_by_batch() -> None:
     _assert_equal(got, expected)
     assert len(road.states) == 2, "one group per direction of the expressway"
     assert len(accounts.states) == 16, "one group per bucket of cars"
+
+
+def test_a_road_state_saved_before_a_field_was_added_resumes_with_it_empty() -> None:
+    """A checkpoint's state from an earlier version (without ``lavs``) loads and runs on."""
+    from medusa_spark.processors.linear_road import RoadState
+
+    older = RoadState(minute=3)
+    del older.__dict__["lavs"]
+    resumed = pickle.loads(pickle.dumps(older, protocol=5))
+    assert resumed.minute == 3 and resumed.lavs == {}
