@@ -29,6 +29,7 @@ from medusa_spark.realtime import (
     start_realtime_query,
 )
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired
+from medusa_spark.session import QUERY_STOP_TIMEOUT_MS
 from medusa_spark.soutput import OutputFencedError, SOutput
 from medusa_spark.wiring import SUNION_PARTITIONS
 
@@ -88,6 +89,7 @@ class FragmentRun:
     """The session's task slots its real-time query holds (``realtime.SLOTS``)."""
     execution_asked: str = MICRO_BATCH
     """How its network asks its fragments to run (the network's ``execution``)."""
+    _stop_timed_out: bool = False
 
     @property
     def name(self) -> str:
@@ -131,8 +133,25 @@ class FragmentRun:
         """Stops at once, writing nothing more: the fragment belongs to another node now."""
         self.writer.halt()
         self._stop_relay()
-        self.query.stop()
+        self.stop_query()
         self.writer.close()
+
+    def stop_query(self) -> None:
+        """Stops the query; one whose thread does not end within Spark's ``stopTimeout``
+        (``session.QUERY_STOP_TIMEOUT_MS``) is logged and left to end on its own, once:
+        whatever it still runs writes nothing (its writer is halted, or fenced by the
+        fragment's next runner)."""
+        if self._stop_timed_out:
+            return
+        try:
+            self.query.stop()
+        except Exception as error:  # Spark's TimeoutException, through py4j
+            if "stopTimeout" not in str(error) and "failed to stop" not in str(error):
+                raise
+            self._stop_timed_out = True
+            log.error("%s: its query did not stop within %d s; the node goes on without "
+                      "it (it writes nothing more): %s", self.name,
+                      QUERY_STOP_TIMEOUT_MS // 1000, _first_lines(str(error), 300))
 
     def _stop_relay(self) -> None:
         if self.relay is not None:
@@ -152,7 +171,7 @@ class FragmentRun:
             if drain:
                 # Its tasks end with the query, having staged all they read; what the next
                 # runner computes again is dropped by tuple id.
-                self.query.stop()
+                self.stop_query()
                 try:
                     self.relay.drain(DRAIN_TIMEOUT_S)
                 except (RuntimeError, TimeoutError, KafkaException) as error:
@@ -172,7 +191,7 @@ class FragmentRun:
                 raise TimeoutError(f"fragment {self.name}: batch {last} was not committed "
                                    f"within {timeout_s:.0f}s")
             time.sleep(0.05)
-        self.query.stop()
+        self.stop_query()
         self.writer.close()
 
     def box_rows(self) -> dict[str, int]:

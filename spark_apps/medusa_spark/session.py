@@ -41,6 +41,11 @@ def extension_jar(settings: StackSettings | None = None) -> Path:
 # Checkpoints on a local disk through java.nio (see LocalCheckpointFileManager.java);
 # Spark's own manager elsewhere (HDFS, S3A).
 CHECKPOINT_FILE_MANAGER = "medusa.spark.LocalCheckpointFileManager"
+QUERY_STOP_TIMEOUT_MS = 60_000
+"""How long a query's stop waits for its thread (Spark's ``stopTimeout``; its default
+waits forever). A stop can hang in Spark (its thread misses the interrupt), and a node
+whose loop waits on it runs nothing else; past this the stop raises, the fragment's
+writer is halted already, and the node goes on (``FragmentRun.stop_query``)."""
 
 
 def object_store_jars(settings: StackSettings | None = None) -> list[Path]:
@@ -185,5 +190,7 @@ def spark_session(app_name: str, master: str = "local[2]",
         .config("spark.sql.streaming.stateStore.providerClass",
                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        # A query's stop otherwise waits for its thread forever; a node must not.
+        .config("spark.sql.streaming.stopTimeout", str(QUERY_STOP_TIMEOUT_MS))
         .getOrCreate()
     )
