@@ -139,8 +139,8 @@ class FragmentRun:
     def stop_query(self) -> None:
         """Stops the query; one whose thread does not end within Spark's ``stopTimeout``
         (``session.QUERY_STOP_TIMEOUT_MS``) is logged and left to end on its own, once:
-        whatever it still runs writes nothing (its writer is halted, or fenced by the
-        fragment's next runner)."""
+        whatever it still runs writes nothing once its writer is halted (before the stop,
+        or by ``abandon`` right after a real-time drain) or fenced by its next runner."""
         if self._stop_timed_out:
             return
         try:

@@ -44,8 +44,8 @@ CHECKPOINT_FILE_MANAGER = "medusa.spark.LocalCheckpointFileManager"
 QUERY_STOP_TIMEOUT_MS = 60_000
 """How long a query's stop waits for its thread (Spark's ``stopTimeout``; its default
 waits forever). A stop can hang in Spark (its thread misses the interrupt), and a node
-whose loop waits on it runs nothing else; past this the stop raises, the fragment's
-writer is halted already, and the node goes on (``FragmentRun.stop_query``)."""
+whose loop waits on it runs nothing else; past this the stop raises and the node goes on,
+the fragment's writer halted (``FragmentRun.stop_query``)."""
 
 
 def object_store_jars(settings: StackSettings | None = None) -> list[Path]:
