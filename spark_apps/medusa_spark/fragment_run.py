@@ -29,7 +29,11 @@ from medusa_spark.realtime import (
     start_realtime_query,
 )
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired
-from medusa_spark.session import QUERY_STOP_TIMEOUT_MS
+from medusa_spark.session import (
+    QUERY_STOP_TIMEOUT_MS,
+    STATE_STORE_PROVIDER,
+    STATE_STORE_PROVIDERS,
+)
 from medusa_spark.soutput import OutputFencedError, SOutput
 from medusa_spark.wiring import SUNION_PARTITIONS
 
@@ -254,7 +258,7 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     else:
         duration_ms(interval)  # fail early on a malformed trigger
         stream = stream.trigger(processingTime=interval)
-    query = _start(spark, stream, plan.network.state_partitions)
+    query = _start(spark, stream, plan.network.state_partitions, plan.network.state_store)
     for output in writer.outputs if standby else ():
         if isinstance(output, SOutput):
             output.follow()  # so that a promotion reads back only the last moments
@@ -271,20 +275,27 @@ _STARTING = threading.Lock()
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
-def _start(spark: SparkSession, stream: DataStreamWriter, partitions: int | None
-           ) -> StreamingQuery:
-    """Starts the query with ``partitions`` state partitions, if given: a query takes the
-    session's settings when it starts (and keeps them in its checkpoint), so the node's
-    default is set aside only meanwhile."""
-    if partitions is None:
-        return stream.start()
+def _start(spark: SparkSession, stream: DataStreamWriter, partitions: int | None,
+           state_store: str = "rocksdb") -> StreamingQuery:
+    """Starts the query with ``partitions`` state partitions, if given, and its state in
+    ``state_store``: a query takes the session's settings when it starts (and keeps them
+    in its checkpoint, which wins when it resumes), so the node's defaults are set aside
+    only meanwhile."""
+    settings: dict[str, str] = {STATE_STORE_PROVIDER: STATE_STORE_PROVIDERS[state_store]}
+    if partitions is not None:
+        settings[SHUFFLE_PARTITIONS] = str(partitions)
     with _STARTING:
-        default = spark.conf.get(SHUFFLE_PARTITIONS) or "200"
-        spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
+        defaults = {key: spark.conf.get(key) for key in settings}
+        for key, value in settings.items():
+            spark.conf.set(key, value)
         try:
             return stream.start()
         finally:
-            spark.conf.set(SHUFFLE_PARTITIONS, default)
+            for key, default in defaults.items():
+                if default is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, default)
 
 
 def _write_boundaries_when_idle(query: StreamingQuery, writer: FragmentWriter,

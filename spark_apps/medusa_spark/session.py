@@ -42,6 +42,12 @@ def extension_jar(settings: StackSettings | None = None) -> Path:
 # Spark's own manager elsewhere (HDFS, S3A).
 CHECKPOINT_FILE_MANAGER = "medusa.spark.LocalCheckpointFileManager"
 QUERY_STOP_TIMEOUT_MS = 60_000
+STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+STATE_STORE_PROVIDERS = {
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "memory": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+}
+"""Spark's state store for each of a network's ``state_store`` settings; RocksDB by default."""
 """How long a query's stop waits for its thread (Spark's ``stopTimeout``; its default
 waits forever). A stop can hang in Spark (its thread misses the interrupt), and a node
 whose loop waits on it runs nothing else; past this the stop raises and the node goes on,
@@ -187,8 +193,7 @@ def spark_session(app_name: str, master: str = "local[2]",
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+        .config(STATE_STORE_PROVIDER, STATE_STORE_PROVIDERS["rocksdb"])
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         # A query's stop otherwise waits for its thread forever; a node must not.
         .config("spark.sql.streaming.stopTimeout", str(QUERY_STOP_TIMEOUT_MS))

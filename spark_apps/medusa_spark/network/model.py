@@ -71,6 +71,12 @@ class NetworkSpec(BaseModel):
     when a fragment first starts; the node's default (4) when not given. Each partition
     costs every batch a task and a state store commit, used or not: one for a network
     whose state is one group."""
+    state_store: Literal["rocksdb", "memory"] = "rocksdb"
+    """Where the fragments' state lives between batches, fixed when a fragment first starts:
+    ``rocksdb`` (Spark's RocksDB store, for large state) or ``memory`` (Spark's in-memory
+    store, in the node's JVM heap). Both checkpoint what a batch changed. A stream-stream
+    join looks at every row it holds each batch to evict, a point read per row in RocksDB:
+    a join that holds many rows runs its batches faster in ``memory``, if they fit."""
     trigger: str = "500 milliseconds"
     execution: Literal["micro-batch", "real-time"] = "micro-batch"
     """How its fragments' queries run: ``real-time`` runs each fragment that can in Spark's
