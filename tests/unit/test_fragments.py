@@ -89,6 +89,21 @@ def test_the_fingerprint_ignores_the_kind_of_standby() -> None:
             group(passive)["f"].fingerprint(passive), boxes
 
 
+def test_a_fragment_keeps_its_state_in_memory_when_a_box_asks_and_another_store_is_another_checkpoint() -> None:
+    """Spark keeps the store a checkpoint began with, so a changed store must not resume
+    it; the default store leaves fingerprints as they were before boxes could choose."""
+    on_rocksdb = _network({"moving": "f", "per_minute": "f"})
+    boxes = on_rocksdb.network.model_dump(mode="json")["boxes"]
+    in_memory = _network({"moving": "f", "per_minute": "f"}, boxes={
+        **boxes, "per_minute": {**boxes["per_minute"], "state_store": "memory"}})
+    assert group(on_rocksdb)["f"].state_store == "rocksdb"
+    assert group(in_memory)["f"].state_store == "memory"
+    assert group(in_memory)["f"].fingerprint(in_memory) != \
+        group(on_rocksdb)["f"].fingerprint(on_rocksdb)
+    with pytest.raises(NetworkError, match=r"box 'moving', field 'state_store'"):
+        _network(boxes={**boxes, "moving": {**boxes["moving"], "state_store": "disk"}})
+
+
 def test_a_new_reader_of_an_output_keeps_the_fingerprint() -> None:
     """A redeploy that adds a box downstream leaves the fragment it reads running."""
     before = _network({"moving": "f", "per_minute": "f", "stopped": "g"})

@@ -32,6 +32,8 @@ class Fragment:
     read by nobody (a result of the network, on the box's own topic)."""
     ha: str
     """``active`` when any of its boxes asks for an active replica, else ``passive``."""
+    state_store: str = "rocksdb"
+    """``memory`` when any of its boxes asks for Spark's in-memory state store."""
 
     def fingerprint(self, plan: Plan, prefix: str = "") -> str:
         """Changes whenever the fragment's query would: its boxes, their definitions, its
@@ -40,7 +42,8 @@ class Fragment:
         its outputs already, and a new reader of an output changes nothing here."""
         network = plan.network
         described = {
-            "boxes": {b: network.boxes[b].model_dump(mode="json", exclude={"ha"})
+            "boxes": {b: network.boxes[b].model_dump(mode="json",
+                                                     exclude={"ha", "state_store"})
                       for b in self.boxes},
             "inputs": {i: plan_source(plan, i) for i in self.inputs},
             "outputs": list(self.outputs),
@@ -51,6 +54,8 @@ class Fragment:
         }
         if realtime_refusal(plan, self) is None:
             described["execution"] = network.execution  # another query, another checkpoint
+        if self.state_store != "rocksdb":  # Spark keeps a checkpoint's store for good
+            described["state_store"] = self.state_store
         text = json.dumps(described, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -180,7 +185,9 @@ def fragments_of(plan: Plan, member: dict[str, str]) -> dict[str, Fragment]:
         _check_connected(name, boxes, plan)
         _check_one_process_box(name, boxes, plan)
         ha = "active" if any(network.boxes[b].ha == "active" for b in boxes) else "passive"
-        result[name] = Fragment(name, boxes, tuple(inputs), outputs, ha)
+        store = ("memory" if any(network.boxes[b].state_store == "memory" for b in boxes)
+                 else "rocksdb")
+        result[name] = Fragment(name, boxes, tuple(inputs), outputs, ha, store)
     return result
 
 

@@ -39,6 +39,14 @@ class BoxSpec(BaseModel):
     """On a node failure: ``passive`` restarts the box's fragment on the node's secondary
     from its checkpoint; ``active`` keeps a replica running there, which takes over at once.
     A fragment is ``active`` when any of its boxes is."""
+    state_store: Literal["rocksdb", "memory"] = "rocksdb"
+    """Where the box's fragment keeps its state between batches: ``rocksdb`` (Spark's
+    RocksDB store, for large state) or ``memory`` (Spark's in-memory store, in the node's
+    JVM heap); both checkpoint what each batch changed. A stream-stream join goes through
+    every row it holds each batch to evict, a point read per row in RocksDB: a join that
+    holds many rows runs faster in ``memory``, if they fit. A fragment keeps its state in
+    memory when any of its boxes asks for it; a change starts it afresh (another
+    checkpoint)."""
     fragment: str | None = Field(None, pattern=r"^[a-z][a-z0-9_-]{0,62}$")
     """The fragment (one Spark query) the box runs in; by default, the boxes a placement
     puts on one node form one fragment (see ``network.fragments``)."""
@@ -71,12 +79,6 @@ class NetworkSpec(BaseModel):
     when a fragment first starts; the node's default (4) when not given. Each partition
     costs every batch a task and a state store commit, used or not: one for a network
     whose state is one group."""
-    state_store: Literal["rocksdb", "memory"] = "rocksdb"
-    """Where the fragments' state lives between batches, fixed when a fragment first starts:
-    ``rocksdb`` (Spark's RocksDB store, for large state) or ``memory`` (Spark's in-memory
-    store, in the node's JVM heap). Both checkpoint what a batch changed. A stream-stream
-    join looks at every row it holds each batch to evict, a point read per row in RocksDB:
-    a join that holds many rows runs its batches faster in ``memory``, if they fit."""
     trigger: str = "500 milliseconds"
     execution: Literal["micro-batch", "real-time"] = "micro-batch"
     """How its fragments' queries run: ``real-time`` runs each fragment that can in Spark's
