@@ -89,7 +89,7 @@ def test_the_fingerprint_ignores_the_kind_of_standby() -> None:
             group(passive)["f"].fingerprint(passive), boxes
 
 
-def test_a_fragment_keeps_its_state_in_memory_when_a_box_asks_and_another_store_is_another_checkpoint() -> None:
+def test_a_box_asking_for_memory_puts_its_fragments_state_there_in_another_checkpoint() -> None:
     """Spark keeps the store a checkpoint began with, so a changed store must not resume
     it; the default store leaves fingerprints as they were before boxes could choose."""
     on_rocksdb = _network({"moving": "f", "per_minute": "f"})
