@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -203,6 +204,16 @@ def links(federation: Endpoints):  # type: ignore[no-untyped-def]
             yield opened
         finally:
             opened.heal()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A session stopped with SIGTERM (a timeout, ``kill``) tears its stack down as Ctrl-C
+    does: its fixtures' finalizers run, so no federation is left holding the test ports."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, interrupt)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
