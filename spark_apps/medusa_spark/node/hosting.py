@@ -266,8 +266,10 @@ class Hosting:
             raise NetworkError(f"network {network_name} is not in the catalog")
         member = {box: fragment_of(e) for e in members for box in e.spec["boxes"]}
         cached = self._plans.get(network_name)
+        # Validating plans every box's query in Spark: a pass (every 0.1 s for a standby
+        # awaiting promotion) must not pay for it while the network and its fragments stay.
         if cached is not None and cached.version == entry.version and \
-                {b: f for f in cached.fragments.values() for b in f.boxes} == member:
+                {b: name for name, f in cached.fragments.items() for b in f.boxes} == member:
             return cached
         spec = parse_network(entry.spec["definition"], origin=f"network {network_name}")
         plan = validate(spec, self.node.spark)
