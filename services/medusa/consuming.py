@@ -32,6 +32,16 @@ from medusa.tracing import context_of, header_traceparent, traceparent
 _VALUELESS = {TupleType.BOUNDARY, TupleType.UNDO, TupleType.REC_DONE}
 
 
+def take(consumer: Consumer, most: int, timeout_s: float) -> list[Message]:
+    """Up to ``most`` records: waits up to ``timeout_s`` for the first, then takes what the
+    client holds already. (``Consumer.consume(most, timeout_s)`` waits out the whole
+    timeout unless ``most`` records come: a record that came alone would wait with it.)"""
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    return [first, *consumer.consume(most - 1, 0)] if most > 1 else [first]
+
+
 @dataclass(frozen=True)
 class ConsumedTuple:
     record: TupleRecord

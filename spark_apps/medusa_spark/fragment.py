@@ -18,6 +18,7 @@ source's BOUNDARY rows (``_output`` null), and records that cannot be decoded
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,13 @@ from medusa_spark.boxes.process import PORT
 from medusa_spark.network.fragments import Fragment
 from medusa_spark.network.validate import Plan
 from medusa_spark.streams import (
+    BOUNDARY,
+    CARRIED,
+    EPOCH,
     ID,
+    READER,
+    REDO,
+    SOURCE_OFFSET,
     STIME,
     TRACE,
     TYPE,
@@ -179,10 +186,11 @@ def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame | Callable
         return without_redone(envelope_of(loaded), skip_epoch)
 
     shared = None if realtime else source().withWatermark(STIME, SOURCE_DELAY)
+    readers = itertools.count()
 
     def input_frame(name: str) -> DataFrame:
         frame = decode_input(shared if shared is not None else source(), name,
-                             wiring.inputs[name])
+                             wiring.inputs[name], next(readers) if realtime else None)
         if wiring.instance is not None and not wiring.instance.by_partition:
             frame = frame.where(owned_keys(wiring.instance))
         return frame
@@ -212,9 +220,11 @@ def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame | Callable
             rows.append(_output_rows(box, frame_of(box), output, observed=not realtime))
     for process, outputs in ports.items():
         rows.append(_port_rows(plan, frame_of(process), outputs))
-    # BOUNDARY and INVALID records in one reader of the source, not one each.
+    # BOUNDARY and INVALID records in one reader of the source, not one each; in Real-time
+    # Mode every reader carries the BOUNDARY records through its boxes instead.
     inputs = {name: wiring.inputs[name] for name in fragment.inputs}
-    control = control_rows(shared if shared is not None else source(), inputs)
+    control = control_rows(shared if shared is not None else source(), inputs,
+                           boundaries=not realtime)
     rows.append(control.withColumn(OUTPUT, F.lit(None).cast("string")))
     result = rows[0]
     for frame in rows[1:]:
@@ -254,9 +264,24 @@ def _output_rows(box: str, results: DataFrame, output: FragmentOutput,
     trace = F.col(TRACE) if TRACE in results.columns else F.lit(None).cast("string")
     counted = results.observe(f"box.{box}", F.count(F.lit(1)).alias("rows")) if observed \
         else results
-    return counted.select(F.lit(box).alias(OUTPUT), TYPE, ID, STIME,
-                          _kafka_key(output, column_of).alias(KEY), trace.alias(TRACE),
-                          _packed_value(output, column_of).alias(packed(box)))
+    if CARRIED not in results.columns:
+        return counted.select(F.lit(box).alias(OUTPUT), TYPE, ID, STIME,
+                              _kafka_key(output, column_of).alias(KEY), trace.alias(TRACE),
+                              _packed_value(output, column_of).alias(packed(box)))
+    # A real-time reader's results, and the BOUNDARY rows it carried as control rows.
+    carried = F.col(CARRIED)
+    result = carried.isNull()
+
+    def either(data: Column, name: str) -> Column:
+        return F.when(result, data).otherwise(carried[name]).alias(name)
+
+    return counted.select(
+        F.when(result, F.lit(box)).alias(OUTPUT),
+        F.when(result, F.col(TYPE)).otherwise(F.lit(BOUNDARY)).alias(TYPE),
+        either(F.col(ID), ID), either(F.col(STIME), STIME),
+        F.when(result, _kafka_key(output, column_of)).alias(KEY), either(trace, TRACE),
+        F.when(result, _packed_value(output, column_of)).alias(packed(box)),
+        *(carried[name].alias(name) for name in (EPOCH, REDO, SOURCE_OFFSET, READER)))
 
 
 def _port_rows(plan: Plan, results: DataFrame, outputs: dict[str, FragmentOutput]

@@ -245,7 +245,7 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
         except Exception:
             SLOTS.give_back(slots)
             raise
-        relay = StagedRelay(wiring, writer, lambda: query).start()
+        relay = StagedRelay(wiring, writer, readers_of(plan, wiring) - 1).start()
         return FragmentRun(wiring, query, writer, checkpoint, 0, execution, why, relay, slots,
                            plan.network.execution)
     frame = start_query_frame(spark, plan, wiring, skip_epoch)

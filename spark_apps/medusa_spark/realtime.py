@@ -17,24 +17,24 @@ written again from the checkpoint) and the relay commits its position (a consume
 only after the rows are written; a row written twice has the same tuple id, which the
 SOutput drops.
 
-Boundaries: the query reads its source twice (the results' reader and the control rows'),
-and in Real-time Mode each reader is a task of its own, going at its own pace, so a
-BOUNDARY may be staged before results below it. The relay holds each BOUNDARY back until
-a batch of the query that read past its source offset has ended: every task has then
-written what it read (the sink flushes at a task's end). Results do not wait; the
-outputs' promises trail by up to one batch of ``REALTIME_BATCH``.
+Boundaries: the query reads its source once per input each output's boxes read, plus
+once for the INVALID records (Real-time Mode unions distinct sources only), and each
+reader is a task of its own, going at its own pace. So each reader carries the source's
+BOUNDARY records through its boxes (``streams.CARRIED``: filters keep them, maps pass
+them on) and stages its copy after its results below it, in order (one producer per
+task, idempotent, to one partition). The relay passes a BOUNDARY on once every reader
+has staged it: by then it has read every result below it. Promises trail results by
+milliseconds, and the batch (``REALTIME_BATCH``) is only how often the query checkpoints.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -43,6 +43,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from medusa.consuming import take
 from medusa.settings import kafka_config, spark_kafka_options
 from medusa.topics import ensure_topics
 from medusa_spark.fragment import KEY, OUTPUT, FragmentWiring, build_fragment, read_source
@@ -61,6 +62,7 @@ from medusa_spark.streams import (
     INVALID,
     RAW,
     RAW_HEADERS,
+    READER,
     REDO,
     SOURCE_OFFSET,
     STIME,
@@ -70,14 +72,14 @@ from medusa_spark.streams import (
 
 log = logging.getLogger(__name__)
 
-REALTIME_BATCH = "5 seconds"
-"""How long each of Real-time Mode's batches runs: how often it checkpoints, and how far
-the outputs' promises trail its results (see the module's doc); not a latency."""
+REALTIME_BATCH = "5 minutes"
+"""How long each of Real-time Mode's batches runs (Spark's default): how often the query
+checkpoints, and so how much input a restart reads again (for the SOutput to drop); not a
+latency. Between two batches the query stops reading for about a second here (the next
+batch planned, its tasks started): a longer batch pays that less often."""
 STAGED_SUFFIX = ".staged"
 RELAY_IDLE_POLL_S = 0.1
 """How long the relay waits in one poll for a record (it returns as one comes)."""
-PROGRESS_CHECK_S = 0.05
-"""How often, at most, the relay asks the query which batch has ended."""
 _OFFSET = SOURCE_OFFSET
 _RAW_PREFIX = "raw:"
 """Staged headers that carry an INVALID record's own headers (for its dead letter)."""
@@ -163,7 +165,7 @@ def _staged_rows(plan: Plan, wiring: FragmentWiring, spark: SparkSession, skip_e
 
     rows = build_fragment(plan, wiring, reader, skip_epoch)
     encoded = rows.select(*encoded_columns(wiring, rows.columns, _now_ms()),
-                          F.col(_OFFSET))
+                          F.col(_OFFSET), F.col(READER))
     headers = [F.struct(F.lit(name).alias("key"),
                         F.col(name).cast("string").cast("binary").alias("value"))
                for name in (c for c in _COLUMNS if c not in ("value", RAW, RAW_HEADERS))]
@@ -173,10 +175,10 @@ def _staged_rows(plan: Plan, wiring: FragmentWiring, spark: SparkSession, skip_e
                            h["value"].alias("value")))
     return encoded.select(
         F.coalesce(F.col("value"), F.col(RAW).cast("binary")).alias("value"),
-        F.concat(F.array(*headers, F.struct(F.lit(_OFFSET).alias("key"),
-                                            F.col(_OFFSET).cast("string").cast("binary")
-                                            .alias("value"))),
-                 raw_headers).alias("headers"))
+        F.concat(F.array(*headers, *(
+            F.struct(F.lit(name).alias("key"),
+                     F.col(name).cast("string").cast("binary").alias("value"))
+            for name in (_OFFSET, READER))), raw_headers).alias("headers"))
 
 
 def start_realtime_query(spark: SparkSession, plan: Plan, wiring: FragmentWiring,
@@ -197,29 +199,25 @@ def start_realtime_query(spark: SparkSession, plan: Plan, wiring: FragmentWiring
 
 class StagedRelay:
     """Reads a real-time fragment's staged topic and writes its rows through the
-    fragment's writer (see the module's doc)."""
+    fragment's writer (see the module's doc). ``readers``: the readers of the source that
+    carry each BOUNDARY (``readers_of`` less the control rows' one)."""
 
-    def __init__(self, wiring: FragmentWiring, writer: FragmentWriter,
-                 query: Callable[[], StreamingQuery | None]) -> None:
+    def __init__(self, wiring: FragmentWiring, writer: FragmentWriter, readers: int) -> None:
         self.wiring = wiring
         self.writer = writer
-        self._query = query
+        self.readers = readers
         self.topic = staged_topic(wiring)
         self.group = f"medusa.relay.{wiring.topic_prefix}{wiring.global_name}"
         self.error: Exception | None = None
-        self._held: list[tuple[int, dict[str, Any]]] = []
-        """BOUNDARY rows not yet safe to pass on: (source offset, row)."""
-        self._passed_source_offset = -1
-        """The source offset below which every row is staged (the newest ended batch's)."""
-        self._seen_batch = -1
-        self._ended: list[tuple[int, int]] = []
-        """Ended batches not yet passed on: (the staged topic's end then, the source
-        offset the batch read to)."""
+        self._held: dict[int, tuple[dict[str, Any], set[str]]] = {}
+        """BOUNDARY rows not yet staged by every reader: source offset -> (the row, the
+        readers that staged it)."""
+        self._released_offset = -1
+        """The source offset of the newest BOUNDARY passed on."""
         self._position = 0
         """The staged offset after the last row read."""
         self._written_to: int | None = None
         """The staged offset after the last row written (what the relay commits)."""
-        self._checked_at = 0.0
         self._busy: deque[tuple[float, float]] = deque(maxlen=100_000)
         """(when, seconds) of each write: the fragment's load (the query's tasks run for
         the whole of each batch, so Spark's progress says nothing of it)."""
@@ -283,10 +281,7 @@ class StagedRelay:
     def _run(self) -> None:
         try:
             while not self._stopping.is_set():
-                first = self._consumer.poll(RELAY_IDLE_POLL_S if not self._held
-                                            else PROGRESS_CHECK_S)
-                messages = [] if first is None else \
-                    [first, *self._consumer.consume(10_000, 0)]
+                messages = take(self._consumer, 10_000, RELAY_IDLE_POLL_S)
                 rows, last = self._rows(messages)
                 if last is not None:
                     self._position = last + 1
@@ -325,57 +320,29 @@ class StagedRelay:
                 continue
             last = message.offset()
             row = _row(message)
+            offset, reader = row.pop(_OFFSET, None), row.pop(READER, None)
             if row[TYPE] == BOUNDARY and row[OUTPUT] is None:
-                self._held.append((int(row.pop(_OFFSET)), row))
+                if int(offset) > self._released_offset:  # else staged again after a restart
+                    self._held.setdefault(int(offset), (row, set()))[1].add(str(reader))
             else:
-                row.pop(_OFFSET, None)
                 rows.append(row)
         return rows, last
 
     def _released_boundaries(self) -> list[dict[str, Any]]:
-        """The held BOUNDARY rows whose source offset an ended batch of the query passed,
-        once the relay has read every row staged before that batch ended."""
-        if not self._held:
+        """The held BOUNDARY rows every reader has staged, in their order in the source.
+        A reader stages its rows in the order it reads them, so its copy of a BOUNDARY
+        comes after each of its results below it, all read by now. One that some reader
+        staged before this relay started (and so is not read again) is never complete:
+        the next complete one supersedes it."""
+        complete = [offset for offset, (_, staged) in self._held.items()
+                    if len(staged) >= self.readers]
+        if not complete:
             return []
-        now = time.monotonic()
-        if now - self._checked_at >= PROGRESS_CHECK_S:
-            self._checked_at = now
-            self._note_ended_batch()
-        safe = max((end for staged_to, end in self._ended if staged_to <= self._position),
-                   default=-1)
-        self._ended = [(s, e) for s, e in self._ended if s > self._position]
-        self._passed_source_offset = max(self._passed_source_offset, safe)
-        released = [row for offset, row in self._held if offset < self._passed_source_offset]
-        self._held = [(o, r) for o, r in self._held if o >= self._passed_source_offset]
+        through = max(complete)
+        released = [self._held[offset][0] for offset in sorted(complete)]
+        self._held = {o: held for o, held in self._held.items() if o > through}
+        self._released_offset = through
         return released
-
-    def _note_ended_batch(self) -> None:
-        """Notes the newest ended batch's end offset in the source, with how far the
-        staged topic reached then."""
-        query = self._query()
-        progress: dict[str, Any] = (query.lastProgress if query is not None else None) or {}
-        batch = int(progress.get("batchId", -1))
-        if batch <= self._seen_batch:
-            return
-        self._seen_batch = batch
-        # Each reader of the source is a source of its own, with its own end: the slowest
-        # says how far every reader has gone (the SUnion's topic has one partition).
-        ends = []
-        for source in progress.get("sources") or []:
-            offsets = source.get("endOffset") or {}
-            if isinstance(offsets, str):  # PySpark's progress object keeps it as JSON
-                offsets = json.loads(offsets)
-            reached = [int(offset) for partitions in (offsets.values() if isinstance(
-                offsets, dict) else ()) for offset in (partitions or {}).values()]
-            if not reached:
-                return  # a reader with no end yet: nothing is known to be passed
-            ends.append(min(reached))
-        if not ends:
-            return
-        end = min(ends)
-        _, staged_to = self._consumer.get_watermark_offsets(
-            TopicPartition(self.topic, 0), timeout=5, cached=False)
-        self._ended.append((staged_to, end))
 
 
 def _row(message: Any) -> dict[str, Any]:

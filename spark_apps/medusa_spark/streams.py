@@ -53,6 +53,13 @@ class KafkaStream:
 
 SOURCE_OFFSET = "_source_offset"
 """A real-time fragment's source records' offsets, kept on its control rows (``realtime``)."""
+CARRIED = "_carried"
+"""In a real-time fragment's boxes: on a source BOUNDARY that one reader of the source
+carries through them (a struct: its envelope, source offset and ``READER``), null on
+tuples. Filters keep such rows and maps pass the column on, so that the BOUNDARY is staged
+after every result of that reader below it (see ``realtime``)."""
+READER = "_reader"
+"""Which reader of the source carried a BOUNDARY (see ``CARRIED``)."""
 INPUT = "_input"
 """On the SUnion's records: the fragment input (stream or upstream box) a tuple came from."""
 INPUT_HEADER = "medusa.input"
@@ -111,26 +118,45 @@ def unusable_reason(stream: KafkaStream) -> Column:
     )
 
 
-def decode_input(source: DataFrame, name: str, stream: KafkaStream) -> DataFrame:
+def decode_input(source: DataFrame, name: str, stream: KafkaStream,
+                 reader: int | None = None) -> DataFrame:
     """One input's usable tuples out of the SUnion's records (see ``envelope_of``):
     envelope columns and the record's fields. The unusable ones are left to
-    ``control_rows``."""
-    rows = source.where((F.col(INPUT) == name) & unusable_reason(stream).isNull())
-    return rows.select(TYPE, ID, STIME, _decoded(stream).alias("_value"), TRACE).select(
-        TYPE, ID, STIME, "_value.*", TRACE)
+    ``control_rows``. With ``reader`` (a real-time fragment's reader of its source, whose
+    records keep their ``SOURCE_OFFSET``), the BOUNDARY records come along as ``CARRIED``
+    rows."""
+    usable = (F.col(INPUT) == name) & unusable_reason(stream).isNull()
+    if reader is None:
+        return source.where(usable).select(
+            TYPE, ID, STIME, _decoded(stream).alias("_value"), TRACE).select(
+            TYPE, ID, STIME, "_value.*", TRACE)
+    is_boundary = F.col(TYPE) == BOUNDARY
+    carried = F.when(is_boundary, F.struct(SOURCE_OFFSET, F.lit(reader).alias(READER), ID,
+                                           STIME, EPOCH, REDO, TRACE))
+    return source.where(usable | is_boundary).select(
+        TYPE, ID, STIME, _decoded(stream).alias("_value"), TRACE, carried.alias(CARRIED)
+    ).select(TYPE, ID, STIME, "_value.*", TRACE, CARRIED)
 
 
-def control_rows(source: DataFrame, inputs: dict[str, KafkaStream]) -> DataFrame:
+def kept(frame: DataFrame, condition: Column) -> Column:
+    """A box's condition for keeping a row: also true on the BOUNDARY rows a real-time
+    reader carries (see ``CARRIED``)."""
+    return condition | F.col(CARRIED).isNotNull() if CARRIED in frame.columns else condition
+
+
+def control_rows(source: DataFrame, inputs: dict[str, KafkaStream],
+                 boundaries: bool = True) -> DataFrame:
     """The SUnion's records that are not tuples for boxes, in one pass over them: its
-    BOUNDARY records (with their DPC marks, and a REDO's traceparent), and the tuples of
-    ``inputs`` (name -> stream) that cannot be used, as INVALID rows with the raw record,
-    the reason and the stream's own topic, for its dead-letter topic."""
+    BOUNDARY records (with their DPC marks, and a REDO's traceparent; unless
+    ``boundaries`` is false, where the readers carry them), and the tuples of ``inputs``
+    (name -> stream) that cannot be used, as INVALID rows with the raw record, the reason
+    and the stream's own topic, for its dead-letter topic."""
     reason: Column = F.lit(None).cast("string")
     topic: Column = F.lit(None).cast("string")
     for name, stream in sorted(inputs.items(), reverse=True):
         reason = F.when(F.col(INPUT) == name, unusable_reason(stream)).otherwise(reason)
         topic = F.when(F.col(INPUT) == name, F.lit(stream.topic)).otherwise(topic)
-    is_boundary = F.col(TYPE) == BOUNDARY
+    is_boundary = F.col(TYPE) == BOUNDARY if boundaries else F.lit(False)
     rows = source.where(is_boundary | reason.isNotNull())
     unusable = ~is_boundary
     offset = [F.col(SOURCE_OFFSET)] if SOURCE_OFFSET in source.columns else []

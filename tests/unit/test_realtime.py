@@ -1,6 +1,6 @@
 """Real-time Mode (``medusa_spark.realtime``): which fragments run that way and why, the
-staged rows as the relay reads them, and the BOUNDARY records it holds back until an ended
-batch of the query has passed them."""
+staged rows as the relay reads them, and the BOUNDARY records it holds back until every
+reader of the source has staged them."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from medusa_spark.network.fragments import group
 from medusa_spark.network.model import parse_network
 from medusa_spark.network.validate import Plan, check_structure
 from medusa_spark.realtime import _OFFSET, RealtimeSlots, StagedRelay, _row, _table
-from medusa_spark.streams import BOUNDARY, EPOCH, ID, RAW, RAW_HEADERS, STIME, TYPE
+from medusa_spark.streams import BOUNDARY, EPOCH, ID, RAW, RAW_HEADERS, READER, STIME, TYPE
 
 pytestmark = pytest.mark.unit
 
@@ -55,6 +55,8 @@ def test_a_stateless_fragment_may_run_in_real_time_mode() -> None:
     ({"moving": FILTER, "per_minute": WINDOW}, {}, "box 'per_minute' (aggregate) keeps state"),
     ({"moving": FILTER}, {"availability_bound": "3 seconds"}, "DPC"),
     ({"moving": {**FILTER, "ha": "active"}}, {}, "active standby"),
+    ({"each": {"type": "map", "params": {"fields": {"seg": "explode(array(seg, seg))"},
+                                         "id": "uuid()"}}}, {}, "has a generator"),
 ])
 def test_the_rest_stay_on_micro_batches_and_say_why(boxes: dict[str, Any],
                                                     overrides: dict[str, Any],
@@ -98,10 +100,11 @@ def _result(offset: int, stime: int) -> _Message:
                              (STIME, str(stime).encode())], b"\x00avro")
 
 
-def _boundary(offset: int, stime: int, source_offset: int) -> _Message:
+def _boundary(offset: int, stime: int, source_offset: int, reader: int) -> _Message:
     return _Message(offset, [(TYPE, BOUNDARY.encode()), (ID, f"b{stime}".encode()),
                              (STIME, str(stime).encode()),
-                             (_OFFSET, str(source_offset).encode())])
+                             (_OFFSET, str(source_offset).encode()),
+                             (READER, str(reader).encode())])
 
 
 def test_staged_records_become_the_writer_s_rows() -> None:
@@ -116,27 +119,38 @@ def test_staged_records_become_the_writer_s_rows() -> None:
     assert table.column(EPOCH).to_pylist() == [None, 2]
 
 
-def _relay() -> StagedRelay:
+def _relay(readers: int = 2) -> StagedRelay:
     relay = object.__new__(StagedRelay)  # its state only: no consumer, no thread
-    relay.topic = "t.staged"
-    relay._held, relay._ended = [], []
-    relay._passed_source_offset, relay._position, relay._checked_at = -1, 0, float("inf")
+    relay.topic, relay.readers = "t.staged", readers
+    relay._held, relay._released_offset, relay._position = {}, -1, 0
     return relay
 
 
-def test_a_boundary_waits_for_an_ended_batch_that_passed_it_and_for_its_rows() -> None:
+def test_a_boundary_waits_until_every_reader_has_staged_it() -> None:
+    """Each reader stages its copy after its own results below it: once both copies are
+    read, so is every result below the BOUNDARY."""
     relay = _relay()
-    rows, last = relay._rows([_result(0, 1000), _boundary(1, 1010, source_offset=7)])
+    rows, _ = relay._rows([_result(0, 1000), _boundary(1, 1010, source_offset=7, reader=0)])
     assert [r[ID] for r in rows] == ["t1000"], "results go at once, the boundary is held"
-    relay._position = last + 1
     assert relay._released_boundaries() == []
-    relay._ended.append((5, 7))  # ended at source offset 7: the boundary at 7 not passed
-    assert relay._released_boundaries() == []
-    relay._ended.append((9, 8))  # passed it, but rows were staged up to 9 by then
-    assert relay._released_boundaries() == []
-    relay._position = 9
+    relay._rows([_boundary(2, 1010, source_offset=7, reader=0)])  # staged again (a retry)
+    assert relay._released_boundaries() == [], "one reader twice is not two readers"
+    relay._rows([_boundary(3, 1020, source_offset=9, reader=0),
+                 _result(4, 1005), _boundary(5, 1010, source_offset=7, reader=1)])
     assert [r[ID] for r in relay._released_boundaries()] == ["b1010"]
-    assert relay._held == []
+    assert list(relay._held) == [9], "the next one waits for reader 1"
+    relay._rows([_boundary(6, 1010, source_offset=7, reader=1)])  # after a restart
+    assert list(relay._held) == [9], "one passed on already is not held again"
+
+
+def test_a_complete_boundary_supersedes_one_a_reader_staged_before_the_relay_started(
+) -> None:
+    relay = _relay()
+    relay._rows([_boundary(0, 1010, source_offset=7, reader=1),  # reader 0's copy: before
+                 _boundary(1, 1020, source_offset=9, reader=0),
+                 _boundary(2, 1020, source_offset=9, reader=1)])
+    assert [r[ID] for r in relay._released_boundaries()] == ["b1020"]
+    assert relay._held == {}
 
 
 def _status(execution: str, why: str, name: str = "alpha/t/f", asked: str = "real-time"

@@ -30,6 +30,7 @@ from opentelemetry.trace import Tracer
 
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
+from medusa.consuming import take
 from medusa.detector.policy import DetectorConfig, Health, Policy
 from medusa.detector.takeover import Takeover, take_over
 from medusa.endpoints import Endpoints
@@ -283,7 +284,7 @@ class FailureDetector:
                         log.warning("catalog: %s", error)
                     self._next_refresh = now + self.refresh_s
                 for consumer in consumers:
-                    for message in consumer.consume(1000, timeout=self.tick_s / len(consumers)):
+                    for message in take(consumer, 1000, self.tick_s / len(consumers)):
                         value = message.value()
                         if message.error() is not None or value is None:
                             continue

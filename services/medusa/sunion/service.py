@@ -69,6 +69,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from medusa import dead_letters
+from medusa.consuming import take
 from medusa.dead_letters import DeadLetter, Header, dead_letter_topic
 from medusa.envelope import (
     ID_HEADER,
@@ -404,7 +405,7 @@ class SUnion:
                 wait = 0.0 if busy else POLL_TIMEOUT_S / len(self._clusters)
                 busy = False
                 for cluster in self._clusters:
-                    messages = cluster.consumer.consume(CONSUME_BATCH, timeout=wait)
+                    messages = take(cluster.consumer, CONSUME_BATCH, wait)
                     if messages:
                         busy = True
                         with self._lock:

@@ -15,8 +15,10 @@ reading (a filter whose predicate every reading passes):
 - **plain Spark, Real-time Mode** (Spark 4.2 or newer): the same query with
   ``trigger(realTime=...)``, in update mode.
 
-The producer promises its progress (BOUNDARY) every ``boundary_interval_s``: a SUnion
-releases a bucket once every input partition has passed its end. A ``read_committed``
+The readings' stimes are the producer's clock, so between readings it promises the clock
+(BOUNDARY) every ``boundary_interval_s``: a SUnion releases a bucket once every input
+partition has passed its end. The real-time fragment's hops are read too (its SUnion's
+release, its query's staged rows), to say where its time goes. A ``read_committed``
 consumer per output notes, for each result, the wall clock when it
 became readable minus ``measured_at``: produce to readable, as a user sees it. The
 readings go on until every path has delivered a result, then ``WARM_UP_S`` more (the
@@ -31,7 +33,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.streaming import StreamingQuery
 
+from medusa.consuming import take
 from medusa.endpoints import Endpoints
 from medusa.latency_stats import percentile
 from medusa.producing import TupleProducer
@@ -54,7 +57,7 @@ from medusa.topics import ensure_topics
 from medusa_apps.bench.spark_paths import bench_fragment
 from medusa_spark.fragment import SOURCE_FETCH_WAIT_MS, build_fragment, read_source
 from medusa_spark.fragment_run import FragmentRun, start_fragment
-from medusa_spark.realtime import realtime_supported
+from medusa_spark.realtime import REALTIME_BATCH, realtime_supported, staged_topic
 from medusa_spark.sunion_process import SUnionProcess
 
 WARM_UP_S = 15.0
@@ -69,8 +72,14 @@ FRAGMENT_BUCKETS = {"fragment": "1 second", "fragment_fine_buckets": "100 millis
 REALTIME_FRAGMENT_BUCKET = "10 milliseconds"
 """The real-time fragment's SUnion bucket: a record waits for its bucket's end and for
 the producer's next BOUNDARY past it."""
-REALTIME_CHECKPOINT_INTERVAL = "10 seconds"
-"""Real-time Mode's batch duration: how often it checkpoints, not a latency."""
+PATHS = ("fragment", "fragment_fine_buckets", "spark_microbatch", "spark_realtime",
+         "fragment_realtime")
+REALTIME_PATHS = ("spark_realtime", "fragment_realtime")
+HOP_SUNION, HOP_STAGED = "_after_sunion", "_after_query"
+"""The real-time fragment's hops, read as its output is: the SUnion's release (its input
+topic) and the query's staged rows (before the relay's SOutput transaction)."""
+REALTIME_CHECKPOINT_INTERVAL = REALTIME_BATCH
+"""Plain Spark's Real-time Mode batch: the real-time fragment's (a checkpoint interval)."""
 
 
 @dataclass
@@ -81,6 +90,8 @@ class PathLatency:
     results: int = 0
     p50_ms: float | None = None
     p99_ms: float | None = None
+    max_ms: float | None = None
+    """The longest (a real-time query's pause between two batches shows here)."""
     results_per_s: float | None = None
     """Results that became readable per second, first to last (the input's rate when the
     path keeps up)."""
@@ -135,29 +146,38 @@ class StatelessLatency:
 
 def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
             checkpoints: Path, rows_per_s: int = 20, seconds: float = 60.0,
-            boundary_interval_s: float = 0.02,
+            boundary_interval_s: float = 0.005, paths: Collection[str] = PATHS,
             say: Callable[[str], None] = print) -> StatelessLatency:
     """``boundary_interval_s``: how often the producer promises its partitions' progress
-    (``medusa produce``'s default is 1 s); every SUnion waits for those promises."""
+    (``medusa produce``'s default is 1 s); every SUnion waits for those promises.
+    ``paths``: which of ``PATHS`` run (the real-time ones are left out where this PySpark
+    has no Real-time Mode)."""
     run = uuid.uuid4().hex[:6]
+    realtime = realtime_supported()
+    wanted = {path for path in paths if realtime or path not in REALTIME_PATHS}
     bootstrap = endpoints.bootstrap("alpha")
     readings = f"bench.latency.{run}.readings"
     fragments = {
         path: bench_fragment(spark, endpoints, registry,
                              _network(f"bench-latency-{run}-{index}", readings, run, bucket),
                              f"bench-latency-{run}-{index}")
-        for index, (path, bucket) in enumerate(FRAGMENT_BUCKETS.items())}
+        for index, (path, bucket) in enumerate(FRAGMENT_BUCKETS.items()) if path in wanted}
     writers = {path: fragment.writer() for path, fragment in fragments.items()}
-    realtime = realtime_supported()
-    plain = {"spark_microbatch": f"bench.latency.{run}.spark-microbatch"}
-    if realtime:
-        plain["spark_realtime"] = f"bench.latency.{run}.spark-realtime"
+    plain = {path: f"bench.latency.{run}.{path.replace('_', '-')}"
+             for path in ("spark_microbatch", "spark_realtime") if path in wanted}
+    if "fragment_realtime" in wanted:
         fragments["fragment_realtime"] = bench_fragment(
             spark, endpoints, registry,
             _network(f"bench-latency-{run}-rt", readings, run, REALTIME_FRAGMENT_BUCKET,
                      execution="real-time"), f"bench-latency-{run}-rt")
     ensure_topics(kafka_config(bootstrap), [readings, *plain.values()], partitions=1)
     outputs = {**{path: f.sink.topics[0] for path, f in fragments.items()}, **plain}
+    if "fragment_realtime" in fragments:  # where the real-time fragment's time goes
+        wiring = fragments["fragment_realtime"].wiring
+        # Before its reader subscribes (a client learns of new topics only minutes later).
+        ensure_topics(kafka_config(bootstrap), [staged_topic(wiring)], partitions=1)
+        outputs.update({f"fragment_realtime{hop}": topic for hop, topic in (
+            (HOP_SUNION, wiring.source.topic), (HOP_STAGED, staged_topic(wiring)))})
     say(f"stateless latency: {rows_per_s} readings a second through {', '.join(outputs)}, "
         f"side by side: until each has answered, {WARM_UP_S:.0f} s more, then {seconds:.0f} s "
         "counted")
@@ -187,12 +207,13 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
                 .foreachBatch(writers[path])
                 .option("checkpointLocation", str(folder / path / "checkpoint"))
                 .trigger(processingTime="0 seconds").start())
-        queries.append(
-            _plain_filter(spark, bootstrap, readings, plain["spark_microbatch"])
-            .option("checkpointLocation", str(folder / "microbatch"))
-            .queryName(f"bench-latency-microbatch-{run}")
-            .trigger(processingTime="0 seconds").start())
-        if realtime:
+        if "spark_microbatch" in plain:
+            queries.append(
+                _plain_filter(spark, bootstrap, readings, plain["spark_microbatch"])
+                .option("checkpointLocation", str(folder / "microbatch"))
+                .queryName(f"bench-latency-microbatch-{run}")
+                .trigger(processingTime="0 seconds").start())
+        if "spark_realtime" in plain:
             queries.append(
                 _plain_filter(spark, bootstrap, readings, plain["spark_realtime"])
                 .option("checkpointLocation", str(folder / "realtime"))
@@ -305,7 +326,11 @@ def _produce(config: dict[str, Any], registry: SchemaRegistryClient, topic: str,
                              key=f"s{sent % 10}")
             producer.poll()
             sent += 1
-            time.sleep(max(0.0, started + sent * interval - time.monotonic()))
+            next_at = started + sent * interval
+            while (left := next_at - time.monotonic()) > 0:
+                time.sleep(min(left, boundary_interval_s))
+                # The readings' stimes are this clock: nothing later has a smaller one.
+                producer.emit_boundaries(time.time_ns() // 1_000_000)
 
 
 class _Reader(threading.Thread):
@@ -333,7 +358,7 @@ class _Reader(threading.Thread):
         self._consumer.subscribe([self.topic])
         try:
             while not self._stopping.is_set():
-                for message in self._consumer.consume(100, 0.1):
+                for message in take(self._consumer, 100, 0.1):
                     now_ms = time.time_ns() / 1_000_000
                     error = message.error()
                     if error is not None:
@@ -364,6 +389,7 @@ class _Reader(threading.Thread):
         if values:
             path.p50_ms = round(percentile(values, 0.5) or 0.0, 1)
             path.p99_ms = round(percentile(values, 0.99) or 0.0, 1)
+            path.max_ms = round(max(values), 1)
         arrivals = [at + latency for at, latency in self.samples]
         if len(arrivals) > 1 and max(arrivals) > min(arrivals):
             path.results_per_s = round((len(arrivals) - 1) * 1000 /

@@ -7,6 +7,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType
 
 from medusa_spark.boxes.base import Box, BoxParams
+from medusa_spark.streams import kept
 
 
 class FilterParams(BoxParams):
@@ -25,4 +26,4 @@ class FilterBox(Box):
         if not isinstance(predicate.schema[0].dataType, BooleanType):
             raise self.field_error("params.predicate", "the predicate must be true or false, "
                                    f"not {predicate.schema[0].dataType.simpleString()}")
-        return frame.where(F.expr(self.params.predicate))
+        return frame.where(kept(frame, F.expr(self.params.predicate)))

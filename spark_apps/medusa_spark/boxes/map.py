@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from medusa_spark.boxes.base import Box, BoxParams, envelope
-from medusa_spark.streams import ID, STIME, TYPE
+from medusa_spark.streams import CARRIED, ID, STIME, TYPE, kept
 
 
 class MapParams(BoxParams):
@@ -36,8 +36,11 @@ class MapBox(Box):
         for name, expression in self.params.fields.items():
             self.analyse(lambda e=expression: frame.select(F.expr(e)), name)
             columns.append(F.expr(expression).alias(name))
+        if CARRIED in frame.columns:  # a real-time reader's BOUNDARY rows (see CARRIED)
+            columns.append(F.col(CARRIED))
         result = self.analyse(lambda: frame.select(*columns), "params.id")
         if self.params.where:
             where = self.params.where
-            result = self.analyse(lambda: result.where(F.expr(where)), "params.where")
+            result = self.analyse(lambda: result.where(kept(result, F.expr(where))),
+                                  "params.where")
         return result

@@ -6,6 +6,7 @@ from pyspark.sql import DataFrame
 
 from medusa_spark.avro_types import type_name
 from medusa_spark.boxes.base import Box, BoxParams
+from medusa_spark.streams import CARRIED
 
 
 class UnionParams(BoxParams):
@@ -22,9 +23,9 @@ class UnionBox(Box):
         if len(ports) < 2:
             raise self.field_error(None, "a union needs at least two inputs")
         first = inputs[ports[0]]
-        expected = {f.name: type_name(f.dataType) for f in first.schema.fields}
+        expected = _field_types(first)
         for port in ports[1:]:
-            other = {f.name: type_name(f.dataType) for f in inputs[port].schema.fields}
+            other = _field_types(inputs[port])
             for name in sorted(set(expected) | set(other)):
                 if expected.get(name) != other.get(name):
                     raise self.field_error(
@@ -34,3 +35,8 @@ class UnionBox(Box):
         for port in ports[1:]:
             result = result.unionByName(inputs[port])
         return result
+
+
+def _field_types(frame: DataFrame) -> dict[str, str]:
+    """The tuples' fields and their types (not a real-time reader's carried BOUNDARY)."""
+    return {f.name: type_name(f.dataType) for f in frame.schema.fields if f.name != CARRIED}

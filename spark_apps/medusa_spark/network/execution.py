@@ -3,6 +3,7 @@ and which stay on micro-batches, from what the network says."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,10 @@ if TYPE_CHECKING:
     from medusa_spark.network.model import NetworkSpec
     from medusa_spark.network.validate import Plan
 
+_GENERATOR = re.compile(
+    r"\b(explode|explode_outer|posexplode|posexplode_outer|inline|inline_outer|stack|"
+    r"json_tuple)\s*\(", re.IGNORECASE)
+"""Spark SQL's generators, by name, in a map's expression."""
 REAL_TIME = "real-time"
 MICRO_BATCH = "micro-batch"
 
@@ -34,6 +39,12 @@ def network_realtime_refusal(network: NetworkSpec, boxes: Iterable[str]) -> str 
         if BOX_TYPES[network.boxes[box].type].stateful:
             return (f"box {box!r} ({network.boxes[box].type}) keeps state: Real-time Mode "
                     "runs stateless boxes only")
+    for box in boxes:
+        spec = network.boxes[box]
+        if spec.type == "map" and any(_GENERATOR.search(str(expression)) for expression in
+                                      (spec.params.get("fields") or {}).values()):
+            return (f"box {box!r} (map) has a generator: one input may give no tuple, and "
+                    "the BOUNDARY records it carries in Real-time Mode would be lost with it")
     if network.availability_bound is not None:
         return ("DPC (availability_bound) redoes a failure period on micro-batches, "
                 "beside the fragment")
