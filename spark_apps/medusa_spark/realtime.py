@@ -222,6 +222,9 @@ class StagedRelay:
         """(when, seconds) of each write: the fragment's load (the query's tasks run for
         the whole of each batch, so Spark's progress says nothing of it)."""
         self._stopping = threading.Event()
+        self._drain_asked = threading.Event()
+        self._drain_end: int | None = None
+        """Where the staged topic ended when a drain was asked (see ``drain``)."""
         self._consumer = Consumer(kafka_config(
             wiring.source.bootstrap, **{
                 "group.id": self.group, "enable.auto.commit": False,
@@ -251,26 +254,35 @@ class StagedRelay:
     def drain(self, timeout_s: float) -> None:
         """Once the query has stopped (its tasks ended, so all they read is staged): waits
         until every staged row has been written. BOUNDARY rows still held are left: the
-        next runner promises again from what it computes."""
-        _, end = self._consumer.get_watermark_offsets(TopicPartition(self.topic, 0),
-                                                      timeout=10, cached=False)
+        next runner promises again from what it computes. The relay's own thread learns
+        where the staged topic ends (a consumer is not to be used from two threads: a
+        poll and a watermark query at once hung both)."""
         deadline = time.monotonic() + timeout_s
+        self._drain_asked.set()
+
         def written() -> int:
             return self._written_to if self._written_to is not None else \
                 self._started_at_position
-        while self._position < end or written() < self._position:
+
+        while (end := self._drain_end) is None or self._position < end or \
+                written() < self._position:
             if self.error is not None or not self._thread.is_alive():
                 raise RuntimeError(f"relay of {self.topic} stopped before it had written "
                                    f"what was staged: {self.error}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"relay of {self.topic}: {end - self._position} staged "
-                                   f"row(s) not written within {timeout_s:.0f}s")
+                left = "an unknown number of" if end is None else str(end - self._position)
+                raise TimeoutError(f"relay of {self.topic}: {left} staged row(s) not "
+                                   f"written within {timeout_s:.0f}s")
             time.sleep(0.01)
 
     def stop(self) -> None:
         self._stopping.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(10)
+            if self._thread.is_alive():  # its consumer is not to be used from here too
+                log.warning("%s: the relay did not stop within 10 s; its consumer is left "
+                            "open", self.wiring.global_name)
+                return
         if self._written_to is not None:  # the next runner's relay starts there
             with contextlib.suppress(KafkaException, RuntimeError):
                 self._consumer.commit(offsets=[TopicPartition(self.topic, 0, self._written_to)],
@@ -281,6 +293,9 @@ class StagedRelay:
     def _run(self) -> None:
         try:
             while not self._stopping.is_set():
+                if self._drain_asked.is_set() and self._drain_end is None:
+                    self._drain_end = self._consumer.get_watermark_offsets(
+                        TopicPartition(self.topic, 0), timeout=10, cached=False)[1]
                 messages = take(self._consumer, 10_000, RELAY_IDLE_POLL_S)
                 rows, last = self._rows(messages)
                 if last is not None:

@@ -4,6 +4,7 @@ reader of the source has staged them."""
 
 from __future__ import annotations
 
+import threading
 from itertools import pairwise
 from typing import Any
 
@@ -182,14 +183,6 @@ def test_a_real_time_query_holds_a_slot_per_reader_while_there_are_free_ones() -
     assert slots.take(3)
 
 
-class _Staged:
-    def __init__(self, end: int) -> None:
-        self.end = end
-
-    def get_watermark_offsets(self, *_: object, **__: object) -> tuple[int, int]:
-        return 0, self.end
-
-
 class _Alive:
     def is_alive(self) -> bool:
         return True
@@ -199,7 +192,12 @@ def test_a_hand_over_waits_until_every_staged_row_is_written() -> None:
     """A hand-over stops the query, then drains the relay: the next runner (perhaps on
     another cluster, with another staged topic) must not be left rows staged here."""
     relay = _relay()
-    relay._consumer, relay._thread, relay.error = _Staged(5), _Alive(), None
+    relay._drain_asked, relay._drain_end = threading.Event(), None
+    relay._thread, relay.error = _Alive(), None
+    with pytest.raises(TimeoutError, match="an unknown number of"):
+        relay.drain(0.05)  # its thread has not yet learnt where the staged topic ends
+    assert relay._drain_asked.is_set()
+    relay._drain_end = 5
     relay._started_at_position, relay._written_to, relay._position = 0, None, 3
     with pytest.raises(TimeoutError, match="2 staged row"):
         relay.drain(0.05)
