@@ -178,10 +178,10 @@ def _latency(bench: _Bench, got: _Figures) -> None:
     from medusa_apps.bench import stateless_latency
 
     with _part("latency", bench.errors, bench.say):
-        got.latency = stateless_latency.measure(bench.spark, bench.endpoints, bench.registry,
-                                                bench.scratch(), say=bench.say)
+        got.latency = stateless_latency.measure_in_phases(
+            bench.spark, bench.endpoints, bench.registry, bench.scratch(), say=bench.say)
     with _part("latency", bench.errors, bench.say):
-        got.latency_high = stateless_latency.measure(
+        got.latency_high = stateless_latency.measure_in_phases(
             bench.spark, bench.endpoints, bench.registry, bench.scratch(),
             rows_per_s=stateless_latency.HIGH_RATE, seconds=40.0, say=bench.say)
 
