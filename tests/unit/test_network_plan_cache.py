@@ -60,3 +60,18 @@ def test_a_network_is_planned_again_only_when_its_version_or_fragments_change(
     network["entry"] = _entry(Kind.NETWORKS, "alpha/t", 2, {"definition": DEFINITION})
     host._network("alpha/t", [_fragment("a", ["moving"]), _fragment("c", ["stopped"])])
     assert len(planned) == 3
+
+
+def test_the_plan_of_a_network_no_longer_hosted_is_dropped(monkeypatch) -> None:
+    monkeypatch.setattr(hosting, "validate", lambda spec, spark: check_structure(spec))
+    monkeypatch.setattr(hosting, "network_topics", lambda *args, **kwargs: {})
+    entry = _entry(Kind.NETWORKS, "alpha/t", 1, {"definition": DEFINITION})
+    host: Any = hosting.Hosting.__new__(hosting.Hosting)
+    host.node = SimpleNamespace(catalog=SimpleNamespace(get=lambda kind, name: entry),
+                                spark=None, endpoints=None, registry=None)
+    host._plans = {}
+    fragments = [_fragment("a", ["moving"]), _fragment("b", ["stopped"])]
+    planned = host._networks({"alpha/t"}, fragments)
+    assert set(planned) == set(host._plans) == {"alpha/t"}
+    assert host._networks(set(), fragments) == {}
+    assert host._plans == {}, "a network withdrawn (or placed elsewhere) keeps no plan here"

@@ -16,12 +16,13 @@ reading (a filter whose predicate every reading passes):
   ``trigger(realTime=...)``, in update mode.
 
 The bench runs the real-time paths side by side, then the micro-batch ones
-(``measure_in_phases``). The readings' stimes are the producer's clock, so between readings it promises the clock
-(BOUNDARY) every ``boundary_interval_s``: a SUnion releases a bucket once every input
-partition has passed its end. The real-time fragment's hops are read too (its SUnion's
-release, its query's staged rows), to say where its time goes. A ``read_committed``
-consumer per output notes, for each result, the wall clock when it
-became readable minus ``measured_at``: produce to readable, as a user sees it. The
+(``measure_in_phases``). The readings' stimes are the producer's clock, so between
+readings it promises the clock (BOUNDARY) every ``boundary_interval_s``: a SUnion
+releases a bucket once every input partition has passed its end. The real-time
+fragment's hops are read too (its SUnion's release, its query's staged rows), to say
+where its time goes. A ``read_committed`` consumer per output notes, for each result,
+the wall clock when it became readable minus ``measured_at``: produce to readable, as a
+user sees it. The
 readings go on until every path has delivered a result, then ``WARM_UP_S`` more (the
 paths catch up with what came while they started); only the readings after that count.
 How long each path took to its first result is reported apart (``first_result_s``).

@@ -185,15 +185,9 @@ class Hosting:
                 # The replica takes over without this node's checkpoint.
                 self.moves.hand_over(name, at_once=warm, moved=moved is not None)
         wanted = {**replicas, **placed}
-        # Each network is read once a pass; one that cannot be read fails its fragments alone.
-        networks: dict[str, NetworkPlan | Exception] = {}
-        for network_name in {entry.spec["network"] for entry in [*wanted.values(),
-                                                                 *backing.values()]}:
-            try:
-                members = [e for e in entries if e.spec["network"] == network_name]
-                networks[network_name] = self._network(network_name, members)
-            except (MedusaError, CatalogError, RuntimeError, ValueError) as error:
-                networks[network_name] = error
+        networks = self._networks({entry.spec["network"] for entry in [*wanted.values(),
+                                                                       *backing.values()]},
+                                  entries)
         self._takeovers = {}
         retiring = []
         for name, entry in sorted(wanted.items()):
@@ -259,6 +253,22 @@ class Hosting:
                 self._failed(name, failure)
             elif failure is not None:
                 raise failure
+
+    def _networks(self, names: set[str], entries: list[Entry]
+                  ) -> dict[str, NetworkPlan | Exception]:
+        """The plans of the networks ``names``, each read once a pass (one that cannot be
+        read fails its fragments alone); the plans of the others are dropped (a network
+        withdrawn, or no longer placed here, would otherwise stay in memory for good)."""
+        networks: dict[str, NetworkPlan | Exception] = {}
+        for network_name in names:
+            try:
+                members = [e for e in entries if e.spec["network"] == network_name]
+                networks[network_name] = self._network(network_name, members)
+            except (MedusaError, CatalogError, RuntimeError, ValueError) as error:
+                networks[network_name] = error
+        for gone in set(self._plans) - set(networks):
+            del self._plans[gone]
+        return networks
 
     def _network(self, network_name: str, members: list[Entry]) -> NetworkPlan:
         entry = self.node.catalog.get(Kind.NETWORKS, network_name)
