@@ -238,7 +238,6 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
             f"Real-time Mode needs {slots} task slot(s) for good; the node has "
             f"{SLOTS.total - SLOTS.taken} of {SLOTS.total} free (medusa node --realtime-slots)")
     if execution == REAL_TIME:
-        writer.one_source_reader = False  # each reader reads the source apart
         name = f"{wiring.topic_prefix}{wiring.global_name}{suffix}"
         try:
             query = start_realtime_query(spark, plan, wiring, checkpoint, name, skip_epoch)

@@ -10,13 +10,12 @@ The boundary of an output says that no later result of it has a smaller stime.
 On micro-batches every reader of the query's source (the results' and the control
 rows') is the one Kafka source of the SUnion's topic, whose single partition Spark
 reads to the same offset for all of them, at a transaction's end: a batch that saw
-the SUnion's BOUNDARY b has read every tuple below b. In Real-time Mode each reader
-reads the source apart and may stand elsewhere; every reader has passed where any
-stood one batch before. So after batch M, with b(M) the newest source BOUNDARY seen
-up to batch M:
-- an output with no window or join upstream in the fragment promises b(M) on
-  micro-batches (a process box answers its input in the same batch), b(M-1) in
-  Real-time Mode;
+the SUnion's BOUNDARY b has read every tuple below b. In Real-time Mode the relay
+hands a BOUNDARY over once every reader has staged it, after every result below it
+(see ``realtime``). So after batch M, with b(M) the newest source BOUNDARY seen up to
+batch M:
+- an output with no window or join upstream in the fragment promises b(M) (a process
+  box answers its input in the same batch);
 - an output behind a window or a join promises b(M-2) less the source delay and
   the reach of its joins (a join may match an old tuple with a new one).
 Spark runs a batch without data as soon as the watermark moves, so the promise
@@ -177,9 +176,6 @@ class FragmentWriter:
                 self._lag_ms[box] = duration_ms(SOURCE_DELAY) + reach
             else:
                 self._lag_ms[box] = None
-        self.one_source_reader = True
-        """Whether every reader of the source reads the same records each batch (micro-
-        batches); False in Real-time Mode (see the module's doc)."""
         self._seen_boundaries: deque[int | None] = deque([None, None], maxlen=2)
         self._newest_boundary: int | None = None
         self._emitted: dict[str, int] = {}
@@ -525,8 +521,7 @@ class FragmentWriter:
 
     def _boundaries(self) -> list[OutRecord]:
         """The BOUNDARY each output can promise after this batch (see the module's doc)."""
-        one_back, two_back = self._seen_boundaries[-1], self._seen_boundaries[-2]
-        newest = self._newest_boundary if self.one_source_reader else one_back
+        newest, two_back = self._newest_boundary, self._seen_boundaries[-2]
         records = []
         for box in self.wiring.outputs:
             lag = self._lag_ms[box]
