@@ -337,8 +337,9 @@ class StagedRelay:
             row = _row(message)
             offset, reader = row.pop(_OFFSET, None), row.pop(READER, None)
             if row[TYPE] == BOUNDARY and row[OUTPUT] is None:
-                if int(offset) > self._released_offset:  # else staged again after a restart
-                    self._held.setdefault(int(offset), (row, set()))[1].add(str(reader))
+                at = int(offset)
+                if at > self._released_offset:  # else staged again after a restart
+                    self._held.setdefault(at, (row, set()))[1].add(str(reader))
             else:
                 rows.append(row)
         return rows, last

@@ -125,17 +125,16 @@ def decode_input(source: DataFrame, name: str, stream: KafkaStream,
     ``control_rows``. With ``reader`` (a real-time fragment's reader of its source, whose
     records keep their ``SOURCE_OFFSET``), the BOUNDARY records come along as ``CARRIED``
     rows."""
-    usable = (F.col(INPUT) == name) & unusable_reason(stream).isNull()
-    if reader is None:
-        return source.where(usable).select(
-            TYPE, ID, STIME, _decoded(stream).alias("_value"), TRACE).select(
-            TYPE, ID, STIME, "_value.*", TRACE)
-    is_boundary = F.col(TYPE) == BOUNDARY
-    carried = F.when(is_boundary, F.struct(SOURCE_OFFSET, F.lit(reader).alias(READER), ID,
-                                           STIME, EPOCH, REDO, TRACE))
-    return source.where(usable | is_boundary).select(
-        TYPE, ID, STIME, _decoded(stream).alias("_value"), TRACE, carried.alias(CARRIED)
-    ).select(TYPE, ID, STIME, "_value.*", TRACE, CARRIED)
+    wanted = (F.col(INPUT) == name) & unusable_reason(stream).isNull()
+    carried: list[Column] = []
+    if reader is not None:
+        is_boundary = F.col(TYPE) == BOUNDARY
+        wanted = wanted | is_boundary
+        carried = [F.when(is_boundary, F.struct(SOURCE_OFFSET, F.lit(reader).alias(READER),
+                                                ID, STIME, EPOCH, REDO, TRACE))]
+    decoded = source.where(wanted).select(TYPE, ID, STIME, _decoded(stream).alias("_value"),
+                                          TRACE, *(c.alias(CARRIED) for c in carried))
+    return decoded.select(TYPE, ID, STIME, "_value.*", TRACE, *(CARRIED for _ in carried))
 
 
 def kept(frame: DataFrame, condition: Column) -> Column:

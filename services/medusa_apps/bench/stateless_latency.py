@@ -80,8 +80,6 @@ REALTIME_PATHS = ("spark_realtime", "fragment_realtime")
 HOP_SUNION, HOP_STAGED = "_after_sunion", "_after_query"
 """The real-time fragment's hops, read as its output is: the SUnion's release (its input
 topic) and the query's staged rows (before the relay's SOutput transaction)."""
-REALTIME_CHECKPOINT_INTERVAL = REALTIME_BATCH
-"""Plain Spark's Real-time Mode batch: the real-time fragment's (a checkpoint interval)."""
 
 
 @dataclass
@@ -235,7 +233,7 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
                 _plain_filter(spark, bootstrap, readings, plain["spark_realtime"])
                 .option("checkpointLocation", str(folder / "realtime"))
                 .queryName(f"bench-latency-realtime-{run}").outputMode("update")
-                .trigger(realTime=REALTIME_CHECKPOINT_INTERVAL).start())
+                .trigger(realTime=REALTIME_BATCH).start())  # the fragment's batch
         _produce(kafka_config(bootstrap), registry, readings, rows_per_s,
                  boundary_interval_s, queries, _Schedule(list(readers.values()), seconds))
         time.sleep(3.0)  # the last readings' results

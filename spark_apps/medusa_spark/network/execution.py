@@ -36,11 +36,10 @@ def network_realtime_refusal(network: NetworkSpec, boxes: Iterable[str]) -> str 
     if network.execution != REAL_TIME:
         return f"the network's execution is {network.execution}"
     for box in boxes:
-        if BOX_TYPES[network.boxes[box].type].stateful:
-            return (f"box {box!r} ({network.boxes[box].type}) keeps state: Real-time Mode "
-                    "runs stateless boxes only")
-    for box in boxes:
         spec = network.boxes[box]
+        if BOX_TYPES[spec.type].stateful:
+            return (f"box {box!r} ({spec.type}) keeps state: Real-time Mode runs stateless "
+                    "boxes only")
         if spec.type == "map" and any(_GENERATOR.search(str(expression)) for expression in
                                       (spec.params.get("fields") or {}).values()):
             return (f"box {box!r} (map) has a generator: one input may give no tuple, and "
