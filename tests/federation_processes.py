@@ -195,7 +195,9 @@ class SharedNodes:
         self.nodes = {
             self.A1: NodeProcess("shared-a1", "alpha", endpoints, run_dir, secondary=self.A2),
             self.A2: NodeProcess("shared-a2", "alpha", endpoints, run_dir, secondary=self.A1),
-            self.B1: NodeProcess("shared-b1", "beta", endpoints, run_dir),
+            # A real-time fragment of two inputs holds three task slots (test_dpc_realtime).
+            self.B1: NodeProcess("shared-b1", "beta", endpoints, run_dir,
+                                 options=("--realtime-slots", "3")),
         }
 
     def ready(self) -> dict[str, NodeProcess]:

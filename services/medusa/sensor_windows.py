@@ -83,6 +83,8 @@ class SteadyInput:
     open_ended: bool = False
     """Goes on past ``seconds`` until ``end_in`` is called (and its time has passed)."""
     max_seconds: int = 600
+    sensor_prefix: str = "s"
+    """Its sensors' ids begin so (``sensor_readings``)."""
     paused: threading.Event = field(default_factory=threading.Event)
     """While set, nothing goes out (an input that fails); afterwards the rounds it held
     back go out at once, as a producer that buffered them would send them."""
@@ -116,7 +118,7 @@ class SteadyInput:
     def readings(self) -> list[SensorReading]:
         """The first ``seconds`` rounds; ``sent`` has all that went out."""
         return list(sensor_readings(self.sensors, STIME_ORIGIN_MS, 1000,
-                                    self.sensors * self.seconds))
+                                    self.sensors * self.seconds, prefix=self.sensor_prefix))
 
     def expected(self) -> dict[str, dict[str, Any]]:
         """The reference results of what was sent (once ``finished``)."""
@@ -139,7 +141,8 @@ class SteadyInput:
         ensure_topics(self.kafka_config, [self.topic], partitions=2)
         rounds: dict[int, list[SensorReading]] = defaultdict(list)
         for reading in sensor_readings(self.sensors, STIME_ORIGIN_MS, 1000,
-                                       self.sensors * max(self.seconds, self.max_seconds)):
+                                       self.sensors * max(self.seconds, self.max_seconds),
+                                       prefix=self.sensor_prefix):
             rounds[reading.measured_at].append(reading)
         started = time.monotonic()
         last = STIME_ORIGIN_MS

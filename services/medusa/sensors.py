@@ -37,11 +37,14 @@ def to_dict(reading: SensorReading, _context: Any = None) -> dict[str, Any]:
 
 
 def sensor_readings(sensors: int, start_ms: int, interval_ms: int, count: int | None,
-                    seed: int = 11, sites: int = 4) -> Iterator[SensorReading]:
-    """Round after round of one reading per sensor, ``interval_ms`` apart."""
+                    seed: int = 11, sites: int = 4, prefix: str = "s"
+                    ) -> Iterator[SensorReading]:
+    """Round after round of one reading per sensor, ``interval_ms`` apart; the sensors'
+    ids are ``prefix`` and a number (two sources with other prefixes share no tuple id)."""
     rnd = random.Random(seed)
     kinds = list(_KINDS)
-    specs = [(f"s{i:04d}", kinds[i % len(kinds)], f"site-{i % sites}") for i in range(sensors)]
+    specs = [(f"{prefix}{i:04d}", kinds[i % len(kinds)], f"site-{i % sites}")
+             for i in range(sensors)]
     values = {sensor_id: _KINDS[kind][1] for sensor_id, kind, _ in specs}
     emitted = 0
     round_no = 0

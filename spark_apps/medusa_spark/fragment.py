@@ -172,7 +172,8 @@ def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame | Callable
                    skip_epoch: int = 0) -> DataFrame:
     """The fragment's rows for its writer, from the SUnion's records ``raw`` (Kafka rows:
     value, headers), less the records of the UP_FAILURE periods up to ``skip_epoch``
-    (redone, see ``reconcile``).
+    (redone, see ``reconcile``); in Real-time Mode every record, each tuple with its DPC
+    marks (its writer reconciles in the stream, see ``fragment_writer``).
 
     ``raw`` may be a function that loads the source: for Real-time Mode (see
     ``realtime``), which unions only distinct sources, so that every input a box reads
@@ -182,8 +183,9 @@ def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame | Callable
     realtime = callable(raw)
 
     def source() -> DataFrame:
-        loaded = raw() if callable(raw) else raw
-        return without_redone(envelope_of(loaded), skip_epoch)
+        if callable(raw):  # a real-time query reads every record: it reconciles in the stream
+            return envelope_of(raw())
+        return without_redone(envelope_of(raw), skip_epoch)
 
     shared = None if realtime else source().withWatermark(STIME, SOURCE_DELAY)
     readers = itertools.count()
@@ -281,7 +283,9 @@ def _output_rows(box: str, results: DataFrame, output: FragmentOutput,
         either(F.col(ID), ID), either(F.col(STIME), STIME),
         F.when(result, _kafka_key(output, column_of)).alias(KEY), either(trace, TRACE),
         F.when(result, _packed_value(output, column_of)).alias(packed(box)),
-        *(carried[name].alias(name) for name in (EPOCH, REDO, SOURCE_OFFSET, READER)))
+        *(either(F.col(name) if name in results.columns else F.lit(None).cast("int"), name)
+          for name in (EPOCH, REDO)),
+        *(carried[name].alias(name) for name in (SOURCE_OFFSET, READER)))
 
 
 def _port_rows(plan: Plan, results: DataFrame, outputs: dict[str, FragmentOutput]

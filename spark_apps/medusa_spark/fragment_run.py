@@ -240,10 +240,11 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     if execution == REAL_TIME:
         name = f"{wiring.topic_prefix}{wiring.global_name}{suffix}"
         try:
-            query = start_realtime_query(spark, plan, wiring, checkpoint, name, skip_epoch)
+            query = start_realtime_query(spark, plan, wiring, checkpoint, name)
         except Exception:
             SLOTS.give_back(slots)
             raise
+        writer.in_stream = True
         relay = StagedRelay(wiring, writer, readers_of(plan, wiring) - 1).start()
         return FragmentRun(wiring, query, writer, checkpoint, 0, execution, why, relay, slots,
                            plan.network.execution)

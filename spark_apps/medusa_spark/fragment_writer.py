@@ -34,6 +34,16 @@ by then). The REDO's traceparent is kept
 in the DPC record, and the span ``REC_DONE <fragment>`` (from the query's restart until
 REC_DONE is written) joins the period's trace.
 
+A real-time fragment's writer (``in_stream``, fed by its relay) reconciles in the stream
+instead, as Borealis's stateless operators do: its query reads every record, each tuple
+with its DPC marks, so its results are TENTATIVE exactly where their input was, and after
+the failure its REDO's tuples give the corrections. The first record of a REDO not yet
+redone puts UNDO on every output partition before anything else is written; from then on
+a tentative result of that period or an older one is superseded and left out (a reader of
+the source still behind the REDO staged it); REC_DONE follows with the first stable
+BOUNDARY past the REDO's, which every reader staged after all its corrections. No query
+is rolled back or started for it.
+
 When the input stops, no further batch comes to carry the last promise (a stateless
 query never runs a batch without data). So once the query is idle, with every
 reader at the end of its source, ``write_idle_boundaries`` promises the newest
@@ -154,6 +164,8 @@ class FragmentWriter:
         self._tentative_epoch: int | None = None
         """Set while the results are TENTATIVE: the UP_FAILURE period they belong to."""
         self._undo_written = False
+        self._redo_passed = False
+        """In the stream: a stable BOUNDARY past the REDO's has been released."""
         self.tentative_written = 0
         self.stray_tentative = 0
         """Tentative results met outside any failure period, and not written (see
@@ -209,6 +221,13 @@ class FragmentWriter:
         self.results_written = 0
         self.error: Exception | None = None
         """What made the last batch fail in this writer (a fenced output, say)."""
+        self.in_stream = False
+        """A real-time fragment's writer: it reconciles in the stream (see the module's
+        doc), the DPC record keeping the REDO being redone (``skip_epoch``) and how far its
+        boundaries went (``redo_through``)."""
+        self.reconciled_in_stream = 0
+        self.superseded_tentative = 0
+        """Tentative results left out in the stream: their period's REDO had begun."""
 
     @property
     def halted(self) -> bool:
@@ -351,8 +370,13 @@ class FragmentWriter:
 
     def _write_table(self, table: pa.Table, batch_id: int, began: float) -> None:
         encoded = time.perf_counter()
-        redo = self._dpc_before(table, batch_id)
-        tentative = self._tentative_epoch is not None
+        in_stream = self.in_stream
+        if in_stream:
+            table = self._reconcile_in_stream(table)
+            redo = None
+        else:
+            redo = self._dpc_before(table, batch_id)
+        tentative = self._tentative_epoch is not None and not in_stream
         outputs, types, ids, stimes, keys, values, traces = (
             _objects(table, name) for name in (OUTPUT, TYPE, ID, STIME, KEY, "value", TRACE))
         topics = {box: output.stream.topic for box, output in self.wiring.outputs.items()}
@@ -382,7 +406,7 @@ class FragmentWriter:
                     continue
             if tentative:
                 kind = _TENTATIVE
-            elif kind == _TENTATIVE:
+            elif kind == _TENTATIVE and not in_stream:
                 # Outside a failure period nothing the query reads is tentative: this one
                 # comes from state older than the last reconciliation, its window already
                 # written stable; written, it would be a tentative result no UNDO follows.
@@ -428,7 +452,7 @@ class FragmentWriter:
         if through is not None and (self._written_through_ms is None or
                                     through > self._written_through_ms):
             self._written_through_ms = through
-        if tentative:
+        if tentative or in_stream:
             self.tentative_written += sum(record.tentative for record in records)
         self._undo_written = self._undo_written or undo
 
@@ -457,12 +481,61 @@ class FragmentWriter:
         self._tentative_epoch = self.dpc.tentative_in(batch_id)
         return redo
 
+    def _reconcile_in_stream(self, table: pa.Table) -> pa.Table:
+        """A relayed batch's DPC marks (see the module's doc): starts the reconciliation
+        of a REDO not yet redone, notes how far its boundaries went and whether a stable
+        one came past them, sets whether the outputs' promises are tentative; returns the
+        rows less the tentative results the REDO supersedes."""
+        dpc = self.dpc
+        redo = _largest(table, REDO)
+        if redo is not None and redo > dpc.skip_epoch:
+            dpc.skip_epoch, dpc.redo_through = redo, None
+            dpc.redo_traceparent = redo_traceparent(table, redo)
+            self._undo_written = False
+            self._started_ns = time.time_ns()  # the REC_DONE span's start
+            self._save_dpc()
+        elif redo is not None and redo == dpc.skip_epoch and dpc.reconciling and \
+                dpc.redo_traceparent is None:  # seen first on a tuple, now on its BOUNDARY
+            dpc.redo_traceparent = redo_traceparent(table, redo)
+        control = table.filter(pc.and_(pc.is_null(table.column(OUTPUT)),
+                                       pc.equal(table.column(TYPE), BOUNDARY)))
+        if control.num_rows:
+            redo_through = dpc.redo_through
+            for mark, epoch, stime in zip(*(control.column(c).to_pylist()
+                                            for c in (REDO, EPOCH, STIME)), strict=True):
+                if mark is not None:
+                    if dpc.reconciling and mark == dpc.skip_epoch and stime is not None:
+                        redo_through = max(int(stime), redo_through or 0)
+                    continue
+                # A period reconciled already is read again only by a restarted query.
+                self._tentative_epoch = epoch if epoch is None or \
+                    epoch > dpc.rec_done_epoch else None
+                if dpc.reconciling and epoch is None and redo_through is not None and \
+                        stime is not None and int(stime) > redo_through:
+                    self._redo_passed = True
+            if redo_through != dpc.redo_through:
+                dpc.redo_through = redo_through
+                self._save_dpc()  # a restart in the middle still knows where the REDO ended
+        if dpc.skip_epoch <= 0:
+            return table
+        superseded = pc.and_(pc.equal(table.column(TYPE), _TENTATIVE),
+                             pc.less_equal(table.column(EPOCH), dpc.skip_epoch))
+        superseded = pc.fill_null(superseded, False)
+        dropped = pc.sum(superseded).as_py() or 0
+        if not dropped:
+            return table
+        self.superseded_tentative += dropped
+        return table.filter(pc.invert(superseded))
+
     def _rec_done_due(self) -> bool:
         """REC_DONE goes out once every output has promised the REDO's boundary (less its
-        reach behind windows and joins): all the corrections are written before it."""
+        reach behind windows and joins): all the corrections are written before it. In the
+        stream, once a stable BOUNDARY past the REDO's has been released."""
         through = self.dpc.redo_through
         if not self.dpc.reconciling or through is None:
             return False
+        if self.in_stream:
+            return self._redo_passed
         return all(self._emitted.get(box, -1) >= through - (self._lag_ms[box] or 0)
                    for box in self.wiring.outputs)
 
@@ -475,6 +548,9 @@ class FragmentWriter:
             self._trace_rec_done()
             self.dpc.rec_done()
             self._save_dpc()
+            if self.in_stream:
+                self._redo_passed = False
+                self.reconciled_in_stream += 1
         return written
 
     def _trace_rec_done(self) -> None:

@@ -156,14 +156,13 @@ def _now_ms() -> Column:
     return F.expr("CAST(reflect('java.lang.System', 'currentTimeMillis') AS BIGINT)")
 
 
-def _staged_rows(plan: Plan, wiring: FragmentWiring, spark: SparkSession, skip_epoch: int
-                 ) -> DataFrame:
+def _staged_rows(plan: Plan, wiring: FragmentWiring, spark: SparkSession) -> DataFrame:
     """The fragment's rows as Kafka records: the encoded value (an INVALID record's raw
     value), the envelope and the source offset in headers."""
     def reader() -> DataFrame:  # one per use: Real-time Mode unions distinct sources only
         return read_source(spark, wiring.source).withColumn(_OFFSET, F.col("offset"))
 
-    rows = build_fragment(plan, wiring, reader, skip_epoch)
+    rows = build_fragment(plan, wiring, reader)
     encoded = rows.select(*encoded_columns(wiring, rows.columns, _now_ms()),
                           F.col(_OFFSET), F.col(READER))
     headers = [F.struct(F.lit(name).alias("key"),
@@ -182,11 +181,11 @@ def _staged_rows(plan: Plan, wiring: FragmentWiring, spark: SparkSession, skip_e
 
 
 def start_realtime_query(spark: SparkSession, plan: Plan, wiring: FragmentWiring,
-                         checkpoint: str, name: str, skip_epoch: int = 0) -> StreamingQuery:
+                         checkpoint: str, name: str) -> StreamingQuery:
     """The fragment's query in Real-time Mode, staging its rows (see the module's doc)."""
     staged = staged_topic(wiring)
     ensure_topics(kafka_config(wiring.source.bootstrap), [staged], partitions=1)
-    stream = _staged_rows(plan, wiring, spark, skip_epoch).writeStream.format("kafka")
+    stream = _staged_rows(plan, wiring, spark).writeStream.format("kafka")
     for key, value in spark_kafka_options(wiring.source.bootstrap).items():
         stream = stream.option(key, value)
     return (stream.option("topic", staged)

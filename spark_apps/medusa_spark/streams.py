@@ -60,6 +60,10 @@ tuples. Filters keep such rows and maps pass the column on, so that the BOUNDARY
 after every result of that reader below it (see ``realtime``)."""
 READER = "_reader"
 """Which reader of the source carried a BOUNDARY (see ``CARRIED``)."""
+REALTIME_COLUMNS = (EPOCH, REDO, CARRIED)
+"""What a real-time reader's rows keep beside their fields, through its boxes: each
+tuple's DPC marks (its writer reconciles in the stream, see ``fragment_writer``) and the
+BOUNDARY it carries."""
 INPUT = "_input"
 """On the SUnion's records: the fragment input (stream or upstream box) a tuple came from."""
 INPUT_HEADER = "medusa.input"
@@ -123,18 +127,20 @@ def decode_input(source: DataFrame, name: str, stream: KafkaStream,
     """One input's usable tuples out of the SUnion's records (see ``envelope_of``):
     envelope columns and the record's fields. The unusable ones are left to
     ``control_rows``. With ``reader`` (a real-time fragment's reader of its source, whose
-    records keep their ``SOURCE_OFFSET``), the BOUNDARY records come along as ``CARRIED``
-    rows."""
+    records keep their ``SOURCE_OFFSET``), the tuples keep their DPC marks and the
+    BOUNDARY records come along as ``CARRIED`` rows (``REALTIME_COLUMNS``)."""
     wanted = (F.col(INPUT) == name) & unusable_reason(stream).isNull()
     carried: list[Column] = []
     if reader is not None:
         is_boundary = F.col(TYPE) == BOUNDARY
         wanted = wanted | is_boundary
-        carried = [F.when(is_boundary, F.struct(SOURCE_OFFSET, F.lit(reader).alias(READER),
-                                                ID, STIME, EPOCH, REDO, TRACE))]
+        carried = [F.col(EPOCH), F.col(REDO),
+                   F.when(is_boundary, F.struct(SOURCE_OFFSET, F.lit(reader).alias(READER),
+                                                ID, STIME, EPOCH, REDO, TRACE)).alias(CARRIED)]
     decoded = source.where(wanted).select(TYPE, ID, STIME, _decoded(stream).alias("_value"),
-                                          TRACE, *(c.alias(CARRIED) for c in carried))
-    return decoded.select(TYPE, ID, STIME, "_value.*", TRACE, *(CARRIED for _ in carried))
+                                          TRACE, *carried)
+    return decoded.select(TYPE, ID, STIME, "_value.*", TRACE,
+                          *(REALTIME_COLUMNS if carried else ()))
 
 
 def kept(frame: DataFrame, condition: Column) -> Column:

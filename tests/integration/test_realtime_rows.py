@@ -1,17 +1,19 @@
 """A real-time fragment's rows as its query stages them (``realtime``), on local Spark
 without Kafka: every reader of the source carries each BOUNDARY through its boxes, a
 filter keeps it and a map passes it on, so that each reader stages its copy after its own
-results below it; the INVALID records' reader carries none."""
+results below it; the INVALID records' reader carries none. Each result keeps its tuple's
+DPC marks."""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
 from medusa_spark.fragment import OUTPUT, build_fragment
-from medusa_spark.streams import BOUNDARY, INVALID, READER, SOURCE_OFFSET, STIME, TYPE
+from medusa_spark.streams import BOUNDARY, EPOCH, INVALID, READER, SOURCE_OFFSET, STIME, TYPE
 from medusa_spark.testing import KAFKA_ROW, Tuple, at, boundary, harness, network_of
 
 pytestmark = pytest.mark.integration
@@ -34,8 +36,8 @@ def test_each_reader_stages_every_boundary_after_its_results_below_it(spark) -> 
         {"a": "position_report", "b": "position_report"}, execution="real-time")
     fragment = harness(spark, network, outputs=["kmh"])
     tuples = [_report(1, 1, 0, "a"), _report(2, 2, 30, "a"), boundary(10),
-              _report(11, 3, 20, "b"), Tuple("b", at(12), None, raw=b"not avro",
-                                            id="bad", type="STABLE"), boundary(20)]
+              replace(_report(11, 3, 20, "b"), type="TENTATIVE", epoch=2),
+              Tuple("b", at(12), None, raw=b"not avro", id="bad", type="STABLE"), boundary(20)]
     rows = [(*fragment._row(t, i), i) for i, t in enumerate(tuples)]
     with_offset = StructType([*KAFKA_ROW.fields, StructField(SOURCE_OFFSET, LongType())])
     source = spark.createDataFrame(rows, with_offset)
@@ -44,6 +46,9 @@ def test_each_reader_stages_every_boundary_after_its_results_below_it(spark) -> 
 
     results = sorted(r["_id"] for r in staged if r[OUTPUT] is not None)
     assert results == ["a-2", "b-3"], "the filter and the map's where hold as before"
+    assert {r["_id"]: (r[TYPE], r[EPOCH]) for r in staged if r[OUTPUT] is not None} == {
+        "a-2": ("STABLE", None), "b-3": ("TENTATIVE", 2)}, \
+        "a result keeps its tuple's DPC marks through the boxes (its writer reconciles)"
     boundaries = Counter((r[SOURCE_OFFSET], r[READER]) for r in staged if r[TYPE] == BOUNDARY)
     assert boundaries == {(2, 0): 1, (2, 1): 1, (5, 0): 1, (5, 1): 1}, \
         "each of the two readers carries each BOUNDARY through union, filter and map, once"

@@ -10,17 +10,33 @@ from typing import Any
 
 import pytest
 import yaml
+from pyspark.sql.types import StructType
 from rich.console import Console
 
+from medusa.envelope import decode_record
 from medusa.federation_status import FragmentStatus
+from medusa.stable_view import stable_view
 from medusa_apps.cli.stack import _execution_table
-from medusa_spark.fragment import OUTPUT
+from medusa_spark.fragment import OUTPUT, FragmentOutput, FragmentWiring
+from medusa_spark.fragment_writer import FragmentWriter
 from medusa_spark.network.execution import realtime_refusal
 from medusa_spark.network.fragments import group
 from medusa_spark.network.model import parse_network
 from medusa_spark.network.validate import Plan, check_structure
-from medusa_spark.realtime import _OFFSET, RealtimeSlots, StagedRelay, _row, _table
-from medusa_spark.streams import BOUNDARY, EPOCH, ID, RAW, RAW_HEADERS, READER, STIME, TYPE
+from medusa_spark.realtime import _COLUMNS, _OFFSET, RealtimeSlots, StagedRelay, _row, _table
+from medusa_spark.streams import (
+    BOUNDARY,
+    EPOCH,
+    ID,
+    RAW,
+    RAW_HEADERS,
+    READER,
+    REDO,
+    STIME,
+    TYPE,
+    KafkaStream,
+)
+from medusa_spark.testing import CollectingSink
 
 pytestmark = pytest.mark.unit
 
@@ -51,10 +67,14 @@ def test_a_stateless_fragment_may_run_in_real_time_mode() -> None:
     assert realtime_refusal(plan, _only_fragment(plan)) is None
 
 
+def test_with_dpc_too_since_it_reconciles_in_the_stream() -> None:
+    plan = _plan({"moving": FILTER}, availability_bound="3 seconds")
+    assert realtime_refusal(plan, _only_fragment(plan)) is None
+
+
 @pytest.mark.parametrize(("boxes", "overrides", "why"), [
     ({"moving": FILTER}, {"execution": "micro-batch"}, "the network's execution is micro-batch"),
     ({"moving": FILTER, "per_minute": WINDOW}, {}, "box 'per_minute' (aggregate) keeps state"),
-    ({"moving": FILTER}, {"availability_bound": "3 seconds"}, "DPC"),
     ({"moving": {**FILTER, "ha": "active"}}, {}, "active standby"),
     ({"each": {"type": "map", "params": {"fields": {"seg": "explode(array(seg, seg))"},
                                          "id": "uuid()"}}}, {}, "has a generator"),
@@ -210,3 +230,79 @@ def test_a_hand_over_waits_until_every_staged_row_is_written() -> None:
     relay._position = 4
     with pytest.raises(RuntimeError, match="broker gone"):
         relay.drain(0.05)
+
+
+def _in_stream_writer() -> tuple[FragmentWriter, CollectingSink]:
+    plan = _plan({"moving": FILTER}, availability_bound="3 seconds")
+    fragment = _only_fragment(plan)
+    stream = KafkaStream("t.moving", "memory", 1, "")
+    wiring = FragmentWiring(
+        network="alpha/t", fragment=fragment, source=KafkaStream("t.sunion", "memory", 0, ""),
+        inputs={}, outputs={"moving": FragmentOutput("moving", stream, StructType(), (), 2)},
+        bucket_ms=10, fingerprint="test", topic_prefix="")
+    sink = CollectingSink(["t.moving"])
+    writer = FragmentWriter(plan, wiring, sinks=[sink])
+    writer.in_stream = True
+    return writer, sink
+
+
+def _staged(kind: str, stime: int, epoch: int | None = None, redo: int | None = None,
+            tuple_id: str | None = None) -> dict[str, Any]:
+    """A relayed row: a result of the output box, or (``BOUNDARY``) a released boundary."""
+    row: dict[str, Any] = dict.fromkeys(_COLUMNS)
+    row.update({TYPE: kind, ID: tuple_id or f"{kind[0]}{stime}", STIME: str(stime),
+                EPOCH: epoch, REDO: redo})
+    if kind != BOUNDARY:
+        row.update({OUTPUT: "moving", "value": b"\x00avro"})
+    return row
+
+
+def _written(sink: CollectingSink) -> list[str]:
+    """What reached the output, one entry per record (marks once, not per partition)."""
+    shown: list[str] = []
+    for record in sink.records:
+        envelope = decode_record(record.headers, None)
+        kind = envelope.type.value
+        entry = kind if kind in ("UNDO", "REC_DONE") else \
+            f"{kind}@{envelope.stime}" if kind == BOUNDARY else f"{kind[0]}:{record.tuple_id}"
+        if not shown or shown[-1] != entry or kind == "STABLE":
+            shown.append(entry)
+    return shown
+
+
+def test_a_real_time_writer_reconciles_in_the_stream() -> None:
+    """Tentative results as their input was, then UNDO before the REDO's first correction,
+    superseded tentative results left out, REC_DONE with the first stable promise past the
+    REDO; no query is rolled back or started for it."""
+    writer, sink = _in_stream_writer()
+    writer.write_table(_table([_staged("STABLE", 100, tuple_id="a"),
+                               _staged(BOUNDARY, 110)]), 1)
+    writer.write_table(_table([_staged("TENTATIVE", 120, epoch=1, tuple_id="b"),
+                               _staged(BOUNDARY, 130, epoch=1)]), 2)
+    assert writer.dpc_state == "UP_FAILURE" and writer.tentative_written > 0
+    # The REDO's first correction, and a reader still behind it staging a tentative result.
+    writer.write_table(_table([_staged("TENTATIVE", 125, epoch=1, tuple_id="c"),
+                               _staged("STABLE", 120, redo=1, tuple_id="b"),
+                               _staged(BOUNDARY, 130, redo=1)]), 3)
+    assert writer.dpc_state == "STABILIZATION" and writer.superseded_tentative == 1
+    writer.write_table(_table([_staged("STABLE", 125, redo=1, tuple_id="c"),
+                               _staged(BOUNDARY, 140, redo=1)]), 4)
+    assert writer.redo_requested is None, "nothing for the node to redo beside it"
+    writer.write_table(_table([_staged("STABLE", 150, tuple_id="d"),
+                               _staged(BOUNDARY, 160)]), 5)
+    assert writer.dpc_state == "STABLE" and writer.reconciled_in_stream == 1
+    assert _written(sink) == [
+        "S:a", "BOUNDARY@110", "T:b", "BOUNDARY@130", "UNDO", "S:b", "S:c", "BOUNDARY@140",
+        "S:d", "BOUNDARY@160", "REC_DONE"]
+    view = stable_view(decode_record(r.headers, r.value) for r in sink.records)
+    assert [r.tuple_id for r in view.stable] == ["a", "b", "c", "d"]
+    assert view.tentative == [] and not view.reconciling
+    # Its query restarted from a checkpoint before the failure reads the period again:
+    # nothing of it comes out tentative, nor is undone again.
+    before = len(sink.records)
+    writer.write_table(_table([_staged("TENTATIVE", 120, epoch=1, tuple_id="b"),
+                               _staged(BOUNDARY, 130, epoch=1),
+                               _staged("STABLE", 120, redo=1, tuple_id="b")]), 6)
+    again = [decode_record(r.headers, None).type.value for r in sink.records[before:]]
+    assert "TENTATIVE" not in again and "UNDO" not in again, again
+    assert writer.dpc_state == "STABLE"

@@ -276,13 +276,15 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
                  say: Callable[[str], None] = lambda _: None,
                  settle_timeout_s: float = 240.0, output_participant: str = "beta",
                  reference: Callable[[list[SensorReading]], dict[str, dict[str, Any]]] =
-                 pair_reference, tail_s: float = 8.0) -> ScenarioRun:
+                 pair_reference, tail_s: float = 8.0,
+                 sensor_prefixes: dict[str, str] | None = None) -> ScenarioRun:
     """Steady input on both participants for ``seconds`` and on until ``tail_s`` after the
     fragment has reconciled from the last fault, the faults on their timeline; then waits
     until the output's stable view (on ``output_participant``'s cluster) holds every result
     ``reference`` expects of the input, with nothing left to reconcile. The DPC state
     sampled is that of the fragment writing the output (on a node of
-    ``output_participant``)."""
+    ``output_participant``). ``sensor_prefixes``: each participant's sensor ids begin so
+    (``sensor_readings``), where the two inputs must share no tuple id."""
     prefix = output_topic.split("medusa.")[0]
     with CatalogClient(catalog_url) as catalog:
         names = wait_running(catalog, network)
@@ -293,7 +295,8 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
                               registry, output_topic)
     inputs = {p: SteadyInput(kafka_config(endpoints.bootstrap(p)), registry,
                              f"{prefix}{p}.sensors.readings", SENSORS, seconds,
-                             open_ended=True)
+                             open_ended=True,
+                             sensor_prefix=(sensor_prefixes or {}).get(p, "s"))
               for p in ("alpha", "beta")}
     states: list[tuple[int, str]] = []
     sampling = threading.Event()

@@ -42,8 +42,8 @@ def node(
     realtime_slots: Annotated[int, typer.Option(
         min=0, help="Spark task slots on top of a local[N] master for fragments in Real-time "
                     "Mode, each of which holds one per reader of its input for good "
-                    "(a one-input filter: 2); a fragment with no free slots runs on "
-                    "micro-batches.")] = 2,
+                    "(a one-input filter: 2, a union of two inputs: 3); a fragment with no "
+                    "free slots runs on micro-batches.")] = 2,
     capacity: Annotated[float | None, typer.Option(
         min=0.01, help="Processing slots, in the unit of a fragment's load (BPM prices load "
                        "against it) [default: measured, Spark's cores].")] = None,

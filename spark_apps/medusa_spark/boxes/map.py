@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from medusa_spark.boxes.base import Box, BoxParams, envelope
-from medusa_spark.streams import CARRIED, ID, STIME, TYPE, kept
+from medusa_spark.streams import ID, REALTIME_COLUMNS, STIME, TYPE, kept
 
 
 class MapParams(BoxParams):
@@ -36,8 +36,8 @@ class MapBox(Box):
         for name, expression in self.params.fields.items():
             self.analyse(lambda e=expression: frame.select(F.expr(e)), name)
             columns.append(F.expr(expression).alias(name))
-        if CARRIED in frame.columns:  # a real-time reader's BOUNDARY rows (see CARRIED)
-            columns.append(F.col(CARRIED))
+        # A real-time reader's DPC marks and BOUNDARY rows (see REALTIME_COLUMNS).
+        columns += [F.col(name) for name in REALTIME_COLUMNS if name in frame.columns]
         result = self.analyse(lambda: frame.select(*columns), "params.id")
         if self.params.where:
             where = self.params.where

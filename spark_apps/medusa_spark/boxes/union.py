@@ -6,7 +6,7 @@ from pyspark.sql import DataFrame
 
 from medusa_spark.avro_types import type_name
 from medusa_spark.boxes.base import Box, BoxParams
-from medusa_spark.streams import CARRIED
+from medusa_spark.streams import REALTIME_COLUMNS
 
 
 class UnionParams(BoxParams):
@@ -38,5 +38,6 @@ class UnionBox(Box):
 
 
 def _field_types(frame: DataFrame) -> dict[str, str]:
-    """The tuples' fields and their types (not a real-time reader's carried BOUNDARY)."""
-    return {f.name: type_name(f.dataType) for f in frame.schema.fields if f.name != CARRIED}
+    """The tuples' fields and their types (not what a real-time reader's rows carry)."""
+    return {f.name: type_name(f.dataType) for f in frame.schema.fields
+            if f.name not in REALTIME_COLUMNS}

@@ -44,9 +44,6 @@ def network_realtime_refusal(network: NetworkSpec, boxes: Iterable[str]) -> str 
                                       (spec.params.get("fields") or {}).values()):
             return (f"box {box!r} (map) has a generator: one input may give no tuple, and "
                     "the BOUNDARY records it carries in Real-time Mode would be lost with it")
-    if network.availability_bound is not None:
-        return ("DPC (availability_bound) redoes a failure period on micro-batches, "
-                "beside the fragment")
     if any(network.boxes[box].ha == "active" for box in boxes):
         return "an active standby (ha: active) follows its primary on micro-batches"
     return None

@@ -82,7 +82,7 @@ class NetworkSpec(BaseModel):
     trigger: str = "500 milliseconds"
     execution: Literal["micro-batch", "real-time"] = "micro-batch"
     """How its fragments' queries run: ``real-time`` runs each fragment that can in Spark's
-    Real-time Mode (stateless boxes, no DPC, no active standby; see ``medusa_spark.realtime``),
+    Real-time Mode (stateless boxes, no active standby; see ``medusa_spark.realtime``),
     each record passed on as it is read; the rest run on micro-batches of ``trigger``, and
     ``medusa status`` says why."""
     bucket: str = "1 second"

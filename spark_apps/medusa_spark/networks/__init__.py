@@ -59,6 +59,25 @@ def pair_network_yaml(name: str, topic_prefix: str, availability_bound: str) -> 
     return yaml.safe_dump(raw, sort_keys=False)
 
 
+REALTIME_PAIR_PREDICATE = "kind <> 'vibration'"
+"""What the real-time pair network's filter keeps (``realtime_pair_network_yaml``)."""
+
+
+def realtime_pair_network_yaml(name: str, topic_prefix: str, availability_bound: str) -> str:
+    """The pair example made stateless, in Real-time Mode with DPC: the two participants'
+    readings merged on beta and filtered (``REALTIME_PAIR_PREDICATE``), each passed on as
+    it comes, tentative while alpha's are cut off and corrected in the stream after."""
+    raw = yaml.safe_load(pair_network_yaml(name, topic_prefix, availability_bound))
+    raw["execution"] = "real-time"
+    raw["bucket"] = "100 milliseconds"
+    del raw["boxes"]["per_sensor"]
+    raw["boxes"]["kept"] = {"type": "filter", "participant": "beta",
+                            "params": {"predicate": REALTIME_PAIR_PREDICATE}}
+    raw["arrows"] = [a for a in raw["arrows"] if a["to"] != "per_sensor"] + [
+        {"from": "merged", "to": "kept"}]
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
 def chain_network_yaml(name: str, topic_prefix: str, availability_bound: str) -> str:
     """The pair example with a second fragment downstream, on alpha: per sensor and 20-second
     window, the sums of beta's 10-second results (what beta marks tentative, alpha's results

@@ -64,7 +64,7 @@ class Reporting:
             fragments.append({
                 "fragment": hosted.name, "state": state, "dpc_state": dpc_state(hosted, sunion),
                 "tentative_results": run.writer.tentative_written,
-                "corrections": hosted.reconciliations,
+                "corrections": hosted.reconciliations + run.writer.reconciled_in_stream,
                 "input_rate": float(progress.get("inputRowsPerSecond") or 0.0),
                 "processing_rate": float(progress.get("processedRowsPerSecond") or 0.0),
                 "batch_duration_ms": int(progress.get("batchDuration") or 0),
