@@ -23,9 +23,9 @@ from medusa_spark.networks import realtime_pair_network_yaml
 
 pytestmark = pytest.mark.e2e
 
-SECONDS = 25
+SECONDS = 16
 BOUND = "4 seconds"
-CUT = (8.0, 10.0)
+CUT = (5.0, 7.0)
 """(after, for) seconds: longer than D."""
 SENSOR_PREFIXES = {"alpha": "a", "beta": "b"}
 """The two inputs' readings have tuple ids of their own (a filter keeps its input's id)."""
