@@ -256,7 +256,7 @@ def test_a_partition_shows_up_failure_then_stable(
     with CatalogClient(federation.catalog_url) as catalog, deployed_pair(
             federation, registry_module, spark, catalog, beta_node.global_name,
             "4 seconds") as (network, topic):
-        cut = Fault("partition alpha-beta", 12.0, 20.0,
+        cut = Fault("partition alpha-beta", 6.0, 10.0,  # longer than D (3 s)
                     lambda: links.partition("alpha", "beta"),
                     lambda: links.heal("alpha", "beta"))
         thread, outcome = _in_background(lambda: run_scenario(

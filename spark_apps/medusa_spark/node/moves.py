@@ -329,7 +329,8 @@ class Moves:
             shown = ", ".join(f"{phase} {ms}" for phase, ms in sorted(
                 phases.items(), key=lambda item: -int(item[1])) if phase != "triggerExecution")
             batches.append(f"batch {detail.get('batchId')}: {phases.get('triggerExecution')} ms "
-                           f"for {detail.get('numInputRows')} rows ({shown})")
+                           f"for {detail.get('numInputRows')} rows ({shown}"
+                           f"{state_load(detail)})")
         stats = output_stats(hosted.run)
         opened = ", ".join(f"fencing {s.fence_s * 1000:.0f}, reading back {s.recovered_ids} ids "
                            f"{(s.read_back_s or 0) * 1000:.0f}" for s in stats
@@ -401,6 +402,22 @@ class Moves:
             return {**spec, "phase": "released", "checkpoint": hosted.run.checkpoint,
                     "released_by": self.node.global_name}
         self.node.catalog.update(Kind.FRAGMENTS, name, released)
+
+
+def state_load(progress: dict[str, Any]) -> str:
+    """What loading a batch's RocksDB state cost, summed over its state stores (Spark's
+    custom metrics): the load, the changelogs replayed in it, the bytes copied from the
+    checkpoint; empty when it loaded nothing."""
+    metrics = [op.get("customMetrics") or {} for op in progress.get("stateOperators", [])]
+
+    def total(name: str) -> int:
+        return sum(int(m.get(name) or 0) for m in metrics)
+    load_ms = total("rocksdbLoadLatencyMs")
+    if not load_ms:
+        return ""
+    return (f"; state loaded in {load_ms} ms: {total('rocksdbNumReplayChangelogFiles')} "
+            f"changelog(s) replayed in {total('rocksdbReplayChangeLogLatencyMs')} ms, "
+            f"{total('rocksdbBytesCopied') / 1e6:.0f} MB copied from the checkpoint")
 
 
 def stop_redo(hosted: HostedFragment) -> bool:
