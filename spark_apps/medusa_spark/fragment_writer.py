@@ -497,25 +497,28 @@ class FragmentWriter:
         elif redo is not None and redo == dpc.skip_epoch and dpc.reconciling and \
                 dpc.redo_traceparent is None:  # seen first on a tuple, now on its BOUNDARY
             dpc.redo_traceparent = redo_traceparent(table, redo)
+        if dpc.reconciling and redo is not None:
+            # How far the REDO went, from its tuples as well as its boundaries: a stable
+            # BOUNDARY past that comes after all of it (one before it, below its first
+            # bucket). Kept, so that a restart in the middle still knows.
+            redone = table.filter(pc.equal(table.column(REDO), dpc.skip_epoch))
+            newest = pc.max(pc.cast(redone.column(STIME), pa.int64())).as_py() \
+                if redone.num_rows else None
+            if newest is not None and (dpc.redo_through is None or newest > dpc.redo_through):
+                dpc.redo_through = newest
+                self._save_dpc()
         control = table.filter(pc.and_(pc.is_null(table.column(OUTPUT)),
                                        pc.equal(table.column(TYPE), BOUNDARY)))
-        if control.num_rows:
-            redo_through = dpc.redo_through
-            for mark, epoch, stime in zip(*(control.column(c).to_pylist()
-                                            for c in (REDO, EPOCH, STIME)), strict=True):
-                if mark is not None:
-                    if dpc.reconciling and mark == dpc.skip_epoch and stime is not None:
-                        redo_through = max(int(stime), redo_through or 0)
-                    continue
-                # A period reconciled already is read again only by a restarted query.
-                self._tentative_epoch = epoch if epoch is None or \
-                    epoch > dpc.rec_done_epoch else None
-                if dpc.reconciling and epoch is None and redo_through is not None and \
-                        stime is not None and int(stime) > redo_through:
-                    self._redo_passed = True
-            if redo_through != dpc.redo_through:
-                dpc.redo_through = redo_through
-                self._save_dpc()  # a restart in the middle still knows where the REDO ended
+        for mark, epoch, stime in zip(*(control.column(c).to_pylist()
+                                        for c in (REDO, EPOCH, STIME)), strict=True):
+            if mark is not None:
+                continue
+            # A period reconciled already is read again only by a restarted query.
+            self._tentative_epoch = epoch if epoch is None or epoch > dpc.rec_done_epoch \
+                else None
+            if dpc.reconciling and epoch is None and dpc.redo_through is not None and \
+                    stime is not None and int(stime) > dpc.redo_through:
+                self._redo_passed = True
         if dpc.skip_epoch <= 0:
             return table
         superseded = pc.and_(pc.equal(table.column(TYPE), _TENTATIVE),

@@ -306,3 +306,21 @@ def test_a_real_time_writer_reconciles_in_the_stream() -> None:
     again = [decode_record(r.headers, None).type.value for r in sink.records[before:]]
     assert "TENTATIVE" not in again and "UNDO" not in again, again
     assert writer.dpc_state == "STABLE"
+
+
+def test_a_restart_between_the_undo_and_the_redo_s_boundaries_still_ends_in_rec_done(
+) -> None:
+    """The REDO's reach is kept from its first tuple: a writer that restarts before any of
+    the REDO's boundaries was released (its query's checkpoint past them) still knows
+    which stable BOUNDARY comes after all of it."""
+    writer, _ = _in_stream_writer()
+    writer.write_table(_table([_staged("TENTATIVE", 120, epoch=1, tuple_id="b"),
+                               _staged(BOUNDARY, 130, epoch=1)]), 1)
+    writer.write_table(_table([_staged("STABLE", 120, redo=1, tuple_id="b")]), 2)
+    assert writer.dpc_state == "STABILIZATION" and writer.dpc.redo_through == 120
+    restarted, sink = _in_stream_writer()
+    restarted.dpc = writer.dpc  # as the checkpoint keeps it
+    restarted.write_table(_table([_staged("STABLE", 150, tuple_id="d"),
+                                  _staged(BOUNDARY, 160)]), 3)
+    assert restarted.dpc_state == "STABLE"
+    assert _written(sink)[-1] == "REC_DONE"
