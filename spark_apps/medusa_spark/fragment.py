@@ -283,8 +283,7 @@ def _output_rows(box: str, results: DataFrame, output: FragmentOutput,
         either(F.col(ID), ID), either(F.col(STIME), STIME),
         F.when(result, _kafka_key(output, column_of)).alias(KEY), either(trace, TRACE),
         F.when(result, _packed_value(output, column_of)).alias(packed(box)),
-        *(either(F.col(name) if name in results.columns else F.lit(None).cast("int"), name)
-          for name in (EPOCH, REDO)),
+        F.col(EPOCH), F.col(REDO),  # a tuple's or its carried BOUNDARY's, alike
         *(carried[name].alias(name) for name in (SOURCE_OFFSET, READER)))
 
 

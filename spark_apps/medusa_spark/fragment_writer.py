@@ -473,9 +473,7 @@ class FragmentWriter:
                 raise request  # a standby writes nothing: it stops, rolls back, restarts
             # Otherwise the query writes on, tentative, while a query that redoes the
             # period runs beside it (see ``reconcile``); it never reads the REDO's tuples.
-        if redo == dpc.skip_epoch and dpc.reconciling and dpc.redo_traceparent is None:
-            dpc.redo_traceparent = redo_traceparent(table, redo)
-            self._save_dpc()
+        self._keep_redo_trace(table, redo)
         if dpc.read_batch(batch_id, _largest(table, EPOCH)):
             self._save_dpc()
         self._tentative_epoch = self.dpc.tentative_in(batch_id)
@@ -494,9 +492,8 @@ class FragmentWriter:
             self._undo_written = False
             self._started_ns = time.time_ns()  # the REC_DONE span's start
             self._save_dpc()
-        elif redo is not None and redo == dpc.skip_epoch and dpc.reconciling and \
-                dpc.redo_traceparent is None:  # seen first on a tuple, now on its BOUNDARY
-            dpc.redo_traceparent = redo_traceparent(table, redo)
+        else:  # seen first on a tuple, now perhaps on its BOUNDARY
+            self._keep_redo_trace(table, redo)
         if dpc.reconciling and redo is not None:
             # How far the REDO went, from its tuples as well as its boundaries: a stable
             # BOUNDARY past that comes after all of it (one before it, below its first
@@ -529,6 +526,15 @@ class FragmentWriter:
             return table
         self.superseded_tentative += dropped
         return table.filter(pc.invert(superseded))
+
+    def _keep_redo_trace(self, table: pa.Table, redo: int | None) -> None:
+        """Keeps the traceparent of the REDO being redone, once a batch carries it (on its
+        BOUNDARY records): the REC_DONE span joins that trace."""
+        dpc = self.dpc
+        if redo is not None and redo == dpc.skip_epoch and dpc.reconciling and \
+                dpc.redo_traceparent is None:
+            dpc.redo_traceparent = redo_traceparent(table, redo)
+            self._save_dpc()
 
     def _rec_done_due(self) -> bool:
         """REC_DONE goes out once every output has promised the REDO's boundary (less its

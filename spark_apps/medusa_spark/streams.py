@@ -136,7 +136,7 @@ def decode_input(source: DataFrame, name: str, stream: KafkaStream,
         wanted = wanted | is_boundary
         carried = [F.col(EPOCH), F.col(REDO),
                    F.when(is_boundary, F.struct(SOURCE_OFFSET, F.lit(reader).alias(READER),
-                                                ID, STIME, EPOCH, REDO, TRACE)).alias(CARRIED)]
+                                                ID, STIME, TRACE)).alias(CARRIED)]
     decoded = source.where(wanted).select(TYPE, ID, STIME, _decoded(stream).alias("_value"),
                                           TRACE, *carried)
     return decoded.select(TYPE, ID, STIME, "_value.*", TRACE,
