@@ -228,6 +228,8 @@ class FragmentWriter:
         self.reconciled_in_stream = 0
         self.superseded_tentative = 0
         """Tentative results left out in the stream: their period's REDO had begun."""
+        self._encoding: tuple[tuple[str, ...], list[Column]] | None = None
+        """The batch's columns and the columns that encode them (``_encoded``)."""
 
     @property
     def halted(self) -> bool:
@@ -354,8 +356,12 @@ class FragmentWriter:
 
     def _encoded(self, batch: DataFrame) -> pa.Table:
         """One Spark job: every output's values encoded, plus the control rows' columns."""
-        return batch.select(*encoded_columns(self.wiring, batch.columns,
-                                             F.unix_millis(F.current_timestamp()))).toArrow()
+        columns = tuple(batch.columns)
+        if self._encoding is None or self._encoding[0] != columns:
+            # Built once: dozens of calls into the JVM, tens of ms a batch at a low rate.
+            self._encoding = (columns, encoded_columns(
+                self.wiring, columns, F.unix_millis(F.current_timestamp())))
+        return batch.select(*self._encoding[1]).toArrow()
 
     def write_table(self, table: pa.Table, batch_id: int, began: float | None = None) -> None:
         """Writes rows already encoded (``encoded_columns``) as one batch, as ``__call__``

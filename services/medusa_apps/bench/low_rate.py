@@ -6,9 +6,10 @@ sensor), run as a node runs it: its SUnion (a process of its own) orders the rea
 into 1 s buckets on the fragment's input topic, and the query reads that topic, computes
 and writes each micro-batch through the FragmentWriter and the SOutput as one
 transaction. Spark's own query reads the readings topic straight (the same Kafka
-settings), decodes the Avro values, keeps the same rows and counts them per sensor and
-window into ``foreachBatch``. Both run side by side on one trigger of 1 s while the
-readings come in at ``rows_per_s``; only batches that read rows count.
+settings, its fetch as short a wait at the end of the log as the fragment's source),
+decodes the Avro values, keeps the same rows and counts them per sensor and window into
+``foreachBatch``. Both run side by side on one trigger of 1 s while the readings come in
+at ``rows_per_s``; only batches that read rows count.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from medusa.sensor_windows import SteadyInput
 from medusa.sensors import SENSOR_READINGS
 from medusa.settings import kafka_config, spark_kafka_options
 from medusa_apps.bench.spark_paths import bench_fragment
-from medusa_spark.fragment import build_fragment, read_source
+from medusa_spark.fragment import SOURCE_FETCH_WAIT_MS, build_fragment, read_source
 from medusa_spark.networks import network_yaml
 from medusa_spark.sunion_process import SUnionProcess
 
@@ -137,7 +138,8 @@ def _plain_aggregation(spark: SparkSession, bootstrap: str, topic: str) -> DataF
     zero byte and a 4-byte schema id), filtered and counted per sensor and 10 s window."""
     schema = schema_for_topic(SENSOR_READINGS).text
     raw = (spark.readStream.format("kafka").options(**spark_kafka_options(bootstrap))
-           .option("subscribe", topic).option("startingOffsets", "earliest").load())
+           .option("subscribe", topic).option("startingOffsets", "earliest")
+           .option("kafka.fetch.max.wait.ms", str(SOURCE_FETCH_WAIT_MS)).load())
     readings = raw.select(from_avro(F.expr("substring(value, 6, length(value) - 5)"),
                                     schema).alias("r")).select("r.*")
     return (readings.where("value > -1000000 AND value < 1000000")
