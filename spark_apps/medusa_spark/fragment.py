@@ -151,11 +151,15 @@ SOURCE_FETCH_WAIT_MS = 10
 """How long a fetch of the SUnion's topic waits for more records at the end of the log."""
 
 
-def read_source(spark: SparkSession, source: KafkaStream) -> DataFrame:
-    """The SUnion's topic, committed buckets only, from the start."""
+def read_source(spark: SparkSession, source: KafkaStream, max_per_batch: int | None = None
+                ) -> DataFrame:
+    """The SUnion's topic, committed buckets only, from the start; ``max_per_batch``
+    records at most in a batch (all there is by default)."""
     reader = spark.readStream.format("kafka")
     for key, value in spark_kafka_options(source.bootstrap).items():
         reader = reader.option(key, value)
+    if max_per_batch is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_per_batch))
     return (reader.option("subscribe", source.topic)
             .option("startingOffsets", "earliest")
             .option("includeHeaders", "true")

@@ -172,6 +172,7 @@ class Node:
                 if hosted.sunion is not None:
                     hosted.sunion.stop()
             self._hosting.backups.stop()
+            self._hosting.rehearsals.stop()
             try:
                 self.mark_down()
             except CatalogError as error:

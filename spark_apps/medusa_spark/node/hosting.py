@@ -54,6 +54,7 @@ from medusa_spark.network.validate import Plan, validate
 from medusa_spark.node.backups import Backups
 from medusa_spark.node.membership import Membership
 from medusa_spark.node.moves import Moves, stop_redo
+from medusa_spark.node.rehearsals import Rehearsals
 from medusa_spark.node.reporting import Reporting
 from medusa_spark.node.state import (
     HostedFragment,
@@ -131,6 +132,8 @@ class Hosting:
         ``SECONDARY_POLL_S``, so that a passive takeover starts soon after the failure."""
         self.backups = Backups(node.global_name)
         """The SUnions waiting here for the passive fragments this node backs up."""
+        self.rehearsals = Rehearsals(node.spark, node.global_name)
+        """Their queries, each run once beside the running one (compiled before a takeover)."""
         self._plans: dict[str, NetworkPlan] = {}
         self._precopied: set[str] = set()
         self._takeovers: dict[str, Callable[[], None]] = {}
@@ -210,6 +213,8 @@ class Hosting:
                 self._failed(name, error)
         self._take_over_side_by_side()
         self.backups.keep(backing, partial(self._backup_sunion, networks))
+        for entry in backing.values():
+            self._rehearse(networks, entry)
         # After the takeovers: a scale step's new instances write before the old ones stop.
         for entry in retiring:
             try:
@@ -226,6 +231,17 @@ class Hosting:
         wiring = self.wiring(network, entry.name, entry)
         return (self.sunion_config(wiring),
                 partial(self.start_sunion, entry.name, wiring, wait_for_go=True))
+
+    def _rehearse(self, networks: dict[str, NetworkPlan | Exception], entry: Entry) -> None:
+        """A backed-up fragment's query, rehearsed here once (see ``rehearsals``)."""
+        network = networks[entry.spec["network"]]
+        if isinstance(network, Exception):
+            return  # its takeover reports it
+        try:
+            self.rehearsals.start(entry.name, network.plan,
+                                  self.wiring(network, entry.name, entry))
+        except FRAGMENT_ERRORS as error:
+            log.debug("%s: no rehearsal of %s: %s", self.node.global_name, entry.name, error)
 
     def poll_interval(self, usual_s: float) -> float:
         """How long until the next pass."""
