@@ -18,8 +18,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pyarrow as pa
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
+from medusa.settings import kafka_config
 from medusa_spark.fragment import FragmentWiring, build_fragment, read_source
 from medusa_spark.fragment_writer import FragmentWriter, OutRecord
 from medusa_spark.network.execution import MICRO_BATCH
@@ -54,12 +57,29 @@ class _Discarded:
         pass
 
 
+class _RehearsalWriter(FragmentWriter):
+    """A fragment's writer that leaves no trace of a rehearsal: no dead letters (the
+    running query sent them) and no spans (its records' traces are the running query's)."""
+
+    def _dead_letters(self, table: pa.Table, rows: list[int]) -> None:
+        pass
+
+    def _traced(self, record: OutRecord, box: str, parent: str, started_ns: int,
+                batch_id: int) -> OutRecord:
+        return record
+
+    def _span_rec_done(self, parent: str | None, attributes: dict[str, str | int]) -> None:
+        pass
+
+
 def rehearse(spark: SparkSession, plan: Plan, wiring: FragmentWiring,
              stop: threading.Event | None = None) -> bool:
     """Runs the fragment's query from a scratch checkpoint until it has written one batch
     with rows (or found none); True when it did. Raises what the query raised."""
+    if not _exists(wiring.source.bootstrap, wiring.source.topic):
+        return False  # its SUnion makes it; reading it first could have the broker make it
     topics = [output.stream.topic for output in wiring.outputs.values()]
-    writer = FragmentWriter(plan, wiring, sinks=[_Discarded(topics)])
+    writer = _RehearsalWriter(plan, wiring, sinks=[_Discarded(topics)])
     frame = build_fragment(plan, wiring, read_source(spark, wiring.source,
                                                      max_per_batch=REHEARSAL_RECORDS))
     with tempfile.TemporaryDirectory(prefix="medusa-rehearsal-") as scratch:
@@ -80,6 +100,12 @@ def rehearse(spark: SparkSession, plan: Plan, wiring: FragmentWiring,
             return any(p.numInputRows > 0 for p in query.recentProgress)
         finally:
             query.stop()
+
+
+def _exists(bootstrap: str, topic: str) -> bool:
+    # Every topic's metadata: a request naming a missing topic may have it created.
+    found = AdminClient(kafka_config(bootstrap)).list_topics(timeout=10).topics.get(topic)
+    return found is not None and found.error is None and bool(found.partitions)
 
 
 class Rehearsals:
