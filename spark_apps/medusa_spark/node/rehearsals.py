@@ -77,7 +77,7 @@ def rehearse(spark: SparkSession, plan: Plan, wiring: FragmentWiring,
     """Runs the fragment's query from a scratch checkpoint until it has written one batch
     with rows (or found none); True when it did. Raises what the query raised."""
     if not _exists(wiring.source.bootstrap, wiring.source.topic):
-        return False  # its SUnion makes it; reading it first could have the broker make it
+        return False  # the wiring makes it; a read of a missing one could have it made
     topics = [output.stream.topic for output in wiring.outputs.values()]
     writer = _RehearsalWriter(plan, wiring, sinks=[_Discarded(topics)])
     frame = build_fragment(plan, wiring, read_source(spark, wiring.source,
