@@ -212,9 +212,7 @@ class Hosting:
             except FRAGMENT_ERRORS as error:
                 self._failed(name, error)
         self._take_over_side_by_side()
-        self.backups.keep(backing, partial(self._backup_sunion, networks))
-        for entry in backing.values():
-            self._rehearse(networks, entry)
+        self.backups.keep(backing, partial(self._prepare_backup, networks))
         # After the takeovers: a scale step's new instances write before the old ones stop.
         for entry in retiring:
             try:
@@ -222,26 +220,17 @@ class Hosting:
             except FRAGMENT_ERRORS as error:
                 self._failed(entry.name, error)
 
-    def _backup_sunion(self, networks: dict[str, NetworkPlan | Exception], entry: Entry
-                       ) -> tuple[SUnionConfig, Callable[[], SUnionProcess]]:
-        """A backed-up fragment's SUnion configuration here, and its start, waiting."""
+    def _prepare_backup(self, networks: dict[str, NetworkPlan | Exception], entry: Entry
+                        ) -> tuple[SUnionConfig, Callable[[], SUnionProcess]]:
+        """A backed-up fragment's SUnion configuration here, and its start, waiting; its
+        query is rehearsed here once per wiring (see ``rehearsals``)."""
         network = networks[entry.spec["network"]]
         if isinstance(network, Exception):
             raise network
-        wiring = self.wiring(network, entry.name, entry)
+        wiring = self.wiring(network, entry.name, entry)  # makes topics: once a pass
+        self.rehearsals.start(entry.name, network.plan, wiring)
         return (self.sunion_config(wiring),
                 partial(self.start_sunion, entry.name, wiring, wait_for_go=True))
-
-    def _rehearse(self, networks: dict[str, NetworkPlan | Exception], entry: Entry) -> None:
-        """A backed-up fragment's query, rehearsed here once (see ``rehearsals``)."""
-        network = networks[entry.spec["network"]]
-        if isinstance(network, Exception):
-            return  # its takeover reports it
-        try:
-            self.rehearsals.start(entry.name, network.plan,
-                                  self.wiring(network, entry.name, entry))
-        except FRAGMENT_ERRORS as error:
-            log.debug("%s: no rehearsal of %s: %s", self.node.global_name, entry.name, error)
 
     def poll_interval(self, usual_s: float) -> float:
         """How long until the next pass."""

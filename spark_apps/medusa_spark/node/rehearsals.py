@@ -88,16 +88,17 @@ def rehearse(spark: SparkSession, plan: Plan, wiring: FragmentWiring,
                       .outputMode("append").foreachBatch(writer)
                       .option("checkpointLocation", scratch)
                       .trigger(availableNow=True).start())
+        def has_read() -> bool:
+            return any(p.numInputRows > 0 for p in query.recentProgress)
+
         deadline = time.monotonic() + REHEARSAL_TIMEOUT_S
         try:
             while query.isActive and time.monotonic() < deadline and \
-                    not (stop is not None and stop.is_set()):
-                if any(p.numInputRows > 0 for p in query.recentProgress):
-                    return True
+                    not (stop is not None and stop.is_set()) and not has_read():
                 time.sleep(0.05)
             if query.exception() is not None:
                 raise RuntimeError(str(query.exception()))
-            return any(p.numInputRows > 0 for p in query.recentProgress)
+            return has_read()
         finally:
             query.stop()
 
