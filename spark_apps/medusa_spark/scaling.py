@@ -502,9 +502,11 @@ def _stime_of(message: Any) -> int | None:
 def first_offset_at(bootstrap: str, topic: str, stime_ms: int) -> int:
     """The first offset of a SUnion topic (one partition, buckets in stime order) whose
     record has a stime of ``stime_ms`` or later (binary search; the end if none)."""
+    # Each probe is a fetch: at the client's default wait (500 ms) a search over a long
+    # topic cost a scale step many seconds.
     consumer = Consumer(kafka_config(bootstrap, **{
         "group.id": f"medusa.scale.{time.time_ns()}", "enable.auto.commit": False,
-        "isolation.level": "read_committed"}))
+        "isolation.level": "read_committed", "fetch.wait.max.ms": END_OF_LOG_FETCH_WAIT_MS}))
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         while low < high:  # the smallest offset whose next committed record is late enough

@@ -21,7 +21,10 @@ from medusa_apps.bench.dpc_partition import (
     run_scenario,
 )
 
-pytestmark = pytest.mark.e2e
+# A long scenario (three failures, a node killed and started again while cut off): the
+# DPC paths it goes through are in `make test` one at a time (test_dpc, test_readme_dpc,
+# test_dpc_chain, test_dpc_realtime); `make test-scenarios` runs it.
+pytestmark = [pytest.mark.e2e, pytest.mark.scenario]
 
 SECONDS = 30
 """At least; the input goes on until the last failure has ended."""

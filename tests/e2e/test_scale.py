@@ -360,7 +360,7 @@ def test_the_linear_road_road_scaled_out_and_in_equals_the_reference(
                                   ) as progress:
                     outcome["summary"] = publish_traffic(
                         LR_ROAD_PROFILE, kafka_config=kafka_config, registry=registry_module,
-                        speedup=3, progress=progress, topic_prefix=prefix,
+                        speedup=4, progress=progress, topic_prefix=prefix,
                         end_of_stream=True)
             feeder = threading.Thread(target=publish, daemon=True)
             feeder.start()

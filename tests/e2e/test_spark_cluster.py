@@ -26,7 +26,9 @@ from tests.fragment_checks import wait_network_running
 from tests.spark_cluster import SparkStandalone
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.e2e
+# A long scenario (a standalone cluster's master and worker, a node on it, a move off it):
+# `make test-scenarios` runs it; the how-to it follows is docs/how-to/run-on-a-spark-cluster.md.
+pytestmark = [pytest.mark.e2e, pytest.mark.scenario]
 
 SENSORS = 4
 ON_CLUSTER, LOCAL = "beta/sc-b1", SharedNodes.B1
