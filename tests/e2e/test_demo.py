@@ -27,8 +27,8 @@ def test_the_demo_passes_its_own_check(local_federation, federation, shared_node
     for variable in [v for v in env if v.startswith("MEDUSA_EXTERNAL_")]:
         del env[variable]
     result = subprocess.run([sys.executable, "-m", "medusa_apps", "demo", "--duration", "120",
-                             "--speedup", "3", "--stop"], capture_output=True, text=True, env=env, timeout=900,
-                            check=False)
+                             "--speedup", "3", "--stop"], capture_output=True, text=True,
+                            env=env, timeout=900, check=False)
     output = result.stdout + result.stderr
     (tmp_path / "demo.log").write_text(output)
     assert result.returncode == 0, output[-6000:]

@@ -16,6 +16,7 @@ import pytest
 from medusa.linear_road import records as lr
 from medusa.linear_road.reference import compute
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
+from medusa_spark.boxes.keyed_state import EntryStore, KeyedState
 from medusa_spark.boxes.process import Processor
 from medusa_spark.processors.linear_road import Accounts, Road
 
@@ -73,7 +74,8 @@ def test_the_road_as_one_group_equals_the_reference_batch_by_batch() -> None:
 
 class KeyedBox:
     """A process box's processor as Spark runs it: per group of ``key``, in stime order and
-    the processor's order of inputs, with that group's state pickled between batches."""
+    the processor's order of inputs, with that group's state pickled between batches (or
+    its entries, for a processor with ``keyed_state``)."""
 
     def __init__(self, processor: Processor, key: list[str]) -> None:
         self.processor, self.key = processor, key
@@ -88,9 +90,15 @@ class KeyedBox:
             rows = rows.assign(_group=rows[self.key[0]].astype("int64") % buckets)
         found: dict[str, list[pd.DataFrame]] = {}
         for key, group in rows.groupby(["_group"] if buckets else self.key, sort=True):
-            state, results = self.processor.process(self.states.get(key),
-                                                    group.reset_index(drop=True))
-            self.states[key] = pickle.loads(pickle.dumps(state, protocol=5))
+            if self.processor.keyed_state:  # entries, each stored on its own
+                entries = self.states.setdefault(key, {})
+                keyed = KeyedState(EntryStore.of_dict(entries))  # type: ignore[arg-type]
+                _, results = self.processor.process(keyed, group.reset_index(drop=True))
+                keyed.flush()
+            else:
+                state, results = self.processor.process(self.states.get(key),
+                                                        group.reset_index(drop=True))
+                self.states[key] = pickle.loads(pickle.dumps(state, protocol=5))
             self.groups_run += 1
             for port, frame in results.items():
                 found.setdefault(port, []).append(frame)

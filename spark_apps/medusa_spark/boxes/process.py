@@ -6,7 +6,9 @@ rows of a micro-batch of all its inputs in stime order, with the state it return
 time (any picklable object). It returns its new state and its results per output port.
 Spark runs it as one stateful operator (``applyInPandasWithState``): the state is
 checkpointed with the query's, so a restarted, moved or rolled-back fragment resumes it
-exactly.
+exactly. A processor whose state is many small values under keys of its own declares
+``keyed_state`` and gets them as entries checkpointed one by one (see ``keyed_state``;
+Spark's ``transformWithStateInPandas`` runs it).
 
 A result keeps the ``_id`` and ``_stime`` the processor gives it; ids must be
 deterministic, so that a replayed batch gives the same ids. Results are TENTATIVE from
@@ -32,6 +34,7 @@ from pydantic import Field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
@@ -42,6 +45,7 @@ from pyspark.sql.types import (
 )
 
 from medusa_spark.boxes.base import Box, BoxParams
+from medusa_spark.boxes.keyed_state import EntryStore, KeyedState
 from medusa_spark.streams import ID, STABLE, STIME, TENTATIVE, TYPE
 
 PORT = "_port"
@@ -57,6 +61,10 @@ class Processor(ABC):
     """Input port names; rows of one stime come in this order of their ports."""
     outputs: ClassVar[dict[str, StructType]]
     """Output port -> its fields (without the envelope)."""
+    keyed_state: ClassVar[bool] = False
+    """True: ``state`` is a ``KeyedState`` (its group's entries, each a row of Spark's state
+    store, so a checkpoint writes only the entries a batch changed), which ``process``
+    changes in place; what it returns as state is not kept. Needs the RocksDB state store."""
 
     @abstractmethod
     def process(self, state: Any | None, rows: pd.DataFrame) -> tuple[Any, dict[str, pd.DataFrame]]:
@@ -159,51 +167,110 @@ class ProcessBox(Box):
         state_struct = StructType([StructField("state", BinaryType()),
                                    StructField("tentative", BooleanType())])
         output = self.output_struct()
+        if self.processor.keyed_state:
+            return merged.groupBy(*keys).transformWithStateInPandas(
+                _KeyedRunner(self.processor, output, merged.columns), output, "Append", "None")
         run = _runner(self.processor, output)
         return merged.groupBy(*keys).applyInPandasWithState(
             run, output, state_struct, "append", GroupStateTimeout.NoTimeout)
 
 
+def _ordered(frames: Iterator[pd.DataFrame], order: dict[str, int]) -> pd.DataFrame:
+    """A group's rows of one batch, in stime order, then input port, then id."""
+    rows = pd.concat(list(frames), ignore_index=True)
+    rows["_order"] = rows[INPUT_PORT].map(order)
+    rows = rows.sort_values([STIME, "_order", ID], kind="stable").drop(columns="_order")
+    return rows.reset_index(drop=True)
+
+
+def _quiet_concat_warnings() -> None:
+    # pyspark's own serializer concatenates frames with all-null columns (the ports a
+    # batch has no results for) and pandas warns about it at every batch.
+    warnings.filterwarnings("ignore", category=FutureWarning,
+                            message="The behavior of DataFrame concatenation")
+
+
+def _results(processor_type: type[Processor], output: StructType,
+             results: dict[str, pd.DataFrame], tentative: bool) -> pd.DataFrame | None:
+    """A processor's results per port as the box's output rows (None: no results)."""
+    ports = processor_type.outputs
+    parts = []
+    for port, frame in results.items():
+        if frame is None or frame.empty:
+            continue
+        if port not in ports:
+            raise ValueError(f"processor {processor_type.__name__} returned port {port!r}, "
+                             f"not one of {sorted(ports)}")
+        part = pd.DataFrame({
+            TYPE: TENTATIVE if tentative else STABLE,
+            ID: frame[ID].astype(str).to_numpy(),
+            STIME: pd.to_datetime(frame[STIME].astype("int64"), unit="ms", utc=True),
+            PORT: port,
+        })
+        for field in ports[port].fields:
+            part[port_column(port, field.name)] = frame[field.name].to_numpy()
+        parts.append(part)
+    if not parts:
+        return None
+    return pd.concat(parts, ignore_index=True).reindex(columns=[f.name for f in output.fields])
+
+
 def _runner(processor_type: type[Processor], output: StructType) -> Any:
     """The function Spark calls per group; it builds its processor on first use."""
     order = {port: index for index, port in enumerate(processor_type.inputs)}
-    ports = processor_type.outputs
-    columns = [f.name for f in output.fields]
     instance: list[Processor] = []
 
     def run(_key: Any, frames: Iterator[pd.DataFrame], state: GroupState
             ) -> Iterator[pd.DataFrame]:
         if not instance:
-            # pyspark's own serializer concatenates frames with all-null columns (the
-            # ports a batch has no results for) and pandas warns about it at every batch.
-            warnings.filterwarnings("ignore", category=FutureWarning,
-                                    message="The behavior of DataFrame concatenation")
+            _quiet_concat_warnings()
             instance.append(processor_type())
-        rows = pd.concat(list(frames), ignore_index=True)
-        rows["_order"] = rows[INPUT_PORT].map(order)
-        rows = rows.sort_values([STIME, "_order", ID], kind="stable").drop(columns="_order")
+        rows = _ordered(frames, order)
         saved, tentative = (pickle.loads(state.get[0]), bool(state.get[1])) if state.exists \
             else (None, False)
         tentative = tentative or bool((rows[TYPE] == TENTATIVE).any())
-        new_state, results = instance[0].process(saved, rows.reset_index(drop=True))
+        new_state, results = instance[0].process(saved, rows)
         state.update((pickle.dumps(new_state, protocol=5), tentative))
-        parts = []
-        for port, frame in results.items():
-            if frame is None or frame.empty:
-                continue
-            if port not in ports:
-                raise ValueError(f"processor {processor_type.__name__} returned port {port!r}, "
-                                 f"not one of {sorted(ports)}")
-            part = pd.DataFrame({
-                TYPE: TENTATIVE if tentative else STABLE,
-                ID: frame[ID].astype(str).to_numpy(),
-                STIME: pd.to_datetime(frame[STIME].astype("int64"), unit="ms", utc=True),
-                PORT: port,
-            })
-            for field in ports[port].fields:
-                part[port_column(port, field.name)] = frame[field.name].to_numpy()
-            parts.append(part)
-        if parts:
-            yield pd.concat(parts, ignore_index=True).reindex(columns=columns)
+        frame = _results(processor_type, output, results, tentative)
+        if frame is not None:
+            yield frame
 
     return run
+
+
+class _KeyedRunner(StatefulProcessor):
+    """A processor with ``keyed_state``, as Spark's ``transformWithStateInPandas`` runs it:
+    the group's entries in a map state, its TENTATIVE mark in a value state."""
+
+    def __init__(self, processor_type: type[Processor], output: StructType,
+                 columns: list[str]) -> None:
+        self._type = processor_type
+        self._output = output
+        self._order = {port: index for index, port in enumerate(processor_type.inputs)}
+        self._columns = columns
+        """The input's column names: pyspark hands this operator a column whose name begins
+        with '_' renamed by its position ('_in' as '_1'), in the input's order."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        _quiet_concat_warnings()
+        self._processor = self._type()
+        self._entries = handle.getMapState("entries", "key binary", "value binary")
+        self._tentative = handle.getValueState("tentative", "tentative boolean")
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: Any) -> Iterator[pd.DataFrame]:
+        frame = _ordered((part.set_axis(self._columns, axis=1) for part in rows), self._order)
+        marked = self._tentative.get()
+        was_tentative = bool(marked[0]) if marked is not None else False
+        tentative = was_tentative or bool((frame[TYPE] == TENTATIVE).any())
+        state = KeyedState(EntryStore.of_map_state(self._entries))
+        _, results = self._processor.process(state, frame)
+        state.flush()
+        if tentative and not was_tentative:
+            self._tentative.update((True,))
+        out = _results(self._type, self._output, results, tentative)
+        if out is not None:
+            yield out
+
+    def close(self) -> None:
+        pass

@@ -187,8 +187,21 @@ def fragments_of(plan: Plan, member: dict[str, str]) -> dict[str, Fragment]:
         ha = "active" if any(network.boxes[b].ha == "active" for b in boxes) else "passive"
         store = ("memory" if any(network.boxes[b].state_store == "memory" for b in boxes)
                  else "rocksdb")
+        if store == "memory":
+            _check_no_keyed_state(name, boxes, plan)
         result[name] = Fragment(name, boxes, tuple(inputs), outputs, ha, store)
     return result
+
+
+def _check_no_keyed_state(name: str, boxes: tuple[str, ...], plan: Plan) -> None:
+    """A processor's entries (``keyed_state``) live in Spark's RocksDB state store only."""
+    for box in boxes:
+        processor = getattr(plan.boxes[box], "processor", None)
+        if processor is not None and processor.keyed_state:
+            raise NetworkError(f"box {box!r}, field 'state_store': fragment {name!r} keeps its "
+                               f"state in memory, and {processor.__name__} keeps its state as "
+                               "entries, which need the RocksDB store; drop 'state_store: "
+                               "memory' or give the box a fragment of its own")
 
 
 def _check_one_process_box(name: str, boxes: tuple[str, ...], plan: Plan) -> None:

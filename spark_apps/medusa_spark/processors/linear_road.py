@@ -28,6 +28,7 @@ without one would stay stopped on the first.
 from __future__ import annotations
 
 import math
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, ClassVar, NamedTuple
@@ -282,16 +283,18 @@ class Road(Processor):
 class Accounts(Processor):
     """Cars' accounts (the box's key is ``[vid]``, hashed into ``key_buckets``): the sum of
     each car's charges, and the answer to each of its balance queries (rule 11, as of the
-    query's own second). The state is the bucket's balances, vid -> tolls charged."""
+    query's own second). The state is the bucket's balances, vid -> tolls charged, an entry
+    per car (``keyed_state``): a batch's checkpoint writes the balances it changed."""
 
     inputs: ClassVar[tuple[str, ...]] = ("charges", "balance_queries")
     outputs: ClassVar[dict[str, StructType]] = {
         "account_balances": _ints("qid", "vid", "time", "result_time", "balance"),
     }
+    keyed_state: ClassVar[bool] = True
 
     def process(self, state: Any | None, rows: pd.DataFrame
                 ) -> tuple[Any, dict[str, pd.DataFrame]]:
-        balances: dict[int, int] = state if state is not None else {}
+        balances: MutableMapping[int, int] = state if state is not None else {}
         answers: list[tuple[Any, ...]] = []
         tolls = rows["toll"].to_numpy() if "toll" in rows.columns else [None] * len(rows)
         qids = rows["qid"].to_numpy() if "qid" in rows.columns else [None] * len(rows)
