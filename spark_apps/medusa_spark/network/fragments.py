@@ -189,12 +189,14 @@ def fragments_of(plan: Plan, member: dict[str, str]) -> dict[str, Fragment]:
                  else "rocksdb")
         if store == "memory":
             _check_no_keyed_state(name, boxes, plan)
+        _check_timed_results_not_windowed(name, boxes, plan)
         result[name] = Fragment(name, boxes, tuple(inputs), outputs, ha, store)
     return result
 
 
 def _check_no_keyed_state(name: str, boxes: tuple[str, ...], plan: Plan) -> None:
-    """A processor's entries (``keyed_state``) live in Spark's RocksDB state store only."""
+    """A processor's entries (``keyed_state``) and an aggregate's timers (``expiry:
+    timers``) live in Spark's RocksDB state store only."""
     for box in boxes:
         processor = getattr(plan.boxes[box], "processor", None)
         if processor is not None and processor.keyed_state:
@@ -202,6 +204,35 @@ def _check_no_keyed_state(name: str, boxes: tuple[str, ...], plan: Plan) -> None
                                f"state in memory, and {processor.__name__} keeps its state as "
                                "entries, which need the RocksDB store; drop 'state_store: "
                                "memory' or give the box a fragment of its own")
+        if _timed(plan, box):
+            raise NetworkError(f"box {box!r}, field 'state_store': fragment {name!r} keeps its "
+                               "state in memory, and an aggregate with 'expiry: timers' needs "
+                               "the RocksDB store; drop 'state_store: memory' or give the box "
+                               "a fragment of its own")
+
+
+def _timed(plan: Plan, box: str) -> bool:
+    params = getattr(plan.boxes[box], "params", None)
+    return getattr(params, "expiry", None) == "timers"
+
+
+def _check_timed_results_not_windowed(name: str, boxes: tuple[str, ...], plan: Plan) -> None:
+    """The results of an aggregate with ``expiry: timers`` carry no event-time marker: a
+    box that windows (an aggregate, a join) cannot read them in the same query."""
+    inside = set(boxes)
+    for box in boxes:
+        if plan.boxes[box].type_name not in ("aggregate", "join"):
+            continue
+        upstream = [s for s in plan.inputs[box].values() if s in inside]
+        while upstream:
+            source = upstream.pop()
+            if _timed(plan, source):
+                raise NetworkError(
+                    f"box {box!r}, field 'fragment': in fragment {name!r} it windows the "
+                    f"results of aggregate {source!r} (expiry: timers), which carry no "
+                    "event-time marker in the same query; give it a fragment of its own")
+            if not plan.boxes[source].stateful:
+                upstream.extend(s for s in plan.inputs[source].values() if s in inside)
 
 
 def _check_one_process_box(name: str, boxes: tuple[str, ...], plan: Plan) -> None:
