@@ -5,8 +5,11 @@ Two nodes of participant alpha (and one of beta, for a warm move onto a partner'
 under a contract) run one fragment of two windowed aggregates over the same readings:
 ``per_sensor``, a sliding window whose results come every slide (the output whose pause is
 measured), and ``ballast``, which keeps one large value per key for a day (the state that
-has to move). A fill phase sends the ballast, then the fragment is moved from one node to
-the other. The pause is the longest gap between results from the request until the move is
+has to move). The ballast's windows expire by timers (``expiry: timers``), as a network
+with a large state asks; the largest state is also moved warm with Spark's own aggregation
+(``expiry: scan``), whose every batch goes through the whole state, side by side. A fill
+phase sends the ballast, then the fragment is moved from one node to the other. The pause
+is the longest gap between results from the request until the move is
 done (a warm move hands over at its end); the gaps in the two minutes before say what the
 output does without a move."""
 
@@ -74,6 +77,8 @@ class Migration:
     switch_gap_s: float | None = None
     """The longest of the two gaps around the moment the new node took the output over
     (the old node's last results, the new node's first, its next)."""
+    ballast_expiry: str = "timers"
+    """How the ballast's windows leave its state (the aggregate's ``expiry``)."""
 
     @property
     def pause_beyond_normal_s(self) -> float | None:
@@ -100,11 +105,13 @@ def _beyond(gap_s: float | None, normal_s: float | None) -> float | None:
 
 def summary(moves: list[Migration]) -> dict[str, Any]:
     """The figures ``bench.json`` keeps: the largest state moved warm and its pause."""
-    warm = [m for m in moves if m.mode == "warm"]
+    warm = [m for m in moves if m.mode == "warm" and m.ballast_expiry == "timers"]
     if not warm:
         return {"largest_state_mb": None, "pause_at_largest_s": None}
     largest = max(warm, key=lambda m: m.ballast_mb)
     cold = [m for m in moves if m.mode == "cold" and m.ballast_mb == largest.ballast_mb]
+    scanned = [m for m in moves if m.mode == "warm" and m.ballast_expiry == "scan"
+               and m.ballast_mb == largest.ballast_mb]
     ratio = (round(cold[0].pause_s / largest.pause_s, 2)
              if cold and cold[0].pause_s and largest.pause_s else None)
     return {"largest_state_mb": round(largest.state_mb, 1),
@@ -116,11 +123,15 @@ def summary(moves: list[Migration]) -> dict[str, Any]:
             "cold_pause_at_largest_s": cold[0].pause_s if cold else None,
             "cold_over_warm_at_largest": ratio,
             "warm_pauses_s": {str(m.ballast_mb): m.pause_s for m in warm},
+            "ballast_expiry": "timers",
+            # The same move with Spark's own aggregation holding the ballast (expiry: scan).
+            "pause_at_largest_scan_s": scanned[0].pause_beyond_normal_s if scanned else None,
+            "normal_gap_at_largest_scan_s": scanned[0].gap_before_s if scanned else None,
             # A warm move onto a partner's node (another cluster), as BPM makes it.
             "partner": [m.as_dict() for m in moves if m.mode == "partner"]}
 
 
-def network_yaml(name: str) -> str:
+def network_yaml(name: str, ballast_expiry: str = "timers") -> str:
     """The measured fragment: a sliding window per sensor, and the ballast beside it."""
     return yaml.safe_dump({
         "name": name, "participant": "alpha", "topic_prefix": f"{name}.", "partitions": 2,
@@ -136,7 +147,8 @@ def network_yaml(name: str) -> str:
                 "type": "aggregate", "key": ["sensor_id"],
                 "params": {"window": {"type": "tumbling", "size": "1 day"},
                            "group_by": ["sensor_id"],
-                           "aggregates": {"payload": {"last": "site"}}}},
+                           "aggregates": {"payload": {"last": "site"}},
+                           "expiry": ballast_expiry}},
         },
         "arrows": [{"from": "readings", "to": "checked"}, {"from": "checked", "to": "steady"},
                    {"from": "steady", "to": "per_sensor"}, {"from": "checked", "to": "heavy"},
@@ -248,17 +260,18 @@ def _switch_gap(times_ms: list[int], done_ms: int, within_ms: int = 500) -> floa
 
 
 def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSession,
-            layout: StackLayout, runs: list[tuple[str, int]], say: Callable[[str], None]
+            layout: StackLayout, runs: list[tuple[str, int, str]], say: Callable[[str], None]
             ) -> list[Migration]:
-    """One move per (mode, ballast MB), each on a network of its own."""
+    """One move per (mode, ballast MB, ballast expiry), each on a network of its own."""
     results = []
     with CatalogClient(endpoints.catalog_url) as catalog:
-        wanted = NODES + ((PARTNER_NODE,) if any(m == "partner" for m, _ in runs) else ())
+        wanted = NODES + ((PARTNER_NODE,) if any(m == "partner" for m, _, _ in runs) else ())
         say(f"  starting nodes {', '.join(wanted)}")
         nodes = start_nodes(layout, catalog, wanted)
         try:
-            for mode, ballast_mb in runs:
-                results.append(_one(endpoints, registry, spark, catalog, mode, ballast_mb, say))
+            for mode, ballast_mb, expiry in runs:
+                results.append(_one(endpoints, registry, spark, catalog, mode, ballast_mb,
+                                    expiry, say))
         finally:
             for process in nodes:
                 processes.stop(process)
@@ -267,11 +280,11 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
 
 def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSession,
          catalog: CatalogClient,
-         mode: str, ballast_mb: int, say: Callable[[str], None]) -> Migration:
+         mode: str, ballast_mb: int, expiry: str, say: Callable[[str], None]) -> Migration:
     name = f"bench-migrate-{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
     config = kafka_config(endpoints.bootstrap("alpha"))
-    deploy(network_yaml(name), name, endpoints, registry, spark, catalog,
+    deploy(network_yaml(name, expiry), name, endpoints, registry, spark, catalog,
            dict.fromkeys(("checked", "steady", "per_sensor", "heavy", "ballast"), NODES[0]),
            report=lambda _: None)
     box = f"{network}/per_sensor"
@@ -289,7 +302,8 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
             raise source.error
         # Moved once it has taken the whole fill in: a result of a window after the fill.
         _wait_result_after(watch, output, source.last_fill_stime, 900)
-        say(f"  {mode} {ballast_mb} MB: filled in {time.monotonic() - fill_started:.0f} s")
+        filled_s = time.monotonic() - fill_started
+        say(f"  {mode} {ballast_mb} MB ({expiry}): filled in {filled_s:.0f} s")
         time.sleep(10)
         entry = resolve_fragment(catalog, box)
         checkpoints.append(entry.spec["checkpoint"])
@@ -321,8 +335,8 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
                            round(pause, 2) if pause is not None else None,
                            round(statistics.median(gaps), 2) if gaps else None,
                            round(max(gaps), 2) if gaps else None,
-                           round(switch, 2) if switch is not None else None)
-        say(f"  {mode} {ballast_mb} MB: state {result.state_mb:7.1f} MB, hand-over "
+                           round(switch, 2) if switch is not None else None, expiry)
+        say(f"  {mode} {ballast_mb} MB ({expiry}): state {result.state_mb:7.1f} MB, hand-over "
             f"{moved.seconds:5.1f} s, output pause {pause if pause is not None else '-'} s, "
             f"at the switch {result.switch_gap_s} s (without a move: median gap "
             f"{result.gap_before_s} s, longest {result.longest_gap_before_s} s)")
