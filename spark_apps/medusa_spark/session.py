@@ -6,6 +6,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyspark
 from pyspark.sql import SparkSession
@@ -179,7 +180,7 @@ def spark_session(app_name: str, master: str = "local[2]",
     SLOTS.configure(realtime_slots if local else 0)
     if local and realtime_slots:
         master = f"local[{int(local.group(1)) + realtime_slots}]"
-    return (
+    session = (
         builder.appName(app_name)
         .master(master)
         .config("spark.jars", jars)
@@ -199,3 +200,22 @@ def spark_session(app_name: str, master: str = "local[2]",
         .config("spark.sql.streaming.stopTimeout", str(QUERY_STOP_TIMEOUT_MS))
         .getOrCreate()
     )
+    _quiet(session, QUIET_LOGGERS)
+    return session
+
+
+QUIET_LOGGERS = (
+    # A warning for every read of a map state's missing key: an aggregate with timers
+    # (``expiry: timers``) reads one per new window, thousands a batch.
+    "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer",
+)
+
+
+def _quiet(spark: SparkSession, loggers: tuple[str, ...]) -> None:
+    """Spark's ``loggers`` log errors only, in this JVM (a local node's executors too)."""
+    jvm: Any = spark._jvm
+    if jvm is None:
+        return
+    log4j = jvm.org.apache.logging.log4j
+    for name in loggers:
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.ERROR)

@@ -46,15 +46,15 @@ def test_a_moves_pause_is_counted_beyond_the_normal_gap_between_results() -> Non
                      longest_gap_before_s=2.9, switch_gap_s=2.4)
     cold = Migration("cold", 1000, 1_050_000_000, 9.0, pause_s=8.0, gap_before_s=2.0,
                      longest_gap_before_s=2.9)
-    scanned = Migration("warm", 1000, 1_050_000_000, 60.0, pause_s=4.5, gap_before_s=2.5,
-                        longest_gap_before_s=3.0, ballast_expiry="scan")
+    timed = Migration("warm", 1000, 800_000_000, 60.0, pause_s=4.5, gap_before_s=2.5,
+                      longest_gap_before_s=3.0, ballast_expiry="timers")
     got = summary([Migration("warm", 10, 9_000_000, 20.0, 2.5, 2.0, 2.2, 2.1), warm, cold,
-                   scanned])
+                   timed])
     assert got["largest_state_mb"] == 1050.0
     assert got["pause_at_largest_s"] == 1.2 and got["longest_gap_at_largest_s"] == 3.2
     assert got["switch_beyond_normal_at_largest_s"] == 0.4
     assert got["cold_pause_at_largest_s"] == 8.0
-    assert got["pause_at_largest_scan_s"] == 2.0, "the same move, Spark's own aggregation"
+    assert got["pause_at_largest_timers_s"] == 2.0, "the same move, windows expiring by timers"
 
 
 def test_the_gap_at_a_switch_spans_the_old_nodes_last_result_and_the_new_nodes_next_two(

@@ -254,13 +254,14 @@ def _move(bench: _Bench, got: _Figures) -> None:
     if not bench.state_mb:
         return
     sizes = sorted(bench.state_mb)
-    migrations = [("warm", size, "timers") for size in sizes] + \
-        [("warm", sizes[-1], "scan")] + \
-        [("cold", size, "timers") for size in dict.fromkeys([sizes[0], sizes[-1]])] + \
-        [("partner", sizes[0], "timers")]
+    migrations = [("warm", size, "scan") for size in sizes] + \
+        [("warm", sizes[-1], "timers")] + \
+        [("cold", size, "scan") for size in dict.fromkeys([sizes[0], sizes[-1]])] + \
+        [("partner", sizes[0], "scan")]
     bench.say(f"moving a stateful fragment between nodes, warm and cold, state of "
-              f"{', '.join(map(str, sizes))} MB; warm at {sizes[-1]} MB with Spark's own "
-              f"aggregation holding it too; and warm onto a partner's node at {sizes[0]} MB")
+              f"{', '.join(map(str, sizes))} MB; warm at {sizes[-1]} MB with the ballast's "
+              f"windows expiring by timers too; and warm onto a partner's node at "
+              f"{sizes[0]} MB")
     with _part("move", bench.errors, bench.say):
         got.moves = state_migration.measure(bench.endpoints, bench.registry, bench.spark,
                                             bench.layout, migrations, bench.say)
@@ -628,9 +629,9 @@ def _plot_moves(out: Path, got: _Figures) -> None:
     pause_plot(out / "move_pause.png", "Moving a stateful fragment: output pause",
                {label: [(m.state_mb, m.pause_s, m.hand_over_s) for m in got.moves
                         if (m.mode, m.ballast_expiry) == (mode, expiry)]
-                for label, mode, expiry in (("warm", "warm", "timers"), ("cold", "cold", "timers"),
-                                            ("partner", "partner", "timers"),
-                                            ("warm, Spark's own aggregation", "warm", "scan"))},
+                for label, mode, expiry in (("warm", "warm", "scan"), ("cold", "cold", "scan"),
+                                            ("partner", "partner", "scan"),
+                                            ("warm, expiry by timers", "warm", "timers"))},
                state_migration.SLIDE_S)
 
 

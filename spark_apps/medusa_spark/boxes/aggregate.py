@@ -83,11 +83,12 @@ class AggregateParams(BoxParams):
     """Output fields as expressions over the results; group fields + aggregates by default."""
     expiry: Literal["scan", "timers"] = "scan"
     """How closed windows leave the state. ``scan``: Spark's own aggregation, which goes
-    through the whole state every batch (fastest while the state is small). ``timers``:
-    each window's end is an event-time timer, so a batch costs what it brings and closes,
-    whatever the state holds (for large state: a move or takeover then pays no scan of
-    it), at a Python call per group a batch; tumbling and sliding windows, the RocksDB
-    state store, and no box that windows its results again in the same fragment."""
+    through the whole state every batch the watermark moves. ``timers``: each window's
+    end is an event-time timer, so a batch costs what it brings and closes, whatever the
+    state holds, at a Python call per group with rows or closing windows in a batch
+    (about a millisecond: for a large state kept by few groups a batch, not by many new
+    ones); tumbling and sliding windows, the RocksDB state store, and no box that windows
+    its results again in the same fragment."""
 
     @model_validator(mode="after")
     def _timers_need_fixed_windows(self) -> AggregateParams:
