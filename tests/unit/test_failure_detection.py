@@ -259,3 +259,20 @@ def test_a_failed_fragment_is_taken_over_with_its_error_cleared_and_a_lost_repli
     assert (standby["node"], standby["replica"], standby["replica_ready"]) == (
         "alpha/a2", "alpha/a3", False)
     assert catalog.get(Kind.FRAGMENTS, "alpha/n/elsewhere").version == 1
+
+
+def test_no_node_is_declared_failed_while_its_participants_heartbeat_path_is_stalled() -> None:
+    catalog, detector = _federation()
+    detector.refresh(0.0)
+    _run(detector, 0.0, 10.0, {"alpha/a1", "alpha/a2"})
+    detector.paths.sent("alpha", 9.9)
+    detector.paths.arrived("alpha", 9.9)
+    detector.paths.sent("alpha", 10.0)  # the path stalls: this canary does not come back
+    _run(detector, 10.0, 20.0, set())  # every node there falls silent with it
+    assert not detector.failed
+    assert catalog.get(Kind.NODES, "alpha/a1").spec["status"] == "up"
+    assert {e.kind for e in detector.state.events} == {"suspected"}
+    detector.paths.arrived("alpha", 10.0)  # the path carries records again; a1 stays silent
+    _run(detector, 20.0, 25.0, {"alpha/a2"})
+    assert list(detector.failed) == ["alpha/a1"]
+    assert catalog.get(Kind.NODES, "alpha/a2").spec["status"] == "up"

@@ -18,19 +18,21 @@ import io
 import logging
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import fastavro
-from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
 
 from medusa.catalog.client import CatalogClient, CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.consuming import take
+from medusa.detector.paths import CANARY_HEADER, HeartbeatPaths
 from medusa.detector.policy import DetectorConfig, Health, Policy
 from medusa.detector.takeover import Takeover, take_over
 from medusa.endpoints import Endpoints
@@ -41,6 +43,12 @@ from medusa.topics import ensure_topics
 from medusa.tracing import traceparent
 
 log = logging.getLogger("medusa.detector")
+
+CANARY_INTERVAL_S = 0.2
+CANARY_LATE_AFTER_S = 0.5
+"""A canary this late means a stalled path: below the silence after which a node with the
+default heartbeat interval (0.5 s) is declared failed (about 1.1 s), and far above a
+canary's round trip through the broker (milliseconds)."""
 
 
 @dataclass
@@ -117,9 +125,15 @@ class FailureDetector:
         self.failed: dict[str, str | None] = {}
         """Nodes declared failed, with the incarnation that failed."""
         self.state = DetectorState()
+        self.paths = HeartbeatPaths(CANARY_LATE_AFTER_S)
+        self._holding: set[str] = set()
+        """Participants whose path is stalled, with a declaration held back."""
         self._schema = schema_for_topic(HEARTBEAT_TOPIC).parsed
         self._stop = threading.Event()
         self._next_refresh = 0.0
+        self._next_canary = 0.0
+        self._canary_id = uuid.uuid4().hex
+        """Tells this detector's canaries from another one's on the same path."""
 
     # -- heartbeats -----------------------------------------------------------------------
 
@@ -135,6 +149,16 @@ class FailureDetector:
             consumer.assign([TopicPartition(HEARTBEAT_TOPIC, 0, OFFSET_END)])
             consumers.append(consumer)
         return consumers
+
+    def _send_canaries(self, producers: dict[str, Producer], now: float) -> None:
+        if now < self._next_canary:
+            return
+        self._next_canary = now + CANARY_INTERVAL_S
+        for participant, producer in producers.items():
+            producer.produce(HEARTBEAT_TOPIC, value=b"",
+                             headers=[(CANARY_HEADER, f"{self._canary_id} {now!r}")])
+            producer.poll(0)
+            self.paths.sent(participant, now)
 
     def heartbeat(self, node: str, incarnation: str, now: float) -> None:
         watched = self.watched.get(node)
@@ -179,6 +203,8 @@ class FailureDetector:
     def assess(self, now: float) -> None:
         for watched in list(self.watched.values()):
             health = watched.policy.assess(now)
+            if self._held(watched, health, now):
+                health = Health.SUSPECT
             if health == watched.health:
                 continue
             previous, watched.health = watched.health, health
@@ -193,6 +219,21 @@ class FailureDetector:
                 watched.suspected_at_wall = None
             elif health == Health.FAILED:
                 self._declare(watched)
+
+    def _held(self, watched: Watched, health: Health, now: float) -> bool:
+        """A failure not declared yet: the node's participant's path is stalled."""
+        participant = watched.node.split("/", 1)[0]
+        if not self.paths.stalled(participant, now):
+            self._holding.discard(participant)
+            return False
+        if health != Health.FAILED:
+            return False
+        if participant not in self._holding:
+            self._holding.add(participant)
+            log.warning("the heartbeat path of %s is stalled (a canary %.1fs overdue): no "
+                        "node of it is declared failed until it carries heartbeats again",
+                        participant, self.paths.overdue_s(participant, now))
+        return True
 
     def _declare(self, watched: Watched) -> None:
         declared_at = time.time()
@@ -271,6 +312,8 @@ class FailureDetector:
 
     def run(self) -> None:
         consumers = self._consumers()
+        producers = {p: Producer(kafka_config(self.endpoints.bootstrap(p), linger_ms=0))
+                     for p in self.participants}
         log.info("watching the nodes of %s (%s policy, acceptable pause %.1fs)",
                  ", ".join(self.participants), self.config.policy,
                  self.config.acceptable_pause_s)
@@ -283,10 +326,16 @@ class FailureDetector:
                     except CatalogError as error:
                         log.warning("catalog: %s", error)
                     self._next_refresh = now + self.refresh_s
-                for consumer in consumers:
+                self._send_canaries(producers, now)
+                for participant, consumer in zip(self.participants, consumers, strict=True):
                     for message in take(consumer, 1000, self.tick_s / len(consumers)):
                         value = message.value()
                         if message.error() is not None or value is None:
+                            continue
+                        canary = _canary(message.headers())
+                        if canary is not None:
+                            if canary[0] == self._canary_id:
+                                self.paths.arrived(participant, canary[1])
                             continue
                         if _is_boundary(message.headers()):
                             continue
@@ -297,9 +346,22 @@ class FailureDetector:
         finally:
             for consumer in consumers:
                 consumer.close()
+            for producer in producers.values():
+                producer.flush(1)
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def _canary(headers: Any) -> tuple[str, float] | None:
+    """(detector, send time) of a canary record; None for a heartbeat."""
+    pairs = headers.items() if isinstance(headers, dict) else headers or []
+    for key, value in pairs:
+        if key == CANARY_HEADER:
+            sender, _, sent_at = (value.decode() if isinstance(value, bytes)
+                                  else str(value)).partition(" ")
+            return sender, float(sent_at)
+    return None
 
 
 def _is_boundary(headers: Any) -> bool:
