@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -92,8 +92,13 @@ class TupleConsumer:
             message = self._consumer.poll(remaining)
             if message is None:
                 return None
-            if message.error() is not None:
-                raise KafkaException(message.error())
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART and not error.fatal():
+                    # A subscribed topic its cluster does not show yet (one just made
+                    # reaches every broker's metadata a moment later): it may still come.
+                    continue
+                raise KafkaException(error)
             try:
                 consumed = self._decode(message)
             except Exception as error:  # any decoding failure is data, not a crash

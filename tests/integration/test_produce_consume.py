@@ -234,3 +234,12 @@ def test_bad_cli_arguments_say_what_was_expected(federation) -> None:
     result = _cli(federation, "produce", "sensors", "--participant", "nobody")
     assert result.returncode == 2
     assert "no participant 'nobody'" in result.stderr
+
+
+def test_a_consumer_of_a_topic_not_there_yet_waits_for_it_instead_of_failing(
+        kafka_config, registry) -> None:
+    """A BPM agent's first read of its ledger met a topic just made that the broker's
+    metadata did not show yet, and the agent died of it."""
+    missing = f"medusa.test.later-{uuid.uuid4().hex[:8]}"
+    with TupleConsumer(kafka_config, registry, [missing], f"g-{uuid.uuid4()}") as consumer:
+        assert consumer.drain(idle_s=2.0, timeout_s=10.0) == []
