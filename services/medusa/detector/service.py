@@ -46,9 +46,9 @@ log = logging.getLogger("medusa.detector")
 
 CANARY_INTERVAL_S = 0.2
 CANARY_LATE_AFTER_S = 0.5
-"""A canary this late means a stalled path: below the silence after which a node with the
-default heartbeat interval (0.5 s) is declared failed (about 1.1 s), and far above a
-canary's round trip through the broker (milliseconds)."""
+"""A canary this late means a stalled path: below the silence after which the defaults
+declare a node failed (about 1.2 s after its last heartbeat), and far above a canary's
+round trip through the broker (milliseconds)."""
 
 
 @dataclass
