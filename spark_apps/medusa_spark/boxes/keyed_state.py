@@ -9,9 +9,9 @@ not the whole state as one pickled value does.
 
 An entry is fetched from the store the first time it is read in a call and kept for the
 rest of it; changes are written when the call ends (``flush``). Keys are told apart by
-their pickled form: use plain values (``int``, ``str``, tuples of them), not numpy's. Going through every entry
-(``iter``, ``len``) reads them all from the store: a processor that needs that often is
-better served by one state value.
+their pickled form: use plain values (``int``, ``str``, tuples of them), not numpy's.
+Going through every entry (``iter``, ``len``) reads them all from the store: a processor
+that needs that often is better served by one state value.
 """
 
 from __future__ import annotations
