@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Iterator, MutableMapping
 from typing import Any
 
 _ABSENT = object()
-_DELETED = object()
+"""A key with no entry: none in the store, or removed in this call."""
 
 
 def encode(value: Any) -> bytes:
@@ -64,8 +64,7 @@ class KeyedState(MutableMapping[Hashable, Any]):
     def __init__(self, store: EntryStore) -> None:
         self._store = store
         self._seen: dict[Hashable, Any] = {}
-        """Key -> its value as read or last set, ``_ABSENT`` if the store has none,
-        ``_DELETED`` once removed."""
+        """Key -> its value as read or last set, or ``_ABSENT``."""
         self._changed: set[Hashable] = set()
 
     def _value(self, key: Hashable) -> Any:
@@ -76,15 +75,14 @@ class KeyedState(MutableMapping[Hashable, Any]):
 
     def __getitem__(self, key: Hashable) -> Any:
         value = self._value(key)
-        if value is _ABSENT or value is _DELETED:
+        if value is _ABSENT:
             raise KeyError(key)
         return value
 
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, Hashable):
             return False
-        value = self._value(key)
-        return value is not _ABSENT and value is not _DELETED
+        return self._value(key) is not _ABSENT
 
     def __setitem__(self, key: Hashable, value: Any) -> None:
         self._seen[key] = value
@@ -93,7 +91,7 @@ class KeyedState(MutableMapping[Hashable, Any]):
     def __delitem__(self, key: Hashable) -> None:
         if key not in self:
             raise KeyError(key)
-        self._seen[key] = _DELETED
+        self._seen[key] = _ABSENT
         self._changed.add(key)
 
     def __iter__(self) -> Iterator[Hashable]:
@@ -111,7 +109,7 @@ class KeyedState(MutableMapping[Hashable, Any]):
         """Writes the changed entries to the store; how many."""
         for key in self._changed:
             value = self._seen[key]
-            if value is _DELETED:
+            if value is _ABSENT:
                 self._store.remove(encode(key))
             else:
                 self._store.write(encode(key), encode(value))
