@@ -240,3 +240,31 @@ def test_a_fragment_runs_one_process_box() -> None:
     with pytest.raises(NetworkError, match="box 'accounts', field 'fragment': fragment 'road' "
                                            "already has process box 'road'"):
         group(plan)
+
+
+def _timed_chain(fragments: dict[str, str], state_store: str = "rocksdb") -> Any:
+    """An aggregate with ``expiry: timers``, a filter of its results, and an aggregate of
+    those, in the fragments given."""
+    boxes = {
+        "per_10s": {"type": "aggregate", "state_store": state_store, "params": {
+            "window": {"type": "tumbling", "size": "10 seconds"}, "group_by": ["seg"],
+            "aggregates": {"n": {"count": "*"}}, "expiry": "timers"}},
+        "busy": {"type": "filter", "params": {"predicate": "n > 1"}},
+        "per_minute": {"type": "aggregate", "params": {
+            "window": {"type": "tumbling", "size": "60 seconds"},
+            "aggregates": {"total": {"sum": "n"}}}},
+    }
+    for box, name in fragments.items():
+        boxes[box]["fragment"] = name
+    return _network(boxes=boxes, arrows=[
+        {"from": "reports", "to": "per_10s"}, {"from": "per_10s", "to": "busy"},
+        {"from": "busy", "to": "per_minute"}])
+
+
+def test_an_aggregate_with_timers_is_not_windowed_again_in_its_fragment() -> None:
+    with pytest.raises(NetworkError, match=r"box 'per_minute', field 'fragment'.*'per_10s'"):
+        group(_timed_chain({"per_10s": "f", "busy": "f", "per_minute": "f"}))
+    apart = group(_timed_chain({"per_10s": "f", "busy": "f", "per_minute": "g"}))
+    assert set(apart) == {"f", "g"}
+    with pytest.raises(NetworkError, match=r"box 'per_10s', field 'state_store'.*timers"):
+        group(_timed_chain({"per_10s": "f", "busy": "f", "per_minute": "g"}, "memory"))

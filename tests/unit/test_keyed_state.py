@@ -4,7 +4,6 @@ changed ones written back, and a fragment that would hold them in memory refused
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -79,32 +78,3 @@ def test_a_fragment_in_memory_refuses_a_processor_with_entries() -> None:
     with pytest.raises(NetworkError, match=r"box 'accounts', field 'state_store'.*RocksDB"):
         group(plan)
 
-
-def _timed_chain(fragments: dict[str, str], state_store: str = "rocksdb") -> Any:
-    boxes = {
-        "per_10s": {"type": "aggregate", "state_store": state_store, "params": {
-            "window": {"type": "tumbling", "size": "10 seconds"}, "group_by": ["seg"],
-            "aggregates": {"n": {"count": "*"}}, "expiry": "timers"}},
-        "busy": {"type": "filter", "params": {"predicate": "n > 1"}},
-        "per_minute": {"type": "aggregate", "params": {
-            "window": {"type": "tumbling", "size": "60 seconds"},
-            "aggregates": {"total": {"sum": "n"}}}},
-    }
-    for box, name in fragments.items():
-        boxes[box]["fragment"] = name
-    raw = {"name": "t", "participant": "alpha",
-           "streams": {"reports": {"topic": "in.reports", "participant": "alpha",
-                                   "schema": "position_report"}},
-           "boxes": boxes,
-           "arrows": [{"from": "reports", "to": "per_10s"}, {"from": "per_10s", "to": "busy"},
-                      {"from": "busy", "to": "per_minute"}]}
-    return check_structure(parse_network(yaml.safe_dump(raw, sort_keys=False)))
-
-
-def test_an_aggregate_with_timers_is_not_windowed_again_in_its_fragment() -> None:
-    with pytest.raises(NetworkError, match=r"box 'per_minute', field 'fragment'.*'per_10s'"):
-        group(_timed_chain({"per_10s": "f", "busy": "f", "per_minute": "f"}))
-    apart = group(_timed_chain({"per_10s": "f", "busy": "f", "per_minute": "g"}))
-    assert set(apart) == {"f", "g"}
-    with pytest.raises(NetworkError, match=r"box 'per_10s', field 'state_store'.*timers"):
-        group(_timed_chain({"per_10s": "f", "busy": "f", "per_minute": "g"}, "memory"))

@@ -188,13 +188,13 @@ def fragments_of(plan: Plan, member: dict[str, str]) -> dict[str, Fragment]:
         store = ("memory" if any(network.boxes[b].state_store == "memory" for b in boxes)
                  else "rocksdb")
         if store == "memory":
-            _check_no_keyed_state(name, boxes, plan)
+            _check_rocksdb_only(name, boxes, plan)
         _check_timed_results_not_windowed(name, boxes, plan)
         result[name] = Fragment(name, boxes, tuple(inputs), outputs, ha, store)
     return result
 
 
-def _check_no_keyed_state(name: str, boxes: tuple[str, ...], plan: Plan) -> None:
+def _check_rocksdb_only(name: str, boxes: tuple[str, ...], plan: Plan) -> None:
     """A processor's entries (``keyed_state``) and an aggregate's timers (``expiry:
     timers``) live in Spark's RocksDB state store only."""
     for box in boxes:
