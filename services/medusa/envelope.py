@@ -80,6 +80,15 @@ def boundary(source_id: str, partition: int, stime: int) -> Envelope:
 RawHeaders = Sequence[tuple[str, bytes | str | None]] | dict[str, bytes | str | None] | None
 
 
+def header_text(headers: RawHeaders, key: str) -> str | None:
+    """The first value of header ``key`` as text; None when there is none (or it is null)."""
+    pairs = headers.items() if isinstance(headers, dict) else headers or ()
+    for name, value in pairs:
+        if name == key and value is not None:
+            return value.decode() if isinstance(value, bytes) else value
+    return None
+
+
 def parse_headers(headers: RawHeaders) -> Envelope:
     found: dict[str, str] = {}
     pairs = headers.items() if isinstance(headers, dict) else headers or ()

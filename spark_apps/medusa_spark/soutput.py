@@ -40,7 +40,7 @@ from confluent_kafka import (
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from medusa.envelope import ID_HEADER, STIME_HEADER, TENTATIVE_HEADER, TYPE_HEADER
+from medusa.envelope import ID_HEADER, STIME_HEADER, TENTATIVE_HEADER, TYPE_HEADER, header_text
 from medusa.errors import MedusaError
 from medusa.settings import END_OF_LOG_FETCH_WAIT_MS, kafka_config
 
@@ -480,11 +480,8 @@ def _result_below(record: OutRecord, stime_ms: int) -> bool:
 
 
 def record_id(headers: Sequence[Header] | dict[str, str | bytes | None]) -> str:
-    pairs = headers.items() if isinstance(headers, dict) else headers
-    for key, value in pairs:
-        if key == ID_HEADER and value is not None:
-            return value.decode() if isinstance(value, bytes) else value
-    return ""  # not a Medusa tuple: nothing to deduplicate it against
+    # "": not a Medusa tuple, nothing to deduplicate it against
+    return header_text(headers, ID_HEADER) or ""
 
 
 def is_tentative(headers: Sequence[Header]) -> bool:

@@ -36,7 +36,7 @@ from medusa.detector.paths import CANARY_HEADER, HeartbeatPaths
 from medusa.detector.policy import DetectorConfig, Health, Policy
 from medusa.detector.takeover import Takeover, take_over
 from medusa.endpoints import Endpoints
-from medusa.envelope import TYPE_HEADER
+from medusa.envelope import TYPE_HEADER, header_text
 from medusa.schemas import HEARTBEAT_TOPIC, HEARTBEAT_TOPIC_CONFIG, schema_for_topic
 from medusa.settings import kafka_config
 from medusa.topics import ensure_topics
@@ -355,13 +355,11 @@ class FailureDetector:
 
 def _canary(headers: Any) -> tuple[str, float] | None:
     """(detector, send time) of a canary record; None for a heartbeat."""
-    pairs = headers.items() if isinstance(headers, dict) else headers or []
-    for key, value in pairs:
-        if key == CANARY_HEADER:
-            sender, _, sent_at = (value.decode() if isinstance(value, bytes)
-                                  else str(value)).partition(" ")
-            return sender, float(sent_at)
-    return None
+    text = header_text(headers, CANARY_HEADER)
+    if text is None:
+        return None
+    sender, _, sent_at = text.partition(" ")
+    return sender, float(sent_at)
 
 
 def _is_boundary(headers: Any) -> bool:
