@@ -355,16 +355,19 @@ def apply_deploy(deployment: DeployPlan, endpoints: Endpoints, registry: SchemaR
     streams and its fragments to the catalog as planned; returns where each fragment runs.
 
     A changed fragment restarts with its new definition, from the start of its input; with
-    ``make_before_break`` (the default), a changed fragment that runs, with the same boxes
-    and inputs, keyed (or unkeyed, as one instance) and on micro-batches, is replaced as a
+    ``make_before_break`` (the default), a changed fragment that runs, with the same
+    inputs, keyed (or unkeyed, as one instance) and on micro-batches, is replaced as a
     scale step to as many instances on the same nodes (``scaling``): the new definition's
     instances rebuild their state beside the old ones, which go on writing, and take the
-    output over at a cut."""
+    output over at a cut. Boxes new to the network may join it (their outputs begin at
+    the cut) and boxes gone from it may leave; a box moving between fragments restarts
+    both."""
     topics = network_topics(deployment.plan, deployment.fragments, endpoints, registry)
     replaced = _replaceable(deployment, topics, report) if make_before_break else {}
-    for entries in replaced.values():
+    for fragment_name, entries in replaced.items():
+        boxes = list(deployment.fragments[fragment_name].boxes)
         for entry in entries:
-            catalog.update(Kind.FRAGMENTS, entry.name, _marked_replaced(True))
+            catalog.update(Kind.FRAGMENTS, entry.name, _marked_replaced(True, boxes))
     _write_network(catalog, deployment, topics)
     where: dict[str, str] = {}
     for placed in deployment.placed:
@@ -429,14 +432,18 @@ def _write_fragment(catalog: CatalogClient, network_name: str, placed: PlacedFra
                      "ha": fragment.ha, "replica": placed.replica, **uses})
 
 
-def _marked_replaced(replaced: bool
+def _marked_replaced(replaced: bool, boxes_after: list[str] | None = None
                      ) -> Callable[[dict[str, Any] | None], dict[str, Any] | None]:
     """``replaced``: its node keeps running the definition it has, whatever the network's,
-    until a scale step's new instances have taken over (or the step is given up)."""
+    until a scale step's new instances have taken over (or the step is given up);
+    ``boxes_after``, the fragment's boxes under the new definition where they differ."""
     def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
-        if spec is None or bool(spec.get("replaced")) == replaced:
+        if spec is None:
             return None
-        return {**spec, "replaced": replaced or None}
+        after = boxes_after if replaced and boxes_after != spec["boxes"] else None
+        if bool(spec.get("replaced")) == replaced and spec.get("boxes_after") == after:
+            return None
+        return {**spec, "replaced": replaced or None, "boxes_after": after}
     return change
 
 
@@ -457,12 +464,12 @@ def _replaceable(deployment: DeployPlan, topics: NetworkTopics, report: Report
             why = "it moves to another node too"
         elif any(e.spec.get("phase") != "running" for e in entries):
             why = "it does not run now"
-        elif set(entries[0].spec["boxes"]) != set(placed.fragment.boxes):
-            why = "its boxes changed"
         elif _inputs(entries[0].spec) != _inputs(uses):
             why = "its inputs changed"
         elif realtime_refusal(deployment.plan, placed.fragment) is None:
             why = "it runs in Real-time Mode, and its replacement would run on micro-batches"
+        elif (moved := _moved_box(deployment, placed, entries)) is not None:
+            why = f"box {moved!r} moves between it and another fragment"
         else:
             try:
                 fragment_key(deployment.plan.network, list(placed.fragment.boxes),
@@ -475,6 +482,25 @@ def _replaceable(deployment: DeployPlan, topics: NetworkTopics, report: Report
             continue
         found[placed.name] = entries
     return found
+
+
+def _moved_box(deployment: DeployPlan, placed: PlacedFragment, entries: list[Entry]
+               ) -> str | None:
+    """A box the fragment gained that ran in another fragment, or lost that runs in another
+    now: each fragment's replacement cuts at a stime of its own, so that box's results
+    between the two cuts would be written twice or not at all. None when the boxes it
+    gained are new to the network and those it lost are gone from it."""
+    before, after = set(entries[0].spec["boxes"]), set(placed.fragment.boxes)
+    elsewhere_before = {box for entry in deployment.withdrawn for box in entry.spec["boxes"]}
+    elsewhere_after: set[str] = set()
+    for other in deployment.placed:
+        if other.name == placed.name:
+            continue
+        elsewhere_after.update(other.fragment.boxes)
+        for entry in list(other.instances) or ([other.before] if other.before else []):
+            elsewhere_before.update(entry.spec["boxes"])
+    moved = sorted(((after - before) & elsewhere_before) | ((before - after) & elsewhere_after))
+    return moved[0] if moved else None
 
 
 def _inputs(spec: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -160,15 +160,20 @@ def scaled_run(federation, alpha_nodes, spark, registry_module) -> Iterator[Scal
 def _with_a_box_of_its_own(text: str, wider: bool = False) -> str:
     """The network with one more box, in a fragment of its own, reading the input;
     ``wider``: with a filter that lets more through (none of the readings it had kept
-    out), and the new box's predicate written another way (the same results)."""
+    out), and the new box split in two: ``in_range``, a box new to the network in its
+    fragment, keeps readings below 2,000,000 and ``loud`` those of them above 0 (the same
+    results)."""
     raw = yaml.safe_load(text)
     if wider:
         raw["boxes"]["plausible"]["params"]["predicate"] = \
             "value > -2000000 AND value < 2000000"
+        raw["boxes"]["in_range"] = {"type": "filter", "participant": "alpha",
+                                    "fragment": "loud",
+                                    "params": {"predicate": "value < 2000000"}}
+        raw["arrows"].append({"from": "readings", "to": "in_range"})
     raw["boxes"]["loud"] = {"type": "filter", "participant": "alpha", "fragment": "loud",
-                            "params": {"predicate": "value > 0 AND value < 2000000" if wider
-                                       else "value > 0"}}
-    raw["arrows"].append({"from": "readings", "to": "loud"})
+                            "params": {"predicate": "value > 0"}}
+    raw["arrows"].append({"from": "in_range" if wider else "readings", "to": "loud"})
     return yaml.safe_dump(raw, sort_keys=False)
 
 
@@ -493,7 +498,10 @@ def test_a_changed_definition_replaces_the_fragment_beside_itself(scaled_run) ->
 
 
 def test_an_unkeyed_fragment_is_replaced_beside_itself_exactly_once(scaled_run) -> None:
-    """``loud`` declares no key: one instance of its new definition replaced it (the
-    report's second "takes over beside", above), and its output has each result once."""
+    """``loud`` declares no key, and its new definition adds a box new to the network
+    (``in_range``): one instance of it replaced it (the report's second "takes over
+    beside", above), its output has each result once, and no node lost the network's
+    plan while the new box was in the definition and not yet in a new instance."""
     assert_exactly_once(scaled_run.loud, scaled_run.loud_expected,
                         "the replacement of an unkeyed fragment")
+    assert "is in no fragment" not in scaled_run.node_logs

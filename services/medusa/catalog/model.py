@@ -198,6 +198,11 @@ class FragmentSpec(Spec):
     """Set by a redeploy (``medusa deploy`` without ``--restart``) on a changed fragment's
     instances: their nodes keep running the definition they have until the new one's take
     over."""
+    boxes_after: list[Annotated[str, Field(pattern=rf"^{PART}$")]] | None = Field(
+        None, max_length=10_000)
+    """Set with ``replaced`` when the new definition changes the fragment's boxes: its
+    boxes under that definition. Nodes count both lists as the fragment's, so every box of
+    either definition is in a fragment until the new instances, which list them, exist."""
     sunion_topic: str | None = Field(None, max_length=500)
     """Set with ``retired_watermark_ms``: its SUnion's topic, on its node's cluster, whose
     buckets say where the inputs stood at each stime."""

@@ -28,10 +28,11 @@ def deploy(
                        "a fault-free run to verify another against).")] = None,
     make_before_break: Annotated[bool, typer.Option(
         "--make-before-break/--restart",
-        help="On a redeploy, replace each changed keyed fragment that runs (same boxes and "
-             "inputs) beside itself: the new definition rebuilds its state from the input "
-             "while the old one writes, then takes the output over at a cut, as a scale "
-             "step does; the deploy says why any other changed fragment restarts. "
+        help="On a redeploy, replace each changed fragment that runs (same inputs; boxes "
+             "new to the network may join it) beside itself: the new definition rebuilds "
+             "its state from the input while the old one writes, then takes the output "
+             "over at a cut, as a scale step does; the deploy says why any other changed "
+             "fragment restarts. "
              "--restart: every changed fragment restarts (quicker to deploy, with a gap "
              "in its output).")] = True,
 ) -> None:

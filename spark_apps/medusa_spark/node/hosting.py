@@ -105,6 +105,15 @@ def same_query(wiring: FragmentWiring, running: FragmentWiring) -> bool:
     return wiring == running
 
 
+def box_members(entries: list[Entry]) -> dict[str, str]:
+    """Box -> the name of the fragment it runs in, from a network's fragment entries. A
+    fragment a redeploy replaces beside itself counts its boxes under both definitions
+    (``boxes_after``): between the new definition's write and its new instances' entries,
+    a box new to the network is in no other entry, and one it removed is in no new one."""
+    return {box: fragment_of(e) for e in entries
+            for box in [*e.spec["boxes"], *(e.spec.get("boxes_after") or ())]}
+
+
 @dataclass
 class NetworkPlan:
     version: int
@@ -279,20 +288,21 @@ class Hosting:
         entry = self.node.catalog.get(Kind.NETWORKS, network_name)
         if entry is None:
             raise NetworkError(f"network {network_name} is not in the catalog")
-        member = {box: fragment_of(e) for e in members for box in e.spec["boxes"]}
+        member = box_members(members)
         cached = self._plans.get(network_name)
         # Validating plans every box's query in Spark: a pass (every 0.1 s for a standby
         # awaiting promotion) must not pay for it while the network and its fragments stay.
-        if cached is not None and cached.version == entry.version and \
-                {b: name for name, f in cached.fragments.items() for b in f.boxes} == member:
-            return cached
+        if cached is not None and cached.version == entry.version:
+            had = {b: name for name, f in cached.fragments.items() for b in f.boxes}
+            if had == {b: member.get(b) for b in had}:
+                return cached
         spec = parse_network(entry.spec["definition"], origin=f"network {network_name}")
         plan = validate(spec, self.node.spark)
         missing = [box for box in plan.order if box not in member]
         if missing:
             raise NetworkError(f"network {network_name}: box {missing[0]!r} is in no fragment "
                                "of the catalog; redeploy the network")
-        fragments = fragments_of(plan, member)
+        fragments = fragments_of(plan, {b: f for b, f in member.items() if b in plan.boxes})
         # Topics and schemas exist since the deploy; this only looks them up.
         topics = network_topics(plan, fragments, self.node.endpoints, self.node.registry,
                                 announce=False)
