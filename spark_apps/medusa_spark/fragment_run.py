@@ -29,6 +29,7 @@ from medusa_spark.realtime import (
     start_realtime_query,
 )
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired
+from medusa_spark.scheduler_pools import threads_started_in
 from medusa_spark.session import (
     QUERY_STOP_TIMEOUT_MS,
     STATE_STORE_PROVIDER,
@@ -216,12 +217,14 @@ class FragmentRun:
 def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, checkpoint: str,
                    trigger: str | None = None, standby: bool = False,
                    on_batch: Callable[[str, int], None] | None = None,
-                   role: str | None = None, sinks: list[RecordSink] | None = None
-                   ) -> FragmentRun:
+                   role: str | None = None, sinks: list[RecordSink] | None = None,
+                   rebuild: bool = True) -> FragmentRun:
     """Starts a fragment's query, resuming from ``checkpoint`` when it holds one.
 
     A ``standby`` fragment (an active replica) computes everything and writes nothing
-    until promoted (see ``soutput``). ``role`` names a query that runs beside the
+    until promoted (see ``soutput``); unless ``rebuild`` is false (an active or
+    reader-side replica, which keeps pace with its primary), it does so at the lowest
+    priority (see ``scheduler_pools.run_jobs_in``). ``role`` names a query that runs beside the
     fragment's own in this session (a query's name is unique in it). ``sinks`` replace
     its writer's SOutputs (a benchmark meters them).
     """
@@ -229,6 +232,7 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     interval = trigger or plan.network.trigger
     writer = FragmentWriter(plan, wiring, standby=standby, on_batch=on_batch,
                             sinks=sinks, checkpoint=checkpoint)
+    writer.rebuild = rebuild
     suffix = f"/{role}" if role else "/standby" if standby else ""
     execution, why = execution_of(plan, wiring, standby or role is not None) \
         if interval != AVAILABLE_NOW else (MICRO_BATCH, "runs what is there, then stops")
@@ -258,7 +262,8 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     else:
         duration_ms(interval)  # fail early on a malformed trigger
         stream = stream.trigger(processingTime=interval)
-    query = _start(spark, stream, plan.network.state_partitions, wiring.fragment.state_store)
+    query = _start(spark, stream, plan.network.state_partitions, wiring.fragment.state_store,
+                   rebuilding=standby and rebuild)
     for output in writer.outputs if standby else ():
         if isinstance(output, SOutput):
             output.follow()  # so that a promotion reads back only the last moments
@@ -276,11 +281,11 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 def _start(spark: SparkSession, stream: DataStreamWriter, partitions: int | None,
-           state_store: str = "rocksdb") -> StreamingQuery:
+           state_store: str = "rocksdb", rebuilding: bool = False) -> StreamingQuery:
     """Starts the query with ``partitions`` state partitions, if given, and its state in
     ``state_store``: a query takes the session's settings when it starts (and keeps them
     in its checkpoint, which wins when it resumes), so the node's defaults are set aside
-    only meanwhile."""
+    only meanwhile. A ``rebuilding`` query's thread starts at the lowest priority."""
     settings: dict[str, str] = {STATE_STORE_PROVIDER: STATE_STORE_PROVIDERS[state_store]}
     if partitions is not None:
         settings[SHUFFLE_PARTITIONS] = str(partitions)
@@ -289,7 +294,8 @@ def _start(spark: SparkSession, stream: DataStreamWriter, partitions: int | None
         for key, value in settings.items():
             spark.conf.set(key, value)
         try:
-            return stream.start()
+            with threads_started_in(spark, rebuilding):
+                return stream.start()
         finally:
             for key, default in defaults.items():
                 if default is None:

@@ -171,6 +171,10 @@ class FragmentWriter:
         """Tentative results met outside any failure period, and not written (see
         ``_write_batch``)."""
         self.on_batch = on_batch
+        self.rebuild = True
+        """While a standby: it rebuilds its state beside a serving instance (a scale step's,
+        a move's or a redo's), whose batches go first; an active or reader-side replica
+        keeps pace with its primary instead (see ``run_jobs_in``)."""
         clusters: dict[str, list[str]] = {}
         for output in wiring.outputs.values():
             clusters.setdefault(output.stream.bootstrap, []).append(output.stream.topic)
@@ -327,7 +331,8 @@ class FragmentWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         def write() -> None:
-            run_jobs_in(batch.sparkSession, PREPARING if self.standby else SERVING)
+            run_jobs_in(batch.sparkSession, PREPARING if self.standby else SERVING,
+                        rebuilding=self.standby and self.rebuild)
             self._write_batch(batch, batch_id)
 
         # Nothing of a batch begun after ``halt`` is written and Spark does not commit it,

@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 POOL_PROPERTY = "spark.scheduler.pool"
+REBUILD_PROPERTY = "medusa.rebuild"
+"""Set on the jobs of a query rebuilding its state beside a serving one (RebuildPriority)."""
 SERVING = "serving"
 """The pool of a query whose results its outputs write."""
 PREPARING = "preparing"
@@ -52,8 +57,29 @@ def allocation_file() -> Path:
     return path
 
 
-def run_jobs_in(spark: SparkSession, pool: str) -> None:
+def run_jobs_in(spark: SparkSession, pool: str, rebuilding: bool = False) -> None:
     """The jobs this thread starts from now on run in ``pool``. Called from a query's
     ``foreachBatch`` function: its Spark jobs (the batch's whole plan, state included)
-    start in the thread that calls it."""
+    start in the thread that calls it. ``rebuilding``: that thread (the query's, in which
+    Spark plans its next batch too) and the jobs' tasks run at the lowest priority
+    (``RebuildPriority``; a rebuild's work gives way to a serving query's)."""
     spark.sparkContext.setLocalProperty(POOL_PROPERTY, pool)
+    spark.sparkContext.setLocalProperty(REBUILD_PROPERTY, "true" if rebuilding else "false")
+    jvm: Any = spark._jvm
+    jvm.medusa.spark.RebuildPriority.enter(rebuilding)
+
+
+@contextmanager
+def threads_started_in(spark: SparkSession, rebuilding: bool) -> Iterator[None]:
+    """The threads this thread starts meanwhile (a query's) begin at the lowest priority
+    when ``rebuilding`` (a Java thread takes its creator's): a query plans and compiles its
+    first batch before that batch's writer sets the priority."""
+    if not rebuilding:  # the calling thread is at the normal priority (reset below)
+        yield
+        return
+    jvm: Any = spark._jvm
+    jvm.medusa.spark.RebuildPriority.enter(True)
+    try:
+        yield
+    finally:
+        jvm.medusa.spark.RebuildPriority.enter(False)

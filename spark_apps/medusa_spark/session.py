@@ -39,6 +39,17 @@ def extension_jar(settings: StackSettings | None = None) -> Path:
     return jar
 
 
+REBUILD_PRIORITY_PLUGIN = "medusa.spark.RebuildPriority"
+REBUILD_NICE = 10
+"""The nice value of a thread rebuilding a query's state beside a serving one (see
+RebuildPriority.java): while both want the CPU the serving one gets about nine tenths of
+it, and the rebuild all that it leaves."""
+# Java priorities reach the OS only with this policy, which needs the right to lower a
+# nice value again (a task thread serves next): root's.
+REBUILD_PRIORITY_OPTIONS = ([
+    "-XX:ThreadPriorityPolicy=1", f"-XX:JavaPriority1_To_OSPriority={REBUILD_NICE}"]
+    if os.geteuid() == 0 else [])
+
 # Checkpoints on a local disk through java.nio (see LocalCheckpointFileManager.java);
 # Spark's own manager elsewhere (HDFS, S3A).
 CHECKPOINT_FILE_MANAGER = "medusa.spark.LocalCheckpointFileManager"
@@ -161,7 +172,7 @@ def spark_session(app_name: str, master: str = "local[2]",
     jars = ",".join(str(jar) for jar in jar_files)
     # Stopping a query mid-batch logs its plan through a recursive regex, which can
     # overflow the default thread stack with the plans of larger boxes.
-    java_options = ["-Xss16m"]
+    java_options = ["-Xss16m", *REBUILD_PRIORITY_OPTIONS]
     if log_file is not None:
         java_options.append(_log_to_file(log_file))
     builder = SparkSession.builder
@@ -187,6 +198,7 @@ def spark_session(app_name: str, master: str = "local[2]",
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.scheduler.allocation.file", str(allocation_file()))
+        .config("spark.plugins", REBUILD_PRIORITY_PLUGIN)
         .config("spark.driver.extraJavaOptions", " ".join(java_options))
         .config("spark.ui.showConsoleProgress", "false")
         # Read-only: a stage killed from the UI would fail a fragment's query.

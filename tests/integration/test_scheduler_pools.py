@@ -38,3 +38,30 @@ def test_a_writer_runs_each_batch_in_the_pool_of_its_role(spark) -> None:
     run_network(spark, COUNT_PER_MINUTE, [[report(10, 1)], [boundary(130)]],
                 prepare=standby_then_promoted)
     assert pools[0] == PREPARING and pools[1:] and set(pools[1:]) == {SERVING}
+
+
+
+def test_a_rebuild_runs_at_a_lower_priority(spark) -> None:
+    """A rebuilding query's jobs' tasks, and the thread that starts them (a query's, which
+    plans its batches there too), run niced, and at the normal priority again once they
+    serve: a rebuild beside a serving query leaves it the CPU. Without root the JVM cannot
+    renice a thread back, and nothing is niced."""
+    from pyspark.sql import functions as F
+
+    from medusa_spark.scheduler_pools import run_jobs_in
+    from medusa_spark.session import REBUILD_NICE, REBUILD_PRIORITY_OPTIONS
+
+    niced = REBUILD_NICE if REBUILD_PRIORITY_OPTIONS else 0
+    jvm = spark._jvm
+    nice = F.expr("reflect('medusa.spark.RebuildPriority', 'currentNice')")
+    seen = []
+    try:
+        for pool, rebuilding in ((PREPARING, True), (SERVING, False), (PREPARING, False),
+                                 (PREPARING, True)):
+            run_jobs_in(spark, pool, rebuilding)
+            tasks = {int(r.n) for r in spark.range(4, numPartitions=2)
+                     .select(nice.alias("n")).collect()}
+            seen.append((jvm.medusa.spark.RebuildPriority.currentNice(), tasks))
+    finally:
+        run_jobs_in(spark, SERVING)
+    assert seen == [(niced, {niced}), (0, {0}), (0, {0}), (niced, {niced})]

@@ -60,3 +60,28 @@ def test_by_default_a_query_keeps_rocksdb_and_the_nodes_partitions() -> None:
     assert stream.seen == spark.conf.values == {
         fragment_run.SHUFFLE_PARTITIONS: "4",
         STATE_STORE_PROVIDER: STATE_STORE_PROVIDERS["rocksdb"]}
+
+
+class _Priority:
+    def __init__(self, spark: _Spark) -> None:
+        self.spark = spark
+        self.calls: list[tuple[bool, str | None]] = []
+
+    def enter(self, rebuilding: bool) -> None:  # records what the stream's start saw
+        self.calls.append((rebuilding, getattr(self.spark, "started", None)))
+
+
+def test_a_rebuilding_querys_thread_starts_at_the_lowest_priority() -> None:
+    """Its thread takes the creating thread's priority: lowered around the start, and the
+    creating thread is back at the normal one after it."""
+    spark = _Spark()
+    priority = _Priority(spark)
+    spark._jvm = type("Jvm", (), {"medusa": type("M", (), {"spark": type(  # type: ignore[attr-defined]
+        "S", (), {"RebuildPriority": priority})})})
+
+    class _Started(_Stream):
+        def start(self) -> str:
+            spark.started = "started"  # type: ignore[attr-defined]
+            return "query"
+    fragment_run._start(spark, _Started(spark), None, rebuilding=True)  # type: ignore[arg-type]
+    assert priority.calls == [(True, None), (False, "started")]

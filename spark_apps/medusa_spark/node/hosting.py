@@ -681,9 +681,9 @@ class Hosting:
             hosted.run.abandon()
         else:
             hosted.run.writer.close()
-        wiring = hosted.run.wiring
+        wiring, rebuild = hosted.run.wiring, hosted.run.writer.rebuild
         hosted.run = start_fragment(self.node.spark, network.plan, wiring, hosted.run.checkpoint,
-                                    standby=standby)
+                                    standby=standby, rebuild=rebuild)
         if hosted.takeover is not None and not hosted.takeover.ended.is_set():
             # The takeover's first output comes from this query now.
             self.moves.trace_first_output(hosted.run, hosted.takeover)

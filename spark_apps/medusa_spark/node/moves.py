@@ -113,9 +113,11 @@ class Moves:
                                           self.node.endpoints.bootstrap(primary))
             sunion = self._hosting.start_sunion(name, wiring, resume, wait_for_go=True)
             sunion.go()
-            run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True)
+            run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True,
+                                 rebuild=warm)
         else:
-            run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True)
+            run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True,
+                                 rebuild=warm)
             # Its SUnion is started and waits, to go at the takeover (the process's
             # start-up is then off the takeover's path).
             sunion = self._hosting.start_sunion(name, wiring, wait_for_go=True)
@@ -155,7 +157,8 @@ class Moves:
             wiring = self._hosting.wiring(network, name, entry)
             mine = checkpoint_location(self.node.checkpoint_root, wiring) + READER_SUFFIX
             sunion = self._hosting.start_sunion(name, wiring)
-            run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True)
+            run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True,
+                                 rebuild=False)
             started = OutputWatch([o.stream.topic for o in wiring.outputs.values()
                                    if o.stream.bootstrap == self.node.bootstrap],
                                   self.node.bootstrap, f"{wiring.topic_prefix}{name}").start()
