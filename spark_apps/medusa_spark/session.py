@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,34 @@ REBUILD_NICE = 10
 """The nice value of a thread rebuilding a query's state beside a serving one (see
 RebuildPriority.java): while both want the CPU the serving one gets about nine tenths of
 it, and the rebuild all that it leaves."""
-# Java priorities reach the OS only with this policy, which needs the right to lower a
-# nice value again (a task thread serves next): root's.
+
+
+def can_renice_back() -> bool:
+    """Whether a thread of this process may lower its nice value again (root with the
+    capability CAP_SYS_NICE, which a container's root lacks by default): tried on a
+    thread of its own, which then ends."""
+    result: list[bool] = []
+
+    def attempt() -> None:
+        tid = threading.get_native_id()
+        try:
+            before = os.getpriority(os.PRIO_PROCESS, tid)
+            os.setpriority(os.PRIO_PROCESS, tid, before + 1)
+            os.setpriority(os.PRIO_PROCESS, tid, before)
+            result.append(True)
+        except OSError:
+            result.append(False)
+    probe = threading.Thread(target=attempt, name="renice-check")
+    probe.start()
+    probe.join()
+    return result == [True]
+
+
+# Java priorities reach the OS only with this policy, and a task thread reniced for a
+# rebuild must be reniced back when it serves next: only where that is allowed.
 REBUILD_PRIORITY_OPTIONS = ([
     "-XX:ThreadPriorityPolicy=1", f"-XX:JavaPriority1_To_OSPriority={REBUILD_NICE}"]
-    if os.geteuid() == 0 else [])
+    if can_renice_back() else [])
 
 # Checkpoints on a local disk through java.nio (see LocalCheckpointFileManager.java);
 # Spark's own manager elsewhere (HDFS, S3A).

@@ -22,7 +22,7 @@ import org.apache.spark.api.plugin.SparkPlugin;
  * executor plugin, in the task's thread); a query's own thread, which plans its batches,
  * takes it with each batch ({@link #enter}). A Java priority reaches the thread's nice
  * value only with {@code -XX:ThreadPriorityPolicy=1}, which needs the right to lower a
- * nice value again (root): elsewhere this changes nothing.
+ * nice value again (root with CAP_SYS_NICE): elsewhere this changes nothing.
  */
 public class RebuildPriority implements SparkPlugin {
   public static final String PROPERTY = "medusa.rebuild";
