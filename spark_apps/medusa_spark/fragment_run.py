@@ -231,8 +231,7 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     skip_epoch = DpcRecord.load(checkpoint).skip_epoch
     interval = trigger or plan.network.trigger
     writer = FragmentWriter(plan, wiring, standby=standby, on_batch=on_batch,
-                            sinks=sinks, checkpoint=checkpoint)
-    writer.rebuild = rebuild
+                            sinks=sinks, checkpoint=checkpoint, rebuild=rebuild)
     suffix = f"/{role}" if role else "/standby" if standby else ""
     execution, why = execution_of(plan, wiring, standby or role is not None) \
         if interval != AVAILABLE_NOW else (MICRO_BATCH, "runs what is there, then stops")

@@ -153,7 +153,8 @@ class FragmentWriter:
 
     def __init__(self, plan: Plan, wiring: FragmentWiring, standby: bool = False,
                  on_batch: Callable[[str, int], None] | None = None,
-                 sinks: list[RecordSink] | None = None, checkpoint: str | None = None) -> None:
+                 sinks: list[RecordSink] | None = None, checkpoint: str | None = None,
+                 rebuild: bool = True) -> None:
         """``sinks`` replaces the SOutputs (one per output cluster), e.g. in ``testing``;
         the DPC record is kept beside ``checkpoint`` (in memory without one)."""
         self.wiring = wiring
@@ -171,7 +172,7 @@ class FragmentWriter:
         """Tentative results met outside any failure period, and not written (see
         ``_write_batch``)."""
         self.on_batch = on_batch
-        self.rebuild = True
+        self.rebuild = rebuild
         """While a standby: it rebuilds its state beside a serving instance (a scale step's,
         a move's or a redo's), whose batches go first; an active or reader-side replica
         keeps pace with its primary instead (see ``run_jobs_in``)."""

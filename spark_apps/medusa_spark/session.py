@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -47,6 +48,7 @@ RebuildPriority.java): while both want the CPU the serving one gets about nine t
 it, and the rebuild all that it leaves."""
 
 
+@functools.cache
 def can_renice_back() -> bool:
     """Whether a thread of this process may lower its nice value again (root with the
     capability CAP_SYS_NICE, which a container's root lacks by default): tried on a
@@ -68,11 +70,12 @@ def can_renice_back() -> bool:
     return result == [True]
 
 
-# Java priorities reach the OS only with this policy, and a task thread reniced for a
-# rebuild must be reniced back when it serves next: only where that is allowed.
-REBUILD_PRIORITY_OPTIONS = ([
-    "-XX:ThreadPriorityPolicy=1", f"-XX:JavaPriority1_To_OSPriority={REBUILD_NICE}"]
-    if can_renice_back() else [])
+def rebuild_priority_options() -> list[str]:
+    """The JVM's options that make the rebuild's priority a nice value. Java priorities
+    reach the OS only with this policy, and a task thread reniced for a rebuild must be
+    reniced back when it serves next: only where that is allowed."""
+    return (["-XX:ThreadPriorityPolicy=1", f"-XX:JavaPriority1_To_OSPriority={REBUILD_NICE}"]
+            if can_renice_back() else [])
 
 # Checkpoints on a local disk through java.nio (see LocalCheckpointFileManager.java);
 # Spark's own manager elsewhere (HDFS, S3A).
@@ -196,7 +199,7 @@ def spark_session(app_name: str, master: str = "local[2]",
     jars = ",".join(str(jar) for jar in jar_files)
     # Stopping a query mid-batch logs its plan through a recursive regex, which can
     # overflow the default thread stack with the plans of larger boxes.
-    java_options = ["-Xss16m", *REBUILD_PRIORITY_OPTIONS]
+    java_options = ["-Xss16m", *rebuild_priority_options()]
     if log_file is not None:
         java_options.append(_log_to_file(log_file))
     builder = SparkSession.builder

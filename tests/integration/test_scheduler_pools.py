@@ -49,9 +49,9 @@ def test_a_rebuild_runs_at_a_lower_priority(spark) -> None:
     from pyspark.sql import functions as F
 
     from medusa_spark.scheduler_pools import run_jobs_in
-    from medusa_spark.session import REBUILD_NICE, REBUILD_PRIORITY_OPTIONS
+    from medusa_spark.session import REBUILD_NICE, rebuild_priority_options
 
-    niced = REBUILD_NICE if REBUILD_PRIORITY_OPTIONS else 0
+    niced = REBUILD_NICE if rebuild_priority_options() else 0
     jvm = spark._jvm
     nice = F.expr("reflect('medusa.spark.RebuildPriority', 'currentNice')")
     seen = []

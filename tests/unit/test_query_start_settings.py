@@ -3,6 +3,7 @@ node's defaults are back for the next query once it has started."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -76,8 +77,8 @@ def test_a_rebuilding_querys_thread_starts_at_the_lowest_priority() -> None:
     creating thread is back at the normal one after it."""
     spark = _Spark()
     priority = _Priority(spark)
-    spark._jvm = type("Jvm", (), {"medusa": type("M", (), {"spark": type(  # type: ignore[attr-defined]
-        "S", (), {"RebuildPriority": priority})})})
+    spark._jvm = SimpleNamespace(  # type: ignore[attr-defined]
+        medusa=SimpleNamespace(spark=SimpleNamespace(RebuildPriority=priority)))
 
     class _Started(_Stream):
         def start(self) -> str:
