@@ -80,6 +80,17 @@ URGENT_POLL_S = 0.1
 SECONDARY_POLL_S = 0.25
 """How often, at least, the secondary of a node that runs fragments reads the catalog."""
 
+CATALOG_SETTLE_S = 20.0
+"""How long a network's definition may name a box that no fragment entry holds before a
+node calls it an error: a deploy writes the definition first, then its new fragments'
+entries (a deploy that stopped half-way shows after this)."""
+
+
+class NetworkPending(NetworkError):
+    """A network's definition names boxes whose fragment entries a deploy is still
+    writing; its fragments here wait (or run the plan they have) for a pass."""
+
+
 FRAGMENT_ERRORS = (MedusaError, CatalogError, RuntimeError, ValueError, Py4JError,
                    KafkaException)
 """What fails one fragment (a JVM call included), not the node."""
@@ -144,6 +155,7 @@ class Hosting:
         self.rehearsals = Rehearsals(node.spark, node.global_name)
         """Their queries, each run once beside the running one (compiled before a takeover)."""
         self._plans: dict[str, NetworkPlan] = {}
+        self._incomplete_since: dict[tuple[str, int], float] = {}
         self._precopied: set[str] = set()
         self._takeovers: dict[str, Callable[[], None]] = {}
         """Standby replicas to promote and fragments to take over from a failed node, at
@@ -218,6 +230,8 @@ class Hosting:
                     self.moves.follow_reader(name, entry, network)
                 else:
                     self.moves.follow_replica(name, entry, network)
+            except NetworkPending:
+                continue
             except FRAGMENT_ERRORS as error:
                 self._failed(name, error)
         self._take_over_side_by_side()
@@ -282,6 +296,8 @@ class Hosting:
                 networks[network_name] = error
         for gone in set(self._plans) - set(networks):
             del self._plans[gone]
+        self._incomplete_since = {k: v for k, v in self._incomplete_since.items()
+                                  if k[0] in networks}
         return networks
 
     def _network(self, network_name: str, members: list[Entry]) -> NetworkPlan:
@@ -300,8 +316,17 @@ class Hosting:
         plan = validate(spec, self.node.spark)
         missing = [box for box in plan.order if box not in member]
         if missing:
+            since = self._incomplete_since.setdefault((network_name, entry.version),
+                                                      time.monotonic())
+            if time.monotonic() - since < CATALOG_SETTLE_S:
+                if cached is not None:
+                    return cached  # the deploy's next writes complete it
+                raise NetworkPending(f"network {network_name}: box {missing[0]!r} is in no "
+                                     "fragment of the catalog yet")
             raise NetworkError(f"network {network_name}: box {missing[0]!r} is in no fragment "
                                "of the catalog; redeploy the network")
+        self._incomplete_since = {k: v for k, v in self._incomplete_since.items()
+                                  if k[0] != network_name}
         fragments = fragments_of(plan, {b: f for b, f in member.items() if b in plan.boxes})
         # Topics and schemas exist since the deploy; this only looks them up.
         topics = network_topics(plan, fragments, self.node.endpoints, self.node.registry,
