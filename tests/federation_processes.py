@@ -112,9 +112,10 @@ class NodeProcess:
         self._incarnation = known.spec.get("incarnation") if known else None
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as log:
-            # Its own process group, so that a kill takes its JVM down with it.
+            # Its own process group, so that a kill takes its JVM down with it; in the
+            # session of the others (see ``medusa.stack.processes.start``).
             self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                            env=self.env, start_new_session=True)
+                                            env=self.env, process_group=0)
         return self
 
     def log_size(self) -> int:

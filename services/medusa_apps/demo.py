@@ -313,7 +313,8 @@ def run_demo(duration_s: int, speedup: float, xways: int, console: Console,
     console.print("[bold]2. A node of participant alpha[/]")
     launcher.start_service(layout, NODE_SERVICE,
                            [sys.executable, "-m", "medusa_apps", "node", "--name", NODE,
-                            "--participant", "alpha"], report=console.print)
+                            "--participant", "alpha"], report=console.print,
+                           own_session=False)
     prefix = f"demo-{time.strftime('%Y%m%d-%H%M%S')}."
     console.print("[bold]3. The Linear Road network[/]")
     network = _deploy(endpoints, prefix, console)

@@ -166,8 +166,9 @@ def _recorded_endpoints(layout: StackLayout) -> Endpoints:
 
 
 def start_service(layout: StackLayout, name: str, command: list[str],
-                  report: Report = print) -> RunningProcess:
-    """Starts one of the project's own processes (e.g. a node) so that ``down`` stops it too.
+                  report: Report = print, own_session: bool = True) -> RunningProcess:
+    """Starts one of the project's own processes (e.g. a node) so that ``down`` stops it too
+    (``own_session``: see ``processes.start``).
 
     A process of that name that still runs is kept.
     """
@@ -175,7 +176,8 @@ def start_service(layout: StackLayout, name: str, command: list[str],
     if name in recorded:
         report(f"  {name:<14} already running (pid {recorded[name].pid})")
         return recorded[name]
-    process = processes.start(name, command, layout.logs_dir / f"{name}.log")
+    process = processes.start(name, command, layout.logs_dir / f"{name}.log",
+                              own_session=own_session)
     recorded[name] = process
     _save_state(layout, recorded, _recorded_endpoints(layout))
     report(f"  {name:<14} started (pid {process.pid}, log {process.log})")

@@ -46,14 +46,20 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def start(name: str, command: list[str], log: Path, env: dict[str, str] | None = None,
-          cwd: Path | None = None) -> RunningProcess:
+          cwd: Path | None = None, own_session: bool = True) -> RunningProcess:
+    """Starts ``command`` in a process group of its own (stopped as a whole, not by ^C).
+
+    ``own_session=False`` (the nodes) keeps it in the caller's session: Linux gives each
+    session (its autogroup) an even share of the CPU whatever its threads' nice values, so
+    a node's rebuild, niced, would otherwise take as much from another node's serving
+    query as if it were not. Services stay in sessions of their own, so that a busy node
+    does not starve a broker or the failure detector."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:
         process = subprocess.Popen(
             command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {})}, cwd=cwd,
-            start_new_session=True,  # its own process group: stopped as a whole, not by ^C
-        )
+            **({"start_new_session": True} if own_session else {"process_group": 0}))
     ticks = process_start_ticks(process.pid)
     if ticks is None:
         raise RuntimeError(f"{name} exited at once; see {log}")

@@ -52,6 +52,7 @@ from medusa.schemas import epoch_ms
 from medusa.sensor_windows import WINDOW_MS, OutputWatch, SteadyInput
 from medusa.settings import kafka_config
 from medusa_apps.bench.dpc_partition import wait_running
+from medusa_apps.bench.nodes import start_node
 from medusa_apps.services import SERVICE_COMMANDS
 from medusa_spark.networks import network_yaml
 
@@ -549,7 +550,6 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any, la
             ) -> tuple[SpikeRun, SpikeRun]:
     """The spike on nodes started for it (and stopped afterwards), with agents of its own;
     then the same spike, as long, with no agent (nothing moves), side by side."""
-    from medusa.stack import launcher
     from medusa_spark.deploy import wait_for_node
 
     missing = [p for p in PARTICIPANTS if p not in endpoints.kafka]
@@ -560,12 +560,8 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Any, la
     nodes = {p: f"{p}/bench-spike" for p in PARTICIPANTS}
     try:
         for participant in PARTICIPANTS:
-            started.append(launcher.start_service(
-                layout, f"node-{participant}-bench-spike",
-                [sys.executable, "-m", "medusa_apps", "node", "--name", "bench-spike",
-                 "--participant", participant, "--master", plan.master,
-                 "--capacity", f"{plan.capacity[participant]:g}"],
-                report=lambda _: None))
+            started.append(start_node(layout, nodes[participant], plan.master,
+                                      capacity=plan.capacity[participant]))
         with CatalogClient(endpoints.catalog_url) as catalog:
             for node in nodes.values():
                 wait_for_node(catalog, node, timeout_s=240)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -30,8 +29,9 @@ from medusa.catalog.model import Kind
 from medusa.endpoints import Endpoints
 from medusa.sensor_windows import SteadyInput
 from medusa.settings import kafka_config
-from medusa.stack import launcher, processes
+from medusa.stack import processes
 from medusa.stack.layout import StackLayout
+from medusa_apps.bench.nodes import start_node
 from medusa_apps.failover import FailoverOutcome, run_failover, wait_placed
 from medusa_spark.deploy import deploy, undeploy, wait_for_node
 from medusa_spark.networks import network_yaml
@@ -59,11 +59,7 @@ class FalsePositives:
 
 
 def _start_node(layout: StackLayout, node: str, secondary: str) -> processes.RunningProcess:
-    participant, name = node.split("/")
-    return launcher.start_service(
-        layout, f"node-{participant}-{name}",
-        [sys.executable, "-m", "medusa_apps", "node", "--name", name, "--participant", participant,
-         "--master", "local[1]", "--secondary", secondary], report=lambda _: None)
+    return start_node(layout, node, secondary=secondary)
 
 
 def _kill(process: processes.RunningProcess) -> Callable[[], None]:

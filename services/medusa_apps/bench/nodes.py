@@ -14,17 +14,21 @@ from medusa.stack.processes import RunningProcess
 
 
 def start_node(layout: StackLayout, node: str, master: str = "local[1]",
-               secondary: str | None = None) -> RunningProcess:
+               secondary: str | None = None, capacity: float | None = None
+               ) -> RunningProcess:
     """Starts one node (participant/name, with its secondary if one is named) under the
-    stack's launcher; the caller waits for it to be up in the catalog."""
+    stack's launcher, in the caller's session like the other nodes (a rebuild's lower
+    priority then counts against their queries too); the caller waits for it to be up in
+    the catalog."""
     from medusa.stack import launcher
 
     participant, name = node.split("/")
     return launcher.start_service(
         layout, f"node-{participant}-{name}",
         [sys.executable, "-m", "medusa_apps", "node", "--name", name, "--participant",
-         participant, "--master", master, *(["--secondary", secondary] if secondary else [])],
-        report=lambda _: None)
+         participant, "--master", master, *(["--secondary", secondary] if secondary else []),
+         *(["--capacity", f"{capacity:g}"] if capacity is not None else [])],
+        report=lambda _: None, own_session=False)
 
 
 @contextmanager

@@ -19,7 +19,6 @@ import base64
 import itertools
 import random
 import statistics
-import sys
 import threading
 import time
 import uuid
@@ -39,9 +38,10 @@ from medusa.schemas import schema_for_topic
 from medusa.sensor_windows import STIME_ORIGIN_MS, OutputWatch
 from medusa.sensors import SENSOR_READINGS, SensorReading, sensor_readings, to_dict
 from medusa.settings import kafka_config
-from medusa.stack import launcher, processes
+from medusa.stack import processes
 from medusa.stack.layout import StackLayout
 from medusa.topics import ensure_topics
+from medusa_apps.bench.nodes import start_node
 from medusa_spark.checkpoints import checkpoint_size, delete_checkpoint
 from medusa_spark.deploy import deploy, move, resolve_fragment, undeploy, wait_for_node
 
@@ -232,13 +232,7 @@ class BallastInput:
 
 def start_nodes(layout: StackLayout, catalog: CatalogClient, nodes: tuple[str, ...] = NODES
                 ) -> list[processes.RunningProcess]:
-    started = []
-    for node in nodes:
-        participant, name = node.split("/")
-        started.append(launcher.start_service(
-            layout, f"node-{participant}-{name}",
-            [sys.executable, "-m", "medusa_apps", "node", "--name", name, "--participant",
-             participant, "--master", "local[1]"], report=lambda _: None))
+    started = [start_node(layout, node) for node in nodes]
     for node in nodes:
         wait_for_node(catalog, node, timeout_s=240)
     return started
