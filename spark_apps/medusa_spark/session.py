@@ -74,8 +74,13 @@ def rebuild_priority_options() -> list[str]:
     """The JVM's options that make the rebuild's priority a nice value. Java priorities
     reach the OS only with this policy, and a task thread reniced for a rebuild must be
     reniced back when it serves next: only where that is allowed."""
-    return (["-XX:ThreadPriorityPolicy=1", f"-XX:JavaPriority1_To_OSPriority={REBUILD_NICE}"]
-            if can_renice_back() else [])
+    if not can_renice_back():
+        return []
+    # The policy also maps the JVM's own threads (JIT compilers, GC, the VM thread: Java
+    # priorities 9 and 10) to nice -4 and -5, ahead of every query's: all but the lowest
+    # priority stay at nice 0, as without the policy.
+    return ["-XX:ThreadPriorityPolicy=1", f"-XX:JavaPriority1_To_OSPriority={REBUILD_NICE}",
+            *(f"-XX:JavaPriority{p}_To_OSPriority=0" for p in range(2, 11))]
 
 # Checkpoints on a local disk through java.nio (see LocalCheckpointFileManager.java);
 # Spark's own manager elsewhere (HDFS, S3A).

@@ -3,6 +3,9 @@ preparing to take over (scale instances warming, moves, redos, active standbys) 
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
 import pytest
 
 from medusa_spark.fragment_writer import FragmentWriter
@@ -65,3 +68,19 @@ def test_a_rebuild_runs_at_a_lower_priority(spark) -> None:
     finally:
         run_jobs_in(spark, SERVING)
     assert seen == [(niced, {niced}), (0, {0}), (0, {0}), (niced, {niced})]
+    # The policy that makes priorities nice values leaves the JVM's own threads (JIT, GC)
+    # at the queries' priority, not ahead of them.
+    pid = int(jvm.java.lang.ProcessHandle.current().pid())
+    favoured = {name: value for name, value in _thread_nices(pid) if value < 0}
+    assert not favoured, f"the JVM's own threads run ahead of the queries': {favoured}"
+
+
+def _thread_nices(pid: int) -> list[tuple[str, int]]:
+    """Each thread of process ``pid``: its name and nice value."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            stat = (task / "stat").read_text()
+            found.append(((task / "comm").read_text().strip(),
+                          int(stat[stat.rindex(")") + 2:].split()[16])))
+    return found
