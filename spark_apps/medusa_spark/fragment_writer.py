@@ -174,8 +174,9 @@ class FragmentWriter:
         self.on_batch = on_batch
         self.rebuild = rebuild
         """While a standby: it rebuilds its state beside a serving instance (a scale step's,
-        a move's or a redo's), whose batches go first; an active or reader-side replica
-        keeps pace with its primary instead (see ``run_jobs_in``)."""
+        a move's or a redo's), whose batches go first, until it has caught up (then it
+        keeps pace, ``node.state.keep_pace``); an active or reader-side replica keeps pace
+        with its primary from the start (see ``run_jobs_in``)."""
         clusters: dict[str, list[str]] = {}
         for output in wiring.outputs.values():
             clusters.setdefault(output.stream.bootstrap, []).append(output.stream.topic)

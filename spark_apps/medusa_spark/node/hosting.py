@@ -62,6 +62,7 @@ from medusa_spark.node.state import (
     PendingTakeover,
     caught_up,
     dpc_state,
+    keep_pace,
 )
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired, rollback
 from medusa_spark.sunion_process import SUnionProcess
@@ -500,6 +501,7 @@ class Hosting:
                         spec.get("phase") != "warming":
                     return None
                 return {**spec, "warm_ready": True}
+            keep_pace(hosted)
             self.node.catalog.update(Kind.FRAGMENTS, name, ready)
             log.info("%s: %s has caught up with its input; ready to take over",
                      self.node.global_name, name)

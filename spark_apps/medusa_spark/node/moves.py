@@ -35,6 +35,7 @@ from medusa_spark.node.state import (
     NodeState,
     PendingTakeover,
     caught_up,
+    keep_pace,
 )
 from medusa_spark.output_watch import OutputWatch
 
@@ -88,6 +89,7 @@ class Moves:
                     not entry.spec.get("warm_ready") and caught_up(hosted.run) and \
                     (hosted.sunion is None or not hosted.own_input or
                      hosted.sunion.caught_up(CAUGHT_UP_RECORDS)):
+                keep_pace(hosted)
                 self._set_warm_ready(name)
                 return
             else:

@@ -154,3 +154,10 @@ class NodeState:
     @property
     def bootstrap(self) -> str:
         return self.endpoints.bootstrap(self.participant)
+
+
+def keep_pace(hosted: HostedFragment) -> None:
+    """A rebuild that has caught up (a move's replica, a scale step's new instance) runs
+    its next batches at the normal priority: niced, it fell a batch behind the instance
+    it replaces whenever the machine was busy, and took the output over that late."""
+    hosted.run.writer.rebuild = False
