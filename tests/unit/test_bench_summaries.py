@@ -126,3 +126,35 @@ def test_the_low_rate_summary_keeps_the_fragments_median_and_its_ratio_to_spark(
     assert summary["low_rate_rows_per_s"] == 5
     assert summary["runs"]["fragment_batch_phases_ms"]["transaction_commit"] == 20.0
     assert summary["runs"]["fragment_phases_ms_p50"] == {"addBatch": 120.0}
+
+
+def test_a_move_that_fails_leaves_the_others_figures(monkeypatch) -> None:
+    """A node declared failed during one move's fill (the disk saturated) fails that move;
+    the moves before and after it still count."""
+    from types import SimpleNamespace
+
+    from medusa_apps.bench import state_migration
+
+    class _Catalog:
+        def __init__(self, url: str) -> None: ...
+        def __enter__(self) -> _Catalog: return self
+        def __exit__(self, *exc: object) -> None: ...
+
+    def one(endpoints, registry, spark, catalog, mode, ballast_mb, expiry, say):
+        if expiry == "timers":
+            raise RuntimeError("runs on alpha/bench-move-2 already")
+        return (mode, ballast_mb, expiry)
+
+    monkeypatch.setattr(state_migration, "CatalogClient", _Catalog)
+    monkeypatch.setattr(state_migration, "start_nodes", lambda *args: [])
+    monkeypatch.setattr(state_migration, "_one", one)
+    runs = [("warm", 1000, "scan"), ("warm", 1000, "timers"), ("cold", 1000, "scan")]
+    failed: list[str] = []
+    said: list[str] = []
+    done = state_migration.measure(SimpleNamespace(catalog_url=""), None, None, None, runs,
+                                   said.append, failed)
+    assert done == [("warm", 1000, "scan"), ("cold", 1000, "scan")]
+    assert failed == ["warm 1000 MB (timers): RuntimeError: runs on alpha/bench-move-2 already"]
+    with pytest.raises(RuntimeError, match="already"):
+        state_migration.measure(SimpleNamespace(catalog_url=""), None, None, None, runs,
+                                said.append)

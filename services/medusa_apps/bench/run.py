@@ -262,9 +262,12 @@ def _move(bench: _Bench, got: _Figures) -> None:
               f"{', '.join(map(str, sizes))} MB; warm at {sizes[-1]} MB with the ballast's "
               f"windows expiring by timers too; and warm onto a partner's node at "
               f"{sizes[0]} MB")
+    failed: list[str] = []
     with _part("move", bench.errors, bench.say):
         got.moves = state_migration.measure(bench.endpoints, bench.registry, bench.spark,
-                                            bench.layout, migrations, bench.say)
+                                            bench.layout, migrations, bench.say, failed)
+        if failed:  # the part's error; the moves that ran keep their figures
+            raise RuntimeError("; ".join(failed))
 
 
 def _scale(bench: _Bench, got: _Figures) -> None:

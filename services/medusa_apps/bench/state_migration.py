@@ -253,9 +253,11 @@ def _switch_gap(times_ms: list[int], done_ms: int, within_ms: int = 500) -> floa
 
 
 def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSession,
-            layout: StackLayout, runs: list[tuple[str, int, str]], say: Callable[[str], None]
-            ) -> list[Migration]:
-    """One move per (mode, ballast MB, ballast expiry), each on a network of its own."""
+            layout: StackLayout, runs: list[tuple[str, int, str]], say: Callable[[str], None],
+            failed: list[str] | None = None) -> list[Migration]:
+    """One move per (mode, ballast MB, ballast expiry), each on a network of its own. A
+    move that fails is said and noted in ``failed`` (raised without it); the others
+    still run, and their figures are kept."""
     results = []
     with CatalogClient(endpoints.catalog_url) as catalog:
         wanted = NODES + ((PARTNER_NODE,) if any(m == "partner" for m, _, _ in runs) else ())
@@ -263,8 +265,15 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
         nodes = start_nodes(layout, catalog, wanted)
         try:
             for mode, ballast_mb, expiry in runs:
-                results.append(_one(endpoints, registry, spark, catalog, mode, ballast_mb,
-                                    expiry, say))
+                try:
+                    results.append(_one(endpoints, registry, spark, catalog, mode,
+                                        ballast_mb, expiry, say))
+                except Exception as error:
+                    if failed is None:
+                        raise
+                    failed.append(f"{mode} {ballast_mb} MB ({expiry}): "
+                                  f"{type(error).__name__}: {error}")
+                    say(f"  {failed[-1]}")
         finally:
             for process in nodes:
                 processes.stop(process)
