@@ -58,10 +58,6 @@ class FalsePositives:
         return asdict(self)
 
 
-def _start_node(layout: StackLayout, node: str, secondary: str) -> processes.RunningProcess:
-    return start_node(layout, node, secondary=secondary)
-
-
 def _kill(process: processes.RunningProcess) -> Callable[[], None]:
     def kill() -> None:
         os.killpg(process.pid, signal.SIGKILL)  # the node and its JVM, as a machine dies
@@ -76,7 +72,7 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
     with CatalogClient(endpoints.catalog_url) as catalog:
         try:
             for node, other in (NODES, NODES[::-1]):
-                running[node] = _start_node(layout, node, other)
+                running[node] = start_node(layout, node, secondary=other)
             for node in NODES:
                 wait_for_node(catalog, node, timeout_s=240)
             for mode, primary, secondary in (("passive", *NODES), ("active", *NODES[::-1])):
@@ -96,7 +92,7 @@ def _restart(layout: StackLayout, catalog: CatalogClient,
              running: dict[str, processes.RunningProcess], node: str, secondary: str) -> None:
     before = catalog.get(Kind.NODES, node)
     processes.stop(running[node])
-    running[node] = _start_node(layout, node, secondary)
+    running[node] = start_node(layout, node, secondary=secondary)
     wait_for_node(catalog, node, timeout_s=240,
                   since_incarnation=before.spec.get("incarnation") if before else None)
 

@@ -156,7 +156,9 @@ class Hosting:
         self.rehearsals = Rehearsals(node.spark, node.global_name)
         """Their queries, each run once beside the running one (compiled before a takeover)."""
         self._plans: dict[str, NetworkPlan] = {}
-        self._incomplete_since: dict[tuple[str, int], float] = {}
+        self._incomplete_since: dict[str, tuple[int, float]] = {}
+        """Network -> the version of its definition that names a box in no fragment entry
+        yet, and since when (``CATALOG_SETTLE_S``)."""
         self._precopied: set[str] = set()
         self._takeovers: dict[str, Callable[[], None]] = {}
         """Standby replicas to promote and fragments to take over from a failed node, at
@@ -297,8 +299,8 @@ class Hosting:
                 networks[network_name] = error
         for gone in set(self._plans) - set(networks):
             del self._plans[gone]
-        self._incomplete_since = {k: v for k, v in self._incomplete_since.items()
-                                  if k[0] in networks}
+        for gone in set(self._incomplete_since) - set(networks):
+            del self._incomplete_since[gone]
         return networks
 
     def _network(self, network_name: str, members: list[Entry]) -> NetworkPlan:
@@ -317,8 +319,10 @@ class Hosting:
         plan = validate(spec, self.node.spark)
         missing = [box for box in plan.order if box not in member]
         if missing:
-            since = self._incomplete_since.setdefault((network_name, entry.version),
-                                                      time.monotonic())
+            version, since = self._incomplete_since.get(network_name, (None, 0.0))
+            if version != entry.version:
+                since = time.monotonic()
+                self._incomplete_since[network_name] = (entry.version, since)
             if time.monotonic() - since < CATALOG_SETTLE_S:
                 if cached is not None:
                     return cached  # the deploy's next writes complete it
@@ -326,8 +330,7 @@ class Hosting:
                                      "fragment of the catalog yet")
             raise NetworkError(f"network {network_name}: box {missing[0]!r} is in no fragment "
                                "of the catalog; redeploy the network")
-        self._incomplete_since = {k: v for k, v in self._incomplete_since.items()
-                                  if k[0] != network_name}
+        self._incomplete_since.pop(network_name, None)
         fragments = fragments_of(plan, {b: f for b, f in member.items() if b in plan.boxes})
         # Topics and schemas exist since the deploy; this only looks them up.
         topics = network_topics(plan, fragments, self.node.endpoints, self.node.registry,
