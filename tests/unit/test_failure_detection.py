@@ -276,3 +276,44 @@ def test_no_node_is_declared_failed_while_its_participants_heartbeat_path_is_sta
     _run(detector, 20.0, 25.0, {"alpha/a2"})
     assert list(detector.failed) == ["alpha/a1"]
     assert catalog.get(Kind.NODES, "alpha/a2").spec["status"] == "up"
+
+
+def test_no_node_is_declared_failed_right_after_a_pause_of_the_detector_itself() -> None:
+    _, detector = _federation()
+    detector.refresh(0.0)
+    now = 0.0
+    while now < 10.0:  # passes every 0.1 s, both nodes beating
+        for node in ("alpha/a1", "alpha/a2"):
+            detector.heartbeat(node, f"{node}#1", now)
+        detector.judge(now)
+        now = round(now + 0.1, 1)
+    # The detector is away for 2 s (descheduled, a slow catalog call): it reads nothing.
+    # Its first pass back, before the heartbeats of those seconds are read, declares nothing.
+    detector.judge(12.0)
+    assert not detector.failed and detector.state.local_pauses == 1
+    assert {e.kind for e in detector.state.events} == {"suspected"}
+    detector.heartbeat("alpha/a2", "alpha/a2#1", 12.05, sent_at_ms=11_950)
+    detector.judge(12.1)
+    assert not detector.failed
+    # a1 really is silent: declared once the grace after the pause is over.
+    now = 12.2
+    while now < 13.0:
+        detector.heartbeat("alpha/a2", "alpha/a2#1", now)
+        detector.judge(now)
+        now = round(now + 0.1, 1)
+    assert list(detector.failed) == ["alpha/a1"]
+
+
+def test_a_cleared_suspicion_says_whether_the_node_or_the_way_held_its_heartbeats() -> None:
+    _, detector = _federation()
+    detector.refresh(0.0)
+    for step in range(40):  # beats every 0.25 s, as sent
+        for node in ("alpha/a1", "alpha/a2"):
+            detector.heartbeat(node, f"{node}#1", step * 0.25, sent_at_ms=step * 250)
+        detector.assess(step * 0.25)
+    detector.assess(10.75)  # a1's next beats were sent on time but arrive 1 s late
+    for node in ("alpha/a1", "alpha/a2"):
+        detector.heartbeat(node, f"{node}#1", 10.8, sent_at_ms=10_000)
+    detector.assess(10.8)
+    cleared = [e for e in detector.state.events if e.kind == "cleared"]
+    assert cleared and all(e.detail == "its heartbeats were sent 0.2s apart" for e in cleared)

@@ -23,6 +23,7 @@ def view(detector: FailureDetector) -> dict[str, Any]:
                     for name, w in list(detector.watched.items())},
         "failed": dict(detector.failed),
         "false_suspicions": detector.state.false_suspicions,
+        "local_pauses": detector.state.local_pauses,
     }
 
 

@@ -22,6 +22,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import fastavro
@@ -49,6 +50,10 @@ CANARY_LATE_AFTER_S = 0.5
 """A canary this late means a stalled path: below the silence after which the defaults
 declare a node failed (about 1.2 s after its last heartbeat), and far above a canary's
 round trip through the broker (milliseconds)."""
+LOCAL_PAUSE_S = 0.5
+"""A pass of the detector's loop this long after the last means the detector itself was
+away (descheduled, a slow catalog call): a canary cannot tell, as none was sent meanwhile.
+Far above a pass (about 0.1 s), below the silence after which a node is declared failed."""
 
 
 @dataclass
@@ -61,6 +66,11 @@ class Watched:
     """Wall-clock time of the last heartbeat, for the trace."""
     suspected_at_wall: float | None = None
     heartbeats: int = 0
+    sent_at_ms: int | None = None
+    """When the node sent its latest heartbeat (its clock)."""
+    sent_gap_s: float = 0.0
+    """How far apart the node sent its latest two heartbeats: after a silence, whether the
+    node stopped beating (a long gap) or its beats were held up on the way (a short one)."""
     gaps: HeartbeatGaps = field(default_factory=lambda: HeartbeatGaps())
     """How far apart its heartbeats arrived: what the interval and the pause are set from."""
 
@@ -106,6 +116,8 @@ class DetectorState:
     events: deque[Event] = field(default_factory=lambda: deque(maxlen=1000))
     """The latest events, for the HTTP view and tests; the log has them all."""
     false_suspicions: int = 0
+    local_pauses: int = 0
+    """Passes after which the detector gave no verdict: it had been away itself."""
 
 
 class FailureDetector:
@@ -128,6 +140,9 @@ class FailureDetector:
         self.paths = HeartbeatPaths(CANARY_LATE_AFTER_S)
         self._holding: set[str] = set()
         """Participants whose path is stalled, with a declaration held back."""
+        self._last_pass: float | None = None
+        self._verdicts_from = 0.0
+        """After a pause of its own, no node is declared failed before this (monotonic)."""
         self._schema = schema_for_topic(HEARTBEAT_TOPIC).parsed
         self._stop = threading.Event()
         self._next_refresh = 0.0
@@ -160,10 +175,15 @@ class FailureDetector:
             producer.poll(0)
             self.paths.sent(participant, now)
 
-    def heartbeat(self, node: str, incarnation: str, now: float) -> None:
+    def heartbeat(self, node: str, incarnation: str, now: float,
+                  sent_at_ms: int | None = None) -> None:
         watched = self.watched.get(node)
         if watched is None or watched.incarnation != incarnation:
             return  # not (yet) in the catalog as up, or a fenced incarnation
+        if sent_at_ms is not None:
+            if watched.sent_at_ms is not None:
+                watched.sent_gap_s = max(0.0, (sent_at_ms - watched.sent_at_ms) / 1000)
+            watched.sent_at_ms = sent_at_ms
         watched.policy.heartbeat(now)
         watched.gaps.arrived(now)
         watched.heartbeats += 1
@@ -200,10 +220,26 @@ class FailureDetector:
 
     # -- judging --------------------------------------------------------------------------
 
+    def judge(self, now: float) -> None:
+        """One pass's verdicts, after its heartbeats were read. A pass long after the last
+        means this detector was away itself: the nodes' heartbeats of that time may not be
+        read yet, so for ``LOCAL_PAUSE_S`` nothing is declared failed (as Cassandra's
+        detector skips its verdicts after a pause of its own)."""
+        away = 0.0 if self._last_pass is None else now - self._last_pass
+        self._last_pass = now
+        if away > LOCAL_PAUSE_S:
+            self.state.local_pauses += 1
+            self._verdicts_from = now + LOCAL_PAUSE_S
+            log.warning("this detector was away for %.1fs (a pause of its own): no node is "
+                        "declared failed for %.1fs, until the heartbeats of that time are read",
+                        away, LOCAL_PAUSE_S)
+        self.assess(now)
+
     def assess(self, now: float) -> None:
         for watched in list(self.watched.values()):
             health = watched.policy.assess(now)
-            if self._held(watched, health, now):
+            if self._held(watched, health, now) or \
+                    (health == Health.FAILED and now < self._verdicts_from):
                 health = Health.SUSPECT
             if health == watched.health:
                 continue
@@ -215,7 +251,8 @@ class FailureDetector:
                                   f"no heartbeat for {silent:.1f}s"))
             elif health == Health.ALIVE:
                 self.state.false_suspicions += 1
-                self._event(Event("cleared", watched.node, time.time()))
+                self._event(Event("cleared", watched.node, time.time(),
+                                  f"its heartbeats were sent {watched.sent_gap_s:.1f}s apart"))
                 watched.suspected_at_wall = None
             elif health == Health.FAILED:
                 self._declare(watched)
@@ -341,8 +378,8 @@ class FailureDetector:
                             continue
                         record = self._decode(value)
                         self.heartbeat(str(record["node"]), str(record["incarnation"]),
-                                       time.monotonic())
-                self.assess(time.monotonic())
+                                       time.monotonic(), _millis(record.get("sent_at")))
+                self.judge(time.monotonic())
         finally:
             for consumer in consumers:
                 consumer.close()
@@ -360,6 +397,13 @@ def _canary(headers: Any) -> tuple[str, float] | None:
         return None
     sender, _, sent_at = text.partition(" ")
     return sender, float(sent_at)
+
+
+def _millis(sent_at: object) -> int | None:
+    """A heartbeat's ``sent_at`` (Avro's timestamp-millis, decoded as a datetime)."""
+    if isinstance(sent_at, datetime):
+        return int(sent_at.timestamp() * 1000)
+    return sent_at if isinstance(sent_at, int) else None
 
 
 def _is_boundary(headers: Any) -> bool:
