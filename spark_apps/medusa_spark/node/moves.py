@@ -50,6 +50,8 @@ AHEAD_WAIT_S = 4.0
 ahead of the old node before it takes the output over merely caught up."""
 FIRST_BATCHES_REPORTED = 3
 """How many of a taken-over query's first batches the log breaks down."""
+MOVE_TIMELINE_S = 60.0
+"""How far back a warm move's two sides log their batches, at the switch."""
 READER_SUFFIX = ".reader"
 """A reader-side replica's checkpoint: beside the one the fragment would have here."""
 
@@ -292,6 +294,9 @@ class Moves:
                  self.node.global_name, name, kind, promoted_s, sum(s.fence_s or 0 for s in stats),
                  sum(s.recovered_ids for s in stats), sum(s.read_back_s or 0 for s in stats),
                  caught_up)
+        if warm:
+            log.info("%s: %s's replica's batches before its promotion: %s",
+                     self.node.global_name, name, recent_batches(hosted.run, MOVE_TIMELINE_S))
         self._hosting.mark_running(name, hosted.run.checkpoint)
 
     def trace_first_output(self, run: FragmentRun, takeover: PendingTakeover) -> None:
@@ -392,6 +397,9 @@ class Moves:
             hosted.run.writer.close()
         if hosted.sunion is not None:
             hosted.sunion.stop()
+        if at_once:
+            log.info("%s: %s's last batches here: %s", self.node.global_name, name,
+                     recent_batches(hosted.run, MOVE_TIMELINE_S))
         log.info("%s: stopped %s %s in %.1fs", self.node.global_name, name,
                  "for its warm replica" if at_once else "at a batch boundary",
                  time.monotonic() - started)
@@ -424,6 +432,25 @@ def state_load(progress: dict[str, Any]) -> str:
     return (f"; state: {replayed} changelog(s) replayed in "
             f"{total('rocksdbReplayChangeLogLatencyMs')} ms, {copied / 1e6:.0f} MB copied "
             "from the checkpoint")
+
+
+def recent_batches(run: FragmentRun, within_s: float) -> str:
+    """The query's batches that started in the last ``within_s``: start (wall clock),
+    duration and rows, to lay the two sides of a warm move side by side."""
+    since = time.time() - within_s
+    shown = []
+    for progress in run.query.recentProgress:
+        detail = json.loads(progress.json)
+        started = progress_time(detail)
+        if started is None or started < since:
+            continue
+        shown.append(f"{detail.get('batchId')} at {_clock(started)} "
+                     f"{detail.get('batchDuration')} ms/{detail.get('numInputRows')} rows")
+    return ", ".join(shown) or "none"
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at * 1000) % 1000:03d}"
 
 
 def stop_redo(hosted: HostedFragment) -> bool:
