@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 
@@ -12,6 +13,7 @@ from medusa.detector.policy import DetectorConfig, Health, PhiAccrualPolicy, Tim
 from medusa.detector.service import FailureDetector, HeartbeatGaps
 from medusa.detector.takeover import Takeover, choose_target, next_replica, take_over
 from medusa.endpoints import Endpoints
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -317,3 +319,19 @@ def test_a_cleared_suspicion_says_whether_the_node_or_the_way_held_its_heartbeat
     detector.assess(10.8)
     cleared = [e for e in detector.state.events if e.kind == "cleared"]
     assert cleared and all(e.detail == "its heartbeats were sent 0.2s apart" for e in cleared)
+
+
+def test_the_catalog_is_read_beside_the_heartbeats_and_applied_by_the_loop() -> None:
+    _, detector = _federation()
+    detector.refresh_s = 0.05
+    reader = threading.Thread(target=detector._list_nodes, daemon=True)
+    reader.start()
+    try:
+        listed = wait_for("the node list read", detector._take_listed, 10, interval_s=0.05)
+    finally:
+        detector.stop()
+        reader.join(5)
+    assert not detector.watched  # read, not applied: only the loop changes what is watched
+    detector.refresh(0.0, listed)
+    assert set(detector.watched) == {"alpha/a1", "alpha/a2"}
+    assert not reader.is_alive()

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa_spark.deploy import warm_move_possible
+from medusa_spark.node.state import HostedFragment, keeping_pace
 from medusa_spark.sunion_process import SUnionProcess
 
 pytestmark = pytest.mark.unit
@@ -47,3 +49,38 @@ def test_a_replica_s_own_sunion_is_caught_up_once_open_and_near_its_inputs_end(
     assert not _sunion(tmp_path / "behind", _state(900, 200)).caught_up(1000)
     assert not _sunion(tmp_path / "unknown", _state(0, None)).caught_up(1000)
     assert _sunion(tmp_path / "near", _state(400, 500)).caught_up(1000)
+
+
+class _Query:
+    def __init__(self) -> None:
+        self.lastProgress: dict | None = None
+
+
+def _replica(trigger_ms: int) -> HostedFragment:
+    run = SimpleNamespace(query=_Query(), trigger_ms=trigger_ms)
+    return HostedFragment("alpha/n/f", 1, run, 0.0)  # type: ignore[arg-type]
+
+
+def _batch(hosted: HostedFragment, batch_id: int, duration_ms: int) -> bool:
+    hosted.run.query.lastProgress = {"batchId": batch_id, "batchDuration": duration_ms}
+    return keeping_pace(hosted)
+
+
+def test_a_replica_keeps_pace_once_its_batches_no_longer_work_off_a_backlog() -> None:
+    # After loading its state: a long first batch, then the input of the load worked off.
+    replica = _replica(trigger_ms=1000)
+    assert not keeping_pace(replica)  # no batch yet
+    assert not _batch(replica, 90, 31_311)
+    assert not _batch(replica, 91, 6_434)
+    assert not _batch(replica, 92, 3_348)
+    assert not keeping_pace(replica)  # asked again within the same batch
+    assert _batch(replica, 93, 1_900)  # within two trigger intervals
+    # A fragment whose batches take longer than that anyway: once they stop shrinking.
+    slow = _replica(trigger_ms=1000)
+    assert not _batch(slow, 0, 20_000)
+    assert not _batch(slow, 1, 9_000)
+    assert _batch(slow, 2, 8_500)
+    # Without a trigger interval (process what is there), the same.
+    untimed = _replica(trigger_ms=0)
+    assert not _batch(untimed, 0, 900)
+    assert _batch(untimed, 1, 1_000)

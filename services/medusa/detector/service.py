@@ -141,11 +141,14 @@ class FailureDetector:
         self._holding: set[str] = set()
         """Participants whose path is stalled, with a declaration held back."""
         self._last_pass: float | None = None
+        self._assess_s = 0.0
         self._verdicts_from = 0.0
         """After a pause of its own, no node is declared failed before this (monotonic)."""
         self._schema = schema_for_topic(HEARTBEAT_TOPIC).parsed
         self._stop = threading.Event()
-        self._next_refresh = 0.0
+        self._listed: list[Entry] | None = None
+        """The catalog's nodes as last read, not applied yet."""
+        self._listed_lock = threading.Lock()
         self._next_canary = 0.0
         self._canary_id = uuid.uuid4().hex
         """Tells this detector's canaries from another one's on the same path."""
@@ -197,9 +200,11 @@ class FailureDetector:
 
     # -- the catalog's view ---------------------------------------------------------------
 
-    def refresh(self, now: float) -> None:
-        nodes = {e.name: e for e in self.catalog.list(Kind.NODES)
-                 if e.participant in self.participants}
+    def refresh(self, now: float, listed: list[Entry] | None = None) -> None:
+        """Watches the nodes the catalog lists as up (``listed``, else read now)."""
+        if listed is None:
+            listed = self.catalog.list(Kind.NODES)
+        nodes = {e.name: e for e in listed if e.participant in self.participants}
         for name, entry in nodes.items():
             status, incarnation = entry.spec.get("status"), entry.spec.get("incarnation")
             watched = self.watched.get(name)
@@ -218,22 +223,48 @@ class FailureDetector:
         for name in [n for n in self.watched if n not in nodes]:
             del self.watched[name]
 
+    def _list_nodes(self) -> None:
+        """Reads the catalog's nodes every ``refresh_s`` on a thread of its own, so that a
+        slow catalog (it commits each write to Kafka; seconds while the disk is saturated)
+        never holds up reading heartbeats. The loop applies what it read."""
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                listed = self.catalog.list(Kind.NODES)
+            except CatalogError as error:
+                log.warning("catalog: %s", error)
+            else:
+                with self._listed_lock:
+                    self._listed = listed
+            took = time.monotonic() - started
+            if took > LOCAL_PAUSE_S:
+                log.info("the catalog took %.1fs to list the nodes", took)
+            self._stop.wait(max(0.0, self.refresh_s - took))
+
+    def _take_listed(self) -> list[Entry] | None:
+        with self._listed_lock:
+            listed, self._listed = self._listed, None
+        return listed
+
     # -- judging --------------------------------------------------------------------------
 
-    def judge(self, now: float) -> None:
+    def judge(self, now: float, read_s: float = 0.0) -> None:
         """One pass's verdicts, after its heartbeats were read. A pass long after the last
         means this detector was away itself: the nodes' heartbeats of that time may not be
         read yet, so for ``LOCAL_PAUSE_S`` nothing is declared failed (as Cassandra's
-        detector skips its verdicts after a pause of its own)."""
+        detector skips its verdicts after a pause of its own). ``read_s``: how long this
+        pass took to read the heartbeats, for the log."""
         away = 0.0 if self._last_pass is None else now - self._last_pass
         self._last_pass = now
         if away > LOCAL_PAUSE_S:
             self.state.local_pauses += 1
             self._verdicts_from = now + LOCAL_PAUSE_S
-            log.warning("this detector was away for %.1fs (a pause of its own): no node is "
-                        "declared failed for %.1fs, until the heartbeats of that time are read",
-                        away, LOCAL_PAUSE_S)
+            log.warning("this detector was away for %.1fs (a pause of its own; its last "
+                        "verdicts took %.1fs, reading heartbeats %.1fs): no node is declared "
+                        "failed for %.1fs, until the heartbeats of that time are read",
+                        away, self._assess_s, read_s, LOCAL_PAUSE_S)
         self.assess(now)
+        self._assess_s = time.monotonic() - now
 
     def assess(self, now: float) -> None:
         for watched in list(self.watched.values()):
@@ -354,16 +385,15 @@ class FailureDetector:
         log.info("watching the nodes of %s (%s policy, acceptable pause %.1fs)",
                  ", ".join(self.participants), self.config.policy,
                  self.config.acceptable_pause_s)
+        threading.Thread(target=self._list_nodes, name="detector-catalog", daemon=True).start()
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
-                if now >= self._next_refresh:
-                    try:
-                        self.refresh(now)
-                    except CatalogError as error:
-                        log.warning("catalog: %s", error)
-                    self._next_refresh = now + self.refresh_s
+                listed = self._take_listed()
+                if listed is not None:
+                    self.refresh(now, listed)
                 self._send_canaries(producers, now)
+                reading = time.monotonic()
                 for participant, consumer in zip(self.participants, consumers, strict=True):
                     for message in take(consumer, 1000, self.tick_s / len(consumers)):
                         value = message.value()
@@ -379,7 +409,8 @@ class FailureDetector:
                         record = self._decode(value)
                         self.heartbeat(str(record["node"]), str(record["incarnation"]),
                                        time.monotonic(), _millis(record.get("sent_at")))
-                self.judge(time.monotonic())
+                now = time.monotonic()
+                self.judge(now, now - reading)
         finally:
             for consumer in consumers:
                 consumer.close()

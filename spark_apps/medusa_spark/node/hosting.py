@@ -63,6 +63,7 @@ from medusa_spark.node.state import (
     caught_up,
     dpc_state,
     keep_pace,
+    keeping_pace,
 )
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired, rollback
 from medusa_spark.sunion_process import SUnionProcess
@@ -498,7 +499,7 @@ class Hosting:
             return
         self.watch(hosted, entry, network)
         if not entry.spec.get("warm_ready") and hosted.run.writer.batches > 0 and \
-                caught_up(hosted.run):
+                caught_up(hosted.run) and keeping_pace(hosted):
             def ready(spec: dict[str, Any] | None) -> dict[str, Any] | None:
                 if spec is None or spec.get("node") != self.node.global_name or \
                         spec.get("phase") != "warming":

@@ -36,6 +36,7 @@ from medusa_spark.node.state import (
     PendingTakeover,
     caught_up,
     keep_pace,
+    keeping_pace,
 )
 from medusa_spark.output_watch import OutputWatch
 
@@ -89,7 +90,7 @@ class Moves:
                 self.abandon(name, f"its replica failed: {failure}")
             elif entry.spec.get("warm_target") == self.node.global_name and \
                     not entry.spec.get("warm_ready") and caught_up(hosted.run) and \
-                    (hosted.sunion is None or not hosted.own_input or
+                    keeping_pace(hosted) and (hosted.sunion is None or not hosted.own_input or
                      hosted.sunion.caught_up(CAUGHT_UP_RECORDS)):
                 keep_pace(hosted)
                 self._set_warm_ready(name)

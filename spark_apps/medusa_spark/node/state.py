@@ -20,6 +20,12 @@ from medusa_spark.sunion_process import SUnionProcess
 CAUGHT_UP_RECORDS = 1000
 """A replica this close to the end of its input takes a fragment over within a batch."""
 
+PACE_TRIGGERS = 2
+"""A rebuilt replica keeps pace once a batch takes at most this many trigger intervals..."""
+PACE_SETTLED = 1.25
+"""...or, for a fragment whose batches take longer anyway, once the one before took at
+most this much longer than its newest (its batches have stopped shrinking)."""
+
 CatalogClient = Any  # medusa.catalog.client.CatalogClient, or an in-memory one in tests
 
 
@@ -82,6 +88,9 @@ class HostedFragment:
     """When (wall clock) such a replica was first asked to take the output over."""
     replaced: bool = False
     """A redeploy replaces it by instances of a new definition, beside it (``deploy``)."""
+    pace_batch: int = -1
+    """The newest batch ``keeping_pace`` has seen, and the durations (ms) of the last two."""
+    pace_ms: tuple[int, ...] = ()
 
     @property
     def reader(self) -> bool:
@@ -99,6 +108,27 @@ def caught_up(run: FragmentRun) -> bool:
         metrics = source.get("metrics") or {}
         behind = max(behind, int(float(metrics.get("maxOffsetsBehindLatest", 0) or 0)))
     return behind <= max(CAUGHT_UP_RECORDS, int(progress.get("numInputRows") or 0))
+
+
+def keeping_pace(hosted: HostedFragment) -> bool:
+    """Whether a rebuilt replica runs its batches as fast as a running fragment does, and
+    not only reads near the end of its input (``caught_up``): after loading a large state,
+    its first batches work off the input of the load (seconds each, 1,000 rows where a
+    batch of the running fragment has 150), and one that took over then would pay them
+    in its output. Its newest batch took at most ``PACE_TRIGGERS`` trigger intervals, or
+    the one before at most ``PACE_SETTLED`` times as long."""
+    progress: dict[str, Any] = hosted.run.query.lastProgress or {}
+    batch = progress.get("batchId")
+    if batch is None:
+        return False
+    if batch != hosted.pace_batch:
+        hosted.pace_batch = int(batch)
+        hosted.pace_ms = (*hosted.pace_ms[-1:], int(progress.get("batchDuration") or 0))
+    newest = hosted.pace_ms[-1]
+    trigger = hosted.run.trigger_ms
+    if trigger and newest <= PACE_TRIGGERS * trigger:
+        return True
+    return len(hosted.pace_ms) == 2 and hosted.pace_ms[0] <= PACE_SETTLED * newest
 
 
 def dpc_state(hosted: HostedFragment, sunion_state: dict[str, Any] | None = None) -> str:
