@@ -51,3 +51,15 @@ def partition_count(admin_config: dict[str, Any], topic: str, timeout_s: float =
         reason = described.error.str() if described and described.error else "unknown topic"
         raise RuntimeError(f"topic {topic}: {reason}")
     return len(described.partitions)
+
+
+def delete_topics_named(admin_config: dict[str, Any], prefix: str,
+                        timeout_s: float = 30.0) -> list[str]:
+    """Deletes every topic whose name starts with ``prefix`` (a network's ``topic_prefix``);
+    returns their names. Best effort: a topic left behind is only disk used."""
+    admin = AdminClient(admin_config)
+    names = [t for t in admin.list_topics(timeout=timeout_s).topics if t.startswith(prefix)]
+    if names:
+        for future in admin.delete_topics(names, operation_timeout=timeout_s).values():
+            future.exception(timeout_s)
+    return names

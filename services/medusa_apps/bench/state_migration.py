@@ -40,7 +40,7 @@ from medusa.sensors import SENSOR_READINGS, SensorReading, sensor_readings, to_d
 from medusa.settings import kafka_config
 from medusa.stack import processes
 from medusa.stack.layout import StackLayout
-from medusa.topics import ensure_topics
+from medusa.topics import delete_topics_named, ensure_topics
 from medusa_apps.bench.nodes import start_node
 from medusa_spark.checkpoints import checkpoint_size, delete_checkpoint
 from medusa_spark.deploy import deploy, move, resolve_fragment, undeploy, wait_for_node
@@ -347,11 +347,15 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
         source.stop.set()
         watch.stop()
         undeploy(catalog, network, report=lambda _: None)
-        for name in contracts:
-            revoke(catalog, name, by="alpha")
+        for contract_name in contracts:
+            revoke(catalog, contract_name, by="alpha")
         time.sleep(3)  # the node stops the query before its checkpoint goes
         for location in checkpoints:
             delete_checkpoint(location)
+        # A gigabyte of ballast in the input and again in the SUnion topic, each move: the
+        # runs would fill the disk.
+        for participant in ("alpha", "beta"):
+            delete_topics_named(kafka_config(endpoints.bootstrap(participant)), f"{name}.")
 
 
 def _wait_phase(catalog: CatalogClient, box: str, phase: str, timeout_s: float) -> None:

@@ -4,6 +4,7 @@ catalog client), given to each part rather than copied, and what a hosted fragme
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,11 @@ CAUGHT_UP_RECORDS = 1000
 
 PACE_TRIGGERS = 2
 """A rebuilt replica keeps pace once a batch takes at most this many trigger intervals..."""
-PACE_SETTLED = 1.25
-"""...or, for a fragment whose batches take longer anyway, once the one before took at
-most this much longer than its newest (its batches have stopped shrinking)."""
+PACE_STEADY = 1.1
+"""...or, for a fragment whose batches take longer anyway, once its last three batches
+took within this factor of each other (they have stopped shrinking)..."""
+PACE_WAIT_S = 30.0
+"""...or once it has read near the end of its input for this long, whatever its pace."""
 
 CatalogClient = Any  # medusa.catalog.client.CatalogClient, or an in-memory one in tests
 
@@ -89,8 +92,10 @@ class HostedFragment:
     replaced: bool = False
     """A redeploy replaces it by instances of a new definition, beside it (``deploy``)."""
     pace_batch: int = -1
-    """The newest batch ``keeping_pace`` has seen, and the durations (ms) of the last two."""
+    """The newest batch ``keeping_pace`` has seen, and the durations (ms) of the last three."""
     pace_ms: tuple[int, ...] = ()
+    pace_since: float | None = None
+    """When (monotonic clock) ``keeping_pace`` was first asked."""
 
     @property
     def reader(self) -> bool:
@@ -111,24 +116,30 @@ def caught_up(run: FragmentRun) -> bool:
 
 
 def keeping_pace(hosted: HostedFragment) -> bool:
-    """Whether a rebuilt replica runs its batches as fast as a running fragment does, and
-    not only reads near the end of its input (``caught_up``): after loading a large state,
-    its first batches work off the input of the load (seconds each, 1,000 rows where a
-    batch of the running fragment has 150), and one that took over then would pay them
-    in its output. Its newest batch took at most ``PACE_TRIGGERS`` trigger intervals, or
-    the one before at most ``PACE_SETTLED`` times as long."""
+    """Whether a rebuilt replica that reads near the end of its input (``caught_up``, asked
+    first) also runs its batches as fast as a running fragment does: after loading a
+    large state, its first batches work off the input of the load (at 1.8 GB: 6 to 7 s
+    each for 1,000 to 4,000 rows, where a batch of the running fragment takes 1 to 2 s for
+    150 to 300), and one that took over then would pay them in its output. Its newest
+    batch took at most ``PACE_TRIGGERS`` trigger intervals, or its last three within
+    ``PACE_STEADY`` of each other; or it has been asked for ``PACE_WAIT_S``."""
+    now = time.monotonic()
+    if hosted.pace_since is None:
+        hosted.pace_since = now
     progress: dict[str, Any] = hosted.run.query.lastProgress or {}
     batch = progress.get("batchId")
-    if batch is None:
-        return False
-    if batch != hosted.pace_batch:
+    if batch is not None and batch != hosted.pace_batch:
         hosted.pace_batch = int(batch)
-        hosted.pace_ms = (*hosted.pace_ms[-1:], int(progress.get("batchDuration") or 0))
-    newest = hosted.pace_ms[-1]
-    trigger = hosted.run.trigger_ms
-    if trigger and newest <= PACE_TRIGGERS * trigger:
+        hosted.pace_ms = (*hosted.pace_ms[-2:], int(progress.get("batchDuration") or 0))
+    if now - hosted.pace_since >= PACE_WAIT_S:
         return True
-    return len(hosted.pace_ms) == 2 and hosted.pace_ms[0] <= PACE_SETTLED * newest
+    if not hosted.pace_ms:
+        return False
+    trigger = hosted.run.trigger_ms
+    if trigger and hosted.pace_ms[-1] <= PACE_TRIGGERS * trigger:
+        return True
+    return len(hosted.pace_ms) == 3 and \
+        max(hosted.pace_ms) <= PACE_STEADY * max(1, min(hosted.pace_ms))
 
 
 def dpc_state(hosted: HostedFragment, sunion_state: dict[str, Any] | None = None) -> str:
