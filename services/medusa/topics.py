@@ -53,13 +53,21 @@ def partition_count(admin_config: dict[str, Any], topic: str, timeout_s: float =
     return len(described.partitions)
 
 
+def delete_topics(admin_config: dict[str, Any], names: Iterable[str],
+                  timeout_s: float = 30.0) -> None:
+    """Deletes the topics ``names``. Best effort: a topic left behind is only disk used."""
+    names = list(names)
+    if names:
+        for future in AdminClient(admin_config).delete_topics(
+                names, operation_timeout=timeout_s).values():
+            future.exception(timeout_s)
+
+
 def delete_topics_named(admin_config: dict[str, Any], prefix: str,
                         timeout_s: float = 30.0) -> list[str]:
     """Deletes every topic whose name starts with ``prefix`` (a network's ``topic_prefix``);
-    returns their names. Best effort: a topic left behind is only disk used."""
-    admin = AdminClient(admin_config)
-    names = [t for t in admin.list_topics(timeout=timeout_s).topics if t.startswith(prefix)]
-    if names:
-        for future in admin.delete_topics(names, operation_timeout=timeout_s).values():
-            future.exception(timeout_s)
+    returns their names."""
+    listed = AdminClient(admin_config).list_topics(timeout=timeout_s).topics
+    names = [t for t in listed if t.startswith(prefix)]
+    delete_topics(admin_config, names, timeout_s)
     return names

@@ -20,13 +20,12 @@ import uuid
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from medusa.envelope import Envelope, TupleType, boundary
 from medusa.settings import KafkaClientSettings
 from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa.sunion.service import SUnion
-from medusa.topics import dead_letter_topic, ensure_topics
+from medusa.topics import dead_letter_topic, delete_topics, ensure_topics
 
 BASE_MS = 1_700_000_000_000
 INPUT_PARTITIONS = 2
@@ -57,11 +56,8 @@ def measure(bootstrap: str, records: int = 100_000,
         print(f"SUnion:    {records} records in {sunion_s:.2f}s "
               f"({records / sunion_s:,.0f}/s)", flush=True)
     finally:
-        deleted = AdminClient(admin_config).delete_topics(
-            [input_topic, bare_output, sunion_output, dead_letter_topic(input_topic)],
-            operation_timeout=30)
-        for future in deleted.values():
-            future.exception(30)  # best effort: a topic left behind is only clutter
+        delete_topics(admin_config, [input_topic, bare_output, sunion_output,
+                                     dead_letter_topic(input_topic)])
     bare_rate, sunion_rate = records / bare_s, records / sunion_s
     return {"records": records, "bare_records_per_s": bare_rate,
             "sunion_records_per_s": sunion_rate, "ratio": sunion_rate / bare_rate}
