@@ -594,8 +594,13 @@ class FragmentWriter:
             start_time=self._started_ns, attributes=attributes).end()
 
     def _marks(self, kind: TupleType) -> list[OutRecord]:
-        """An UNDO (back to the last stable tuple) or a REC_DONE on every output partition."""
-        epoch = self.dpc.skip_epoch
+        """An UNDO (back to the last stable tuple) or a REC_DONE on every output partition.
+
+        Their ids name the period by its number and by the SUnion that numbered it: a
+        reader-side replica's SUnion numbers its own periods, so its UNDO of period 1 and
+        its primary's are two marks, and the output's tuple-id deduplication must not drop
+        the second (the tentative results written before it would stay)."""
+        epoch = f"{self.dpc.skip_epoch}@{self._epochs_numbered_by}"
         records = []
         for box, output in self.wiring.outputs.items():
             for partition in partitions_of(output):
@@ -605,6 +610,12 @@ class FragmentWriter:
                 records.append(OutRecord(output.stream.topic, envelope.tuple_id, None,
                                          envelope.headers(), partition=partition))
         return records
+
+    @property
+    def _epochs_numbered_by(self) -> str:
+        """The SUnion whose periods ``skip_epoch`` counts: its topic on its cluster."""
+        source = self.wiring.source
+        return f"{zlib.crc32(f'{source.bootstrap}/{source.topic}'.encode()):08x}"
 
     def _save_dpc(self) -> None:
         if self.checkpoint:

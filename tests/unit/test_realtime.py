@@ -13,7 +13,7 @@ import yaml
 from pyspark.sql.types import StructType
 from rich.console import Console
 
-from medusa.envelope import decode_record
+from medusa.envelope import TupleType, decode_record
 from medusa.federation_status import FragmentStatus
 from medusa.stable_view import stable_view
 from medusa_apps.cli.stack import _execution_table
@@ -232,12 +232,13 @@ def test_a_hand_over_waits_until_every_staged_row_is_written() -> None:
         relay.drain(0.05)
 
 
-def _in_stream_writer() -> tuple[FragmentWriter, CollectingSink]:
+def _in_stream_writer(sunion_cluster: str = "memory") -> tuple[FragmentWriter, CollectingSink]:
     plan = _plan({"moving": FILTER}, availability_bound="3 seconds")
     fragment = _only_fragment(plan)
     stream = KafkaStream("t.moving", "memory", 1, "")
     wiring = FragmentWiring(
-        network="alpha/t", fragment=fragment, source=KafkaStream("t.sunion", "memory", 0, ""),
+        network="alpha/t", fragment=fragment,
+        source=KafkaStream("t.sunion", sunion_cluster, 0, ""),
         inputs={}, outputs={"moving": FragmentOutput("moving", stream, StructType(), (), 2)},
         bucket_ms=10, fingerprint="test", topic_prefix="")
     sink = CollectingSink(["t.moving"])
@@ -324,3 +325,36 @@ def test_a_restart_between_the_undo_and_the_redo_s_boundaries_still_ends_in_rec_
                                   _staged(BOUNDARY, 160)]), 3)
     assert restarted.dpc_state == "STABLE"
     assert _written(sink)[-1] == "REC_DONE"
+
+
+def test_a_primary_s_undo_is_not_taken_for_its_reader_side_replica_s() -> None:
+    """A reader-side replica and its primary each number their own failure periods (each
+    has its own SUnion, on its own cluster): the replica reconciled its period 1 on the
+    output; the primary, taking the output back, wrote tentative results of its own period
+    1 and then reconciles it. Its UNDO is a mark of its own, not a repeat the output's
+    tuple-id deduplication drops, so the tentative results before it are withdrawn."""
+    replica, on_beta = _in_stream_writer("beta:9092")
+    primary, on_alpha = _in_stream_writer("alpha:9092")
+    for writer in (replica, primary):
+        writer.write_table(_table([_staged("TENTATIVE", 120, epoch=1, tuple_id="b"),
+                                   _staged(BOUNDARY, 130, epoch=1)]), 1)
+        writer.write_table(_table([_staged("STABLE", 120, redo=1, tuple_id="b"),
+                                   _staged(BOUNDARY, 140, redo=1)]), 2)
+        writer.write_table(_table([_staged("STABLE", 150, tuple_id="d"),
+                                   _staged(BOUNDARY, 160)]), 3)
+    output: list[Any] = []
+    seen: set[str] = set()
+    for record in [*on_beta.records, *on_alpha.records]:
+        if not record.tentative and record.tuple_id in seen:
+            continue  # as the SOutput drops a repeated id
+        if not record.tentative:
+            seen.add(record.tuple_id)
+        output.append(decode_record(record.headers, record.value))
+    view = stable_view(output)
+    assert view.tentative == [] and not view.reconciling
+    assert [r.tuple_id for r in view.stable] == ["b", "d"]
+    # The same SUnion's marks, written again after a restart, are still one mark each.
+    again, _ = _in_stream_writer("alpha:9092")
+    again.dpc = primary.dpc  # as the checkpoint keeps it
+    assert [r.tuple_id for r in again._marks(TupleType.UNDO)] == \
+        [r.tuple_id for r in primary._marks(TupleType.UNDO)]
