@@ -3,6 +3,9 @@ writes (stale tentative results left out)."""
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -11,6 +14,7 @@ from medusa.catalog.model import Entry, Kind
 from medusa.envelope import TupleType
 from medusa.placement import PlacementError
 from medusa.reader_side import AHEAD_MS, output_sides, reader_replica, should_serve
+from medusa_spark.node.state import HostedFragment, may_take_back
 from medusa_spark.soutput import OutRecord, SOutput
 
 pytestmark = pytest.mark.unit
@@ -111,3 +115,45 @@ def test_a_promoted_standby_writes_what_the_output_lacks_and_no_stale_tentative_
     assert _promoted(["w1/s1", "w2/s2"], kept, keep_tentative=True) == ["w2/s1", "w3/s1"]
     # Past its failure period, no tentative record it kept is written at all.
     assert _promoted(["w1/s1"], kept, keep_tentative=False) == ["w2/s1"]
+
+
+class _Run:
+    """A primary's query as ``may_take_back`` reads it."""
+
+    def __init__(self) -> None:
+        self.query = SimpleNamespace(lastProgress=None)
+        self.writer = SimpleNamespace(dpc_state="STABLE")
+
+    def failure(self) -> None:
+        return None
+
+    def batch(self, began: float, behind: int, rows: int = 10) -> None:
+        stamp = datetime.fromtimestamp(began, UTC).isoformat().replace("+00:00", "Z")
+        self.query.lastProgress = {"timestamp": stamp, "numInputRows": rows, "sources": [
+            {"metrics": {"maxOffsetsBehindLatest": str(behind)}}]}
+
+
+def test_a_primary_takes_its_output_back_only_after_a_batch_read_all_since_it_was_stable(
+) -> None:
+    """Restarted from its checkpoint beside its serving reader-side replica, a primary says
+    STABLE before reading anything (the cut's tentative records and its REDO may lie ahead):
+    it takes the output back only after a batch begun since then read to the end of its
+    SUnion's topic, and not while reconciling what that batch read."""
+    run = _Run()
+    primary = HostedFragment("alpha/pair/f", 1, run, 0.0, yielded=True)  # type: ignore[arg-type]
+    now = time.time()
+    run.batch(now - 5, behind=3)  # the restarted query's first batch: "caught up"
+    assert not may_take_back(primary)
+    assert not may_take_back(primary)  # the same batch, asked again
+    run.batch(time.time() + 0.01, behind=2)  # not all of it yet
+    assert not may_take_back(primary)
+    run.writer.dpc_state = "STABILIZATION"  # that batch read the REDO: it reconciles
+    assert not may_take_back(primary) and primary.stable_since is None
+    run.writer.dpc_state = "STABLE"
+    assert not may_take_back(primary)
+    run.batch(time.time() + 0.01, behind=0)
+    assert may_take_back(primary)
+    # A new query (a restart) starts over.
+    primary.run = _Run()
+    primary.run.batch(time.time() + 0.01, behind=0)
+    assert not may_take_back(primary)

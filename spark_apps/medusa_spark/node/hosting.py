@@ -61,9 +61,9 @@ from medusa_spark.node.state import (
     NodeState,
     PendingTakeover,
     caught_up,
-    dpc_state,
     keep_pace,
     keeping_pace,
+    may_take_back,
 )
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired, rollback
 from medusa_spark.sunion_process import SUnionProcess
@@ -675,7 +675,7 @@ class Hosting:
             return
         failure = hosted.run.failure()
         if failure is None:
-            if hosted.yielded and caught_up(hosted.run) and dpc_state(hosted) == "STABLE":
+            if hosted.yielded and may_take_back(hosted):
                 self.moves.take_back(hosted)
             return
         now = time.monotonic()

@@ -14,7 +14,7 @@ from opentelemetry.trace import Tracer
 from pyspark.sql import SparkSession
 
 from medusa.endpoints import Endpoints
-from medusa_spark.fragment_run import FragmentRun
+from medusa_spark.fragment_run import FragmentRun, progress_time
 from medusa_spark.output_watch import OutputWatch
 from medusa_spark.sunion_process import SUnionProcess
 
@@ -73,7 +73,10 @@ class HostedFragment:
     output back, and the replica's own query restarts and replays behind it."""
     yielded: bool = False
     """Its reader-side replica took the output over: it runs as a standby until it has
-    caught up and is stable, then takes the output back."""
+    caught up and is stable, then takes the output back (``may_take_back``)."""
+    stable_since: tuple[int, float] | None = None
+    """The query (its ``id``) that ``may_take_back`` has seen STABLE, and since when (wall
+    clock) without a break."""
     warming: bool = False
     """A scale step's new instance: it rebuilds its state beside the old instances, as a
     standby, until the step switches the output over to it."""
@@ -113,6 +116,27 @@ def caught_up(run: FragmentRun) -> bool:
         metrics = source.get("metrics") or {}
         behind = max(behind, int(float(metrics.get("maxOffsetsBehindLatest", 0) or 0)))
     return behind <= max(CAUGHT_UP_RECORDS, int(progress.get("numInputRows") or 0))
+
+
+def may_take_back(hosted: HostedFragment) -> bool:
+    """Whether a primary that yielded its output to its reader-side replica takes it back:
+    STABLE, and a batch that began since it was seen STABLE read all its SUnion had
+    released. A query just restarted from its checkpoint says STABLE before it has read
+    anything, while the tentative records and the REDO of the cut may lie ahead of it;
+    the SUnion writes its REDO before it says STABLE, so such a batch has read the REDO
+    too, and the query is reconciling (not STABLE) if it had a period to redo."""
+    run = hosted.run
+    if not caught_up(run) or dpc_state(hosted) != "STABLE":
+        hosted.stable_since = None
+        return False
+    if hosted.stable_since is None or hosted.stable_since[0] != id(run):
+        hosted.stable_since = (id(run), time.time())
+        return False
+    progress: dict[str, Any] = run.query.lastProgress or {}
+    began = progress_time(progress)
+    return began is not None and began > hosted.stable_since[1] and all(
+        int(float((source.get("metrics") or {}).get("maxOffsetsBehindLatest", 0) or 0)) == 0
+        for source in progress.get("sources", []))
 
 
 def keeping_pace(hosted: HostedFragment) -> bool:
