@@ -15,7 +15,7 @@ from medusa.producing import TupleProducer
 from medusa.schemas import NODE_LOAD_TOPIC, schema_for_topic
 from medusa.settings import kafka_config
 from medusa.topics import ensure_topics
-from medusa_spark.node.state import HostedFragment, NodeState, dpc_state
+from medusa_spark.node.state import HostedFragment, NodeState, dpc_state, offsets_behind
 
 log = logging.getLogger("medusa.node")
 
@@ -34,10 +34,7 @@ class Reporting:
         for hosted in items:
             run = hosted.run
             progress: dict[str, Any] = run.query.lastProgress or {}
-            lag = 0
-            for source in progress.get("sources", []):
-                metrics = source.get("metrics") or {}
-                lag = max(lag, int(float(metrics.get("maxOffsetsBehindLatest", 0) or 0)))
+            lag = offsets_behind(progress)
             failure = run.failure()
             state = ("failed" if hosted.failed else "restarting" if failure else
                      "standby" if run.standby else "running")

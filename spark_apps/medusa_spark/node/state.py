@@ -74,9 +74,9 @@ class HostedFragment:
     yielded: bool = False
     """Its reader-side replica took the output over: it runs as a standby until it has
     caught up and is stable, then takes the output back (``may_take_back``)."""
-    stable_since: tuple[int, float] | None = None
-    """The query (its ``id``) that ``may_take_back`` has seen STABLE, and since when (wall
-    clock) without a break."""
+    stable_since: tuple[FragmentRun, float] | None = None
+    """The query that ``may_take_back`` has seen STABLE, and since when (wall clock)
+    without a break (the run itself, not its ``id``, which a later run may reuse)."""
     warming: bool = False
     """A scale step's new instance: it rebuilds its state beside the old instances, as a
     standby, until the step switches the output over to it."""
@@ -111,11 +111,15 @@ def caught_up(run: FragmentRun) -> bool:
     progress: dict[str, Any] = run.query.lastProgress or {}
     if not progress or run.failure() is not None:
         return False
-    behind = 0
-    for source in progress.get("sources", []):
-        metrics = source.get("metrics") or {}
-        behind = max(behind, int(float(metrics.get("maxOffsetsBehindLatest", 0) or 0)))
-    return behind <= max(CAUGHT_UP_RECORDS, int(progress.get("numInputRows") or 0))
+    return offsets_behind(progress) <= max(CAUGHT_UP_RECORDS,
+                                           int(progress.get("numInputRows") or 0))
+
+
+def offsets_behind(progress: dict[str, Any]) -> int:
+    """How many records a batch left unread in its furthest-behind source, of those there
+    were when it was planned (Spark's ``maxOffsetsBehindLatest``; 0 without a report)."""
+    return max((int(float((source.get("metrics") or {}).get("maxOffsetsBehindLatest", 0)
+                          or 0)) for source in progress.get("sources", [])), default=0)
 
 
 def may_take_back(hosted: HostedFragment) -> bool:
@@ -129,14 +133,13 @@ def may_take_back(hosted: HostedFragment) -> bool:
     if not caught_up(run) or dpc_state(hosted) != "STABLE":
         hosted.stable_since = None
         return False
-    if hosted.stable_since is None or hosted.stable_since[0] != id(run):
-        hosted.stable_since = (id(run), time.time())
+    if hosted.stable_since is None or hosted.stable_since[0] is not run:
+        hosted.stable_since = (run, time.time())
         return False
     progress: dict[str, Any] = run.query.lastProgress or {}
     began = progress_time(progress)
-    return began is not None and began > hosted.stable_since[1] and all(
-        int(float((source.get("metrics") or {}).get("maxOffsetsBehindLatest", 0) or 0)) == 0
-        for source in progress.get("sources", []))
+    return began is not None and began > hosted.stable_since[1] and \
+        offsets_behind(progress) == 0
 
 
 def keeping_pace(hosted: HostedFragment) -> bool:
