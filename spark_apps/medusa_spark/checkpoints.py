@@ -4,7 +4,11 @@ reading or adjusting what Spark wrote in it.
 Spark writes a checkpoint's files once, under new names (offsets/N, commits/N,
 the state store's N.changelog and N.zip), so a copy can run while the query still
 runs: a first pass copies the bulk ahead of the hand-over, and after the query has
-stopped a second pass copies only what is new. A checkpoint on a shared store
+stopped a second pass copies only what is new. On one file system a local copy is made
+of hard links: nothing in a checkpoint is written in place (Spark's checkpoint manager,
+``LocalCheckpointFileManager``, and this package write a temporary file and rename it),
+so the two folders share the files until one of them replaces or deletes its own, and a
+copy of gigabytes writes nothing beside a query that runs on. A checkpoint on a shared store
 (``hdfs://``, ``s3a://``) is not copied when a node takes a fragment over: the next node
 resumes from it in place. Every function here works on a local folder and on such a
 store (through ``checkpoint_store``).
@@ -12,10 +16,13 @@ store (through ``checkpoint_store``).
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from medusa_spark import checkpoint_store as store
@@ -28,6 +35,31 @@ __all__ = ["is_local", "local_path"]
 class CopyStats:
     files: int
     bytes: int
+    linked: int = 0
+    """Of ``files``, those made hard links rather than written anew."""
+
+    def __str__(self) -> str:
+        made = f"{self.files} files ({self.bytes} bytes)"
+        return f"{made}, {self.linked} of them hard links" if self.linked else made
+
+
+_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES}
+"""Why a hard link can fail where a copy does not: another file system, or one without
+links (or a cap on them)."""
+
+
+def _link_or_copy(path: Path, destination: Path) -> bool:
+    """Makes ``destination`` the file at ``path``: a hard link where the file system
+    allows one (True), else a copy."""
+    destination.unlink(missing_ok=True)
+    try:
+        os.link(path, destination)
+        return True
+    except OSError as error:
+        if error.errno not in _NO_LINK:
+            raise
+    shutil.copy2(path, destination)
+    return False
 
 
 def checkpoint_size(location: str) -> int:
@@ -47,7 +79,7 @@ def sync_checkpoint(source: str, target: str) -> CopyStats:
     source_root, target_root = local_path(source), local_path(target)
     if not source_root.is_dir():
         return CopyStats(0, 0)
-    files = copied = 0
+    files = copied = linked = 0
     for path in sorted(source_root.rglob("*")):
         # Temporary files are renamed into place when complete; never copy one half-written.
         if not path.is_file() or path.name.endswith(".tmp") or ".tmp." in path.name:
@@ -61,12 +93,12 @@ def sync_checkpoint(source: str, target: str) -> CopyStats:
             continue
         destination.parent.mkdir(parents=True, exist_ok=True)
         try:
-            shutil.copy2(path, destination)
+            linked += _link_or_copy(path, destination)
         except FileNotFoundError:
             continue
         files += 1
         copied += size
-    return CopyStats(files, copied)
+    return CopyStats(files, copied, linked)
 
 
 def delete_checkpoint(location: str) -> None:

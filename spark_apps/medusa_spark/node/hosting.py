@@ -434,8 +434,8 @@ class Hosting:
             if source and name not in self._precopied:
                 stats = sync_checkpoint(source, mine)
                 self._precopied.add(name)
-                log.info("%s: %s: copied %d files (%d bytes) ahead of the hand-over",
-                         self.node.global_name, name, stats.files, stats.bytes)
+                log.info("%s: %s: copied %s ahead of the hand-over",
+                         self.node.global_name, name, stats)
             return
         failover = context_of(entry.spec.get("takeover_trace")) if phase == "released" else None
         takeover = (self.node.tracer.start_span(f"takeover {name}", context=failover, attributes={
@@ -451,8 +451,8 @@ class Hosting:
         sunion = None if rebased else self._sunion_for_takeover(name, wiring)
         if source and source != mine:
             stats = sync_checkpoint(source, mine)
-            log.info("%s: %s: copied %d more files (%d bytes) of its checkpoint",
-                     self.node.global_name, name, stats.files, stats.bytes)
+            log.info("%s: %s: copied %s more of its checkpoint",
+                     self.node.global_name, name, stats)
         elif source and not is_local(source):
             log.info("%s: %s resumes in place from its checkpoint on the shared store %s",
                      self.node.global_name, name, source)

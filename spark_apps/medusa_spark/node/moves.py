@@ -108,8 +108,8 @@ class Moves:
             # Starts where the primary is, instead of replaying the inputs from the start.
             stats = sync_checkpoint(source, mine)
             drop_uncommitted(mine)  # copied while it ran: the batch in progress is replanned
-            log.info("%s: %s: copied %d files (%d bytes) of its checkpoint for a replica",
-                     self.node.global_name, name, stats.files, stats.bytes)
+            log.info("%s: %s: copied %s of its checkpoint for a replica",
+                     self.node.global_name, name, stats)
         if own_input:
             # The copy goes on at the end of this cluster's SUnion topic, and the SUnion
             # here from the inputs' positions of the copy's last batch: both then compute
