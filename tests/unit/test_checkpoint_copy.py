@@ -8,8 +8,12 @@ import os
 import pytest
 
 from medusa_spark import checkpoints
-from medusa_spark.checkpoints import (drop_uncommitted, forget_query_id, rebase_source,
-                                      sync_checkpoint)
+from medusa_spark.checkpoints import (
+    drop_uncommitted,
+    forget_query_id,
+    rebase_source,
+    sync_checkpoint,
+)
 from medusa_spark.reconcile import rollback
 
 pytestmark = pytest.mark.unit
