@@ -39,8 +39,8 @@ class CopyStats:
     """Of ``files``, those made hard links rather than written anew."""
 
     def __str__(self) -> str:
-        made = f"{self.files} files ({self.bytes} bytes)"
-        return f"{made}, {self.linked} of them hard links" if self.linked else made
+        linked = f"; {self.linked} hard links" if self.linked else ""
+        return f"{self.files} files ({self.bytes} bytes{linked})"
 
 
 _NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES}
