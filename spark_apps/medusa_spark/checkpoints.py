@@ -51,6 +51,8 @@ links (or a cap on them)."""
 def _link_or_copy(path: Path, destination: Path) -> bool:
     """Makes ``destination`` the file at ``path``: a hard link where the file system
     allows one (True), else a copy."""
+    # Unlinked first, never written over: an earlier pass may have made it a link to the
+    # source's previous file, which a copy into it would change in the other checkpoint.
     destination.unlink(missing_ok=True)
     try:
         os.link(path, destination)
