@@ -17,6 +17,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -299,9 +300,19 @@ def _where_next(endpoints: Endpoints, logs_dir: Path) -> list[str]:
             f"  logs: {logs_dir}"]
 
 
+class Outcome(IntEnum):
+    """How the run compared with the benchmark's rules; the value is the exit status."""
+    PASSED = 0
+    WRONG = 1
+    """An output missing, wrong or duplicated."""
+    LATE = 2
+    """Every output right, but some later than the 5 s rule allows (a busy machine shows
+    it first: the answers are the system's, the response time is the machine's too)."""
+
+
 def run_demo(duration_s: int, speedup: float, xways: int, console: Console,
-             keep_running: bool = True) -> bool:
-    """The demo; True when every output equals the reference within the 5 s rule.
+             keep_running: bool = True) -> Outcome:
+    """The demo, and how its outputs compared with the reference and the 5 s rule.
     ``keep_running``: leave the node and the network running (else both are stopped)."""
     settings = StackSettings()
     install(settings)
@@ -326,7 +337,7 @@ def run_demo(duration_s: int, speedup: float, xways: int, console: Console,
 
 
 def _run(network: str, prefix: str, duration_s: int, speedup: float, xways: int,
-         endpoints: Endpoints, layout: StackLayout, console: Console) -> bool:
+         endpoints: Endpoints, layout: StackLayout, console: Console) -> Outcome:
     config = kafka_config(endpoints.bootstrap("alpha"))
     _wait_for_fragments(endpoints, network, console)
     _warm_up(endpoints, prefix, console)
@@ -356,15 +367,18 @@ def _run(network: str, prefix: str, duration_s: int, speedup: float, xways: int,
     console.print(result.table())
     console.print(_summary(result, _latencies(watch, publisher, summary["wall_start"])))
     if result.passed:
+        outcome = Outcome.PASSED
         console.print("[bold green]PASS: every output equals the reference, within 5 s.")
     else:
-        console.print("[bold red]FAIL:[/]")
+        outcome = Outcome.LATE if result.correct else Outcome.WRONG
+        console.print("[bold red]FAIL:[/] every output equals the reference, but not within "
+                      "5 s:" if result.correct else "[bold red]FAIL:[/]")
         for line in result.failures():
             console.print(f"  {line}")
     console.print("Where to look next:")
     for line in _where_next(endpoints, layout.logs_dir):
         console.print(line)
-    return result.passed
+    return outcome
 
 
 def _withdraw(endpoints: Endpoints, network: str, layout: StackLayout,

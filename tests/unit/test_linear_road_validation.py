@@ -115,7 +115,7 @@ def test_a_missing_output_is_counted_in_its_type_and_infinitely_late() -> None:
     got = outputs()
     del got["toll_notifications"][1]
     result = validate(INPUTS, got, reference())
-    assert not result.passed
+    assert not result.passed and not result.correct
     assert counts(result, 0) == (3, 2, 1, 0, 0, 0)
     assert all(result.result(t).passed for t in (1, 2, 3))
     tolls = result.result(0)
@@ -149,6 +149,7 @@ def test_an_output_written_twice_is_duplicated() -> None:
     result = validate(INPUTS, got, reference())
     assert counts(result, 0) == (3, 4, 0, 0, 1, 0)
     assert not result.passed and all(result.result(t).passed for t in (1, 2, 3))
+    assert not result.correct
 
 
 def test_a_second_answer_to_a_query_is_duplicated_even_when_valid() -> None:
@@ -165,6 +166,7 @@ def test_an_output_after_five_seconds_is_late() -> None:
     assert counts(result, 3) == (1, 1, 0, 0, 0, 1)
     assert result.result(3).percentile(1.0) == pytest.approx(5.2)
     assert not result.passed and all(result.result(t).passed for t in (0, 1, 2))
+    assert result.correct  # late, but right: the demo tells the two apart
     # Exactly 5 s is in time.
     got["daily_expenditures"] = [emitted(EXPENDITURES[0], 5.0)]
     assert validate(INPUTS, got, reference()).passed

@@ -351,8 +351,13 @@ class TypeResult:
         return percentile(self.counted(), share)
 
     @property
+    def correct(self) -> bool:
+        """Every output as the reference has it, once, however late."""
+        return not (self.missing or self.wrong or self.duplicated)
+
+    @property
     def passed(self) -> bool:
-        return not (self.missing or self.wrong or self.duplicated or self.late)
+        return self.correct and not self.late
 
     def failures(self) -> list[str]:
         """What fails the benchmark's rules for this type, each with how much."""
@@ -394,6 +399,11 @@ class Validation:
     @property
     def passed(self) -> bool:
         return all(result.passed for result in self.types)
+
+    @property
+    def correct(self) -> bool:
+        """Every output equals the reference (the response rule aside)."""
+        return all(result.correct for result in self.types)
 
     def failures(self) -> list[str]:
         """Each rule or bound that failed, and by how much; empty when the run passed."""
