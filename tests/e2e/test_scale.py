@@ -337,12 +337,13 @@ LR_ROAD_PROFILE = TrafficProfile(xways=1, duration_s=390, peak_rate=150, ramp_s=
 def test_the_linear_road_road_scaled_out_and_in_equals_the_reference(
         federation, alpha_nodes, spark, registry_module, kafka_config) -> None:
     """The shipped partitioned Linear Road network on one node; under its traffic the road
-    fragment
-    (keyed by expressway and direction) goes to two instances on two nodes, then back to
-    one. Every output of the four query types equals the reference, none missing, wrong
-    or written twice: the new instances rebuilt the road's state (cars, statistics,
-    accidents) from the whole input, and the accounts, which read the road's charges,
-    saw each partition's promises from one instance at a time."""
+    fragment (keyed by expressway and direction) goes to two instances on two nodes, then
+    back to one (as the traffic ends: the scale-out's rebuild takes most of it here; a
+    scale-in under input is the scaled run's, above). Every output of the four query types
+    equals the reference, none missing, wrong or written twice: the new instances rebuilt
+    the road's state (cars, statistics, accidents) from the whole input, and the accounts,
+    which read the road's charges, saw each partition's promises from one instance at a
+    time."""
     from medusa.linear_road.run_records import read_run
     from medusa.linear_road.validation import validate
 

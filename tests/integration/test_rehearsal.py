@@ -1,6 +1,7 @@
 """A secondary's rehearsal of a fragment's query (``node.rehearsals``) on the real stack:
 it runs the sensor-windows fragment over what its SUnion wrote and writes nothing; a
-source topic not made yet is left alone (not made by reading it)."""
+source topic not made yet is left alone (not made by reading it). Its batches run after the
+serving queries' (the preparing pool, at a rebuild's priority)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,18 @@ def _records(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def test_a_rehearsal_runs_the_fragment_and_writes_nothing(federation, spark, registry) -> None:
+def test_a_rehearsal_runs_the_fragment_and_writes_nothing(federation, spark, registry,
+                                                          monkeypatch) -> None:
+    from medusa_spark.node import rehearsals
+    from medusa_spark.scheduler_pools import PREPARING
+
+    pools: list[tuple[str, bool]] = []
+
+    def run_jobs_in(session, pool: str, rebuilding: bool = False) -> None:
+        pools.append((pool, rebuilding))
+        original(session, pool, rebuilding)
+    original = rehearsals.run_jobs_in
+    monkeypatch.setattr(rehearsals, "run_jobs_in", run_jobs_in)
     run = uuid.uuid4().hex[:6]
     name, prefix = f"rehearsal-{run}", f"rehearsal-{run}."
     fragment = bench_fragment(spark, federation, registry,
@@ -63,6 +75,8 @@ def test_a_rehearsal_runs_the_fragment_and_writes_nothing(federation, spark, reg
             steady.end_in(0)
     after = {stream.topic: _records(stream.bootstrap, stream.topic) for stream in outputs}
     assert after == before, "nothing but the outputs' start boundaries, made with the topics"
+    # Its batches gave way to the serving queries', as a rebuild's do.
+    assert pools and set(pools) == {(PREPARING, True)}, pools
 
 
 def test_a_source_topic_not_made_yet_is_not_made_by_the_rehearsal(federation, spark,

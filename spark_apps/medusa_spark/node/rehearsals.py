@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka.admin import AdminClient
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from medusa.settings import kafka_config
 from medusa_spark.fragment import FragmentWiring, build_fragment, read_source
@@ -28,6 +28,7 @@ from medusa_spark.fragment_writer import FragmentWriter, OutRecord
 from medusa_spark.network.execution import MICRO_BATCH
 from medusa_spark.network.validate import Plan
 from medusa_spark.realtime import execution_of
+from medusa_spark.scheduler_pools import PREPARING, run_jobs_in, threads_started_in
 
 log = logging.getLogger("medusa.node")
 
@@ -59,7 +60,12 @@ class _Discarded:
 
 class _RehearsalWriter(FragmentWriter):
     """A fragment's writer that leaves no trace of a rehearsal: no dead letters (the
-    running query sent them) and no spans (its records' traces are the running query's)."""
+    running query sent them) and no spans (its records' traces are the running query's).
+    Its jobs run as a rebuild's do, after the serving queries' (``scheduler_pools``)."""
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        run_jobs_in(batch.sparkSession, PREPARING, rebuilding=True)
+        self._write_batch(batch, batch_id)
 
     def _dead_letters(self, table: pa.Table, rows: list[int]) -> None:
         pass
@@ -83,11 +89,14 @@ def rehearse(spark: SparkSession, plan: Plan, wiring: FragmentWiring,
     frame = build_fragment(plan, wiring, read_source(spark, wiring.source,
                                                      max_per_batch=REHEARSAL_RECORDS))
     with tempfile.TemporaryDirectory(prefix="medusa-rehearsal-") as scratch:
-        query: Any = (frame.writeStream
-                      .queryName(f"{wiring.topic_prefix}{wiring.global_name}/rehearsal")
-                      .outputMode("append").foreachBatch(writer)
-                      .option("checkpointLocation", scratch)
-                      .trigger(availableNow=True).start())
+        # Its planning and compiling (the query's own thread) give way to serving queries
+        # too: a node rehearsing three fragments had slowed a scale step's rebuild beside.
+        with threads_started_in(spark, rebuilding=True):
+            query: Any = (frame.writeStream
+                          .queryName(f"{wiring.topic_prefix}{wiring.global_name}/rehearsal")
+                          .outputMode("append").foreachBatch(writer)
+                          .option("checkpointLocation", scratch)
+                          .trigger(availableNow=True).start())
         def has_read() -> bool:
             return any(p.numInputRows > 0 for p in query.recentProgress)
 
