@@ -186,10 +186,12 @@ def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame | Callable
     fragment = wiring.fragment
     realtime = callable(raw)
 
+    inputs = {name: wiring.inputs[name] for name in fragment.inputs}
+
     def source() -> DataFrame:
         if callable(raw):  # a real-time query reads every record: it reconciles in the stream
-            return envelope_of(raw())
-        return without_redone(envelope_of(raw), skip_epoch)
+            return envelope_of(raw(), inputs)
+        return without_redone(envelope_of(raw, inputs), skip_epoch)
 
     shared = None if realtime else source().withWatermark(STIME, SOURCE_DELAY)
     readers = itertools.count()
@@ -228,7 +230,6 @@ def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame | Callable
         rows.append(_port_rows(plan, frame_of(process), outputs))
     # BOUNDARY and INVALID records in one reader of the source, not one each; in Real-time
     # Mode every reader carries the BOUNDARY records through its boxes instead.
-    inputs = {name: wiring.inputs[name] for name in fragment.inputs}
     control = control_rows(shared if shared is not None else source(), inputs,
                            boundaries=not realtime)
     rows.append(control.withColumn(OUTPUT, F.lit(None).cast("string")))

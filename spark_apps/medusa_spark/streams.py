@@ -69,18 +69,52 @@ INPUT = "_input"
 INPUT_HEADER = "medusa.input"
 
 
-def envelope_of(raw: DataFrame) -> DataFrame:
+UNUSABLE = "_unusable"
+"""Why a tuple of an input cannot be used by boxes (null when it can, and on records of
+no input: the BOUNDARY records)."""
+
+
+def value_of(name: str) -> str:
+    """The column holding input ``name``'s decoded fields (a struct; null on other rows)."""
+    return f"_value_{name}"
+
+
+def envelope_of(raw: DataFrame, inputs: dict[str, KafkaStream]) -> DataFrame:
     """The envelope of Kafka rows, read from their headers once: ``_type`` as declared,
     ``_id``, ``_stime``, the SUnion's ``_input``, the raw value and headers, the trace,
-    and DPC's marks (``_epoch``, ``_redo``); the source offset too where ``raw`` has it."""
+    and DPC's marks (``_epoch``, ``_redo``); the source offset too where ``raw`` has it.
+    Each of ``inputs``' tuples is decoded here, once (``value_of``), and ``_unusable``
+    says why a tuple cannot be used.
+
+    Spark's optimizer pushes a filter through a projection by copying the projection's
+    expressions into it: each filter over these columns (the redone records', an
+    input's, the control rows') decoded the value and read the headers again, six Avro
+    decodes and 17 header lookups in the sensor fragment's plan, planned and compiled
+    anew in every batch. It pushes none through a projection with a nondeterministic
+    column, so ``_type``, which every filter reads, is made one (``_pinned``): the
+    filters stay above the decoding."""
     offset = [F.col(SOURCE_OFFSET)] if SOURCE_OFFSET in raw.columns else []
-    return raw.select(*offset,
+    read = raw.select(*offset,
         header(TYPE_HEADER).alias(TYPE), header(ID_HEADER).alias(ID),
         F.timestamp_millis(header(STIME_HEADER).cast("long")).alias(STIME),
         header(INPUT_HEADER).alias(INPUT), F.col("value").alias("_bytes"),
         F.col("headers").alias("_headers"), header(TRACEPARENT_HEADER).alias(TRACE),
         header(TENTATIVE_HEADER).cast("int").alias(EPOCH),
         header(REDO_HEADER).cast("int").alias(REDO))
+    decoded = read.select(*(_pinned(TYPE) if c == TYPE else c for c in read.columns), *(
+        F.when(F.col(INPUT) == name, _decoded(stream)).alias(value_of(name))
+        for name, stream in sorted(inputs.items())))
+    reason: Column = F.lit(None).cast("string")
+    for name, stream in sorted(inputs.items(), reverse=True):
+        reason = F.when(F.col(INPUT) == name, _unusable_reason(stream, F.col(value_of(name)))
+                        ).otherwise(reason)
+    return decoded.select("*", reason.alias(UNUSABLE))
+
+
+def _pinned(column: str) -> Column:
+    """``column`` as it is, through an expression Spark's optimizer takes for
+    nondeterministic (a partition's id is never negative)."""
+    return F.when(F.spark_partition_id() >= 0, F.col(column)).alias(column)
 
 
 def without_redone(source: DataFrame, skip_epoch: int) -> DataFrame:
@@ -102,9 +136,9 @@ def _decoded(stream: KafkaStream) -> Column:
                   decode_avro(value, stream.schema))
 
 
-def unusable_reason(stream: KafkaStream) -> Column:
-    """Why a tuple of ``stream`` (envelope columns, see ``envelope_of``) cannot be used by
-    boxes; null when it can."""
+def _unusable_reason(stream: KafkaStream, decoded: Column) -> Column:
+    """Why a tuple of ``stream`` (envelope columns, ``decoded`` its fields) cannot be used
+    by boxes; null when it can."""
     value = F.col("_bytes")
     writer_id = schema_id(value)
     declared = F.col(TYPE)
@@ -117,8 +151,7 @@ def unusable_reason(stream: KafkaStream) -> Column:
         .when(writer_id != stream.schema_id,
               F.concat(F.lit("written with schema id "), writer_id.cast("string"),
                        F.lit(f", expected {stream.schema_id}")))
-        .when(_decoded(stream).isNull(),
-              F.lit("value is not valid Avro for the stream's schema"))
+        .when(decoded.isNull(), F.lit("value is not valid Avro for the stream's schema"))
     )
 
 
@@ -129,7 +162,7 @@ def decode_input(source: DataFrame, name: str, stream: KafkaStream,
     ``control_rows``. With ``reader`` (a real-time fragment's reader of its source, whose
     records keep their ``SOURCE_OFFSET``), the tuples keep their DPC marks and the
     BOUNDARY records come along as ``CARRIED`` rows (``REALTIME_COLUMNS``)."""
-    wanted = (F.col(INPUT) == name) & unusable_reason(stream).isNull()
+    wanted = (F.col(INPUT) == name) & F.col(UNUSABLE).isNull()
     carried: list[Column] = []
     if reader is not None:
         is_boundary = F.col(TYPE) == BOUNDARY
@@ -137,7 +170,7 @@ def decode_input(source: DataFrame, name: str, stream: KafkaStream,
         carried = [F.col(EPOCH), F.col(REDO),
                    F.when(is_boundary, F.struct(SOURCE_OFFSET, F.lit(reader).alias(READER),
                                                 ID, STIME, TRACE)).alias(CARRIED)]
-    decoded = source.where(wanted).select(TYPE, ID, STIME, _decoded(stream).alias("_value"),
+    decoded = source.where(wanted).select(TYPE, ID, STIME, F.col(value_of(name)).alias("_value"),
                                           TRACE, *carried)
     return decoded.select(TYPE, ID, STIME, "_value.*", TRACE,
                           *(REALTIME_COLUMNS if carried else ()))
@@ -156,11 +189,10 @@ def control_rows(source: DataFrame, inputs: dict[str, KafkaStream],
     ``boundaries`` is false, where the readers carry them), and the tuples of ``inputs``
     (name -> stream) that cannot be used, as INVALID rows with the raw record, the reason
     and the stream's own topic, for its dead-letter topic."""
-    reason: Column = F.lit(None).cast("string")
     topic: Column = F.lit(None).cast("string")
     for name, stream in sorted(inputs.items(), reverse=True):
-        reason = F.when(F.col(INPUT) == name, unusable_reason(stream)).otherwise(reason)
         topic = F.when(F.col(INPUT) == name, F.lit(stream.topic)).otherwise(topic)
+    reason = F.col(UNUSABLE)
     is_boundary = F.col(TYPE) == BOUNDARY if boundaries else F.lit(False)
     rows = source.where(is_boundary | reason.isNotNull())
     unusable = ~is_boundary
