@@ -671,7 +671,10 @@ class Hosting:
         if request is not None:
             self._reconcile(hosted, network, request)
             return
-        if hosted.run.writer.redo_requested is not None and self._redo_beside(hosted, network):
+        # A standby's writer raises the REDO it recorded (it reconciles in place, above, once
+        # its query has stopped): no redo beside it.
+        if hosted.run.writer.redo_requested is not None and not hosted.run.standby and \
+                self._redo_beside(hosted, network):
             return
         failure = hosted.run.failure()
         if failure is None:
@@ -725,6 +728,8 @@ class Hosting:
                    request: ReconcileRequired) -> None:
         """DPC's checkpoint/redo: back to the batch before the UP_FAILURE period, then the
         query redoes the corrected input (see ``reconcile``)."""
+        # A query redoing beside it is superseded: the fragment itself goes back and redoes.
+        self._drop_redo(hosted, "the fragment reconciles in place")
         run = hosted.run
         run.writer.close()
         # Its pending state snapshots are written now, so that the roll-back removes them.
