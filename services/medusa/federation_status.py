@@ -220,7 +220,7 @@ def build_status(participants: list[Entry], nodes: list[Entry], fragments: list[
     return status
 
 
-def _batch_phases(operators: str | None) -> dict[str, float]:
+def batch_phases_of(operators: str | None) -> dict[str, float]:
     """The phases in a load report's ``operators`` JSON (none from an older node)."""
     try:
         phases = json.loads(operators or "{}").get("batch_phases_ms") or {}
@@ -258,7 +258,7 @@ def _fragment_status(entry: Entry, reports: dict[str, dict[str, Any]]) -> Fragme
         fragment.input_rate = load.get("input_rate")
         fragment.processing_rate = load.get("processing_rate")
         fragment.batch_duration_ms = load.get("batch_duration_ms")
-        fragment.batch_phases_ms = _batch_phases(load.get("operators"))
+        fragment.batch_phases_ms = batch_phases_of(load.get("operators"))
         fragment.execution, fragment.execution_why, fragment.execution_asked = \
             _execution(load.get("operators"))
         fragment.lag = load.get("lag")

@@ -43,7 +43,7 @@ def test_a_moves_pause_is_counted_beyond_the_normal_gap_between_results() -> Non
     from medusa_apps.bench.state_migration import Migration, summary
 
     warm = Migration("warm", 1000, 1_050_000_000, 60.0, pause_s=3.2, gap_before_s=2.0,
-                     longest_gap_before_s=2.9, switch_gap_s=2.4)
+                     longest_gap_before_s=2.9, switch_gap_s=2.4, batch_before_s=1.3)
     cold = Migration("cold", 1000, 1_050_000_000, 9.0, pause_s=8.0, gap_before_s=2.0,
                      longest_gap_before_s=2.9)
     timed = Migration("warm", 1000, 800_000_000, 60.0, pause_s=4.5, gap_before_s=2.5,
@@ -53,6 +53,8 @@ def test_a_moves_pause_is_counted_beyond_the_normal_gap_between_results() -> Non
     assert got["largest_state_mb"] == 1050.0
     assert got["pause_at_largest_s"] == 1.2 and got["longest_gap_at_largest_s"] == 3.2
     assert got["switch_beyond_normal_at_largest_s"] == 0.4
+    assert got["batch_at_largest_s"] == 1.3, "one batch: how much the gaps vary without a move"
+    assert got["pause_beyond_longest_normal_at_largest_s"] == 0.3
     assert got["cold_pause_at_largest_s"] == 8.0
     assert got["pause_at_largest_timers_s"] == 2.0, "the same move, windows expiring by timers"
 
@@ -153,8 +155,17 @@ def test_a_move_that_fails_leaves_the_others_figures(monkeypatch) -> None:
     said: list[str] = []
     done = state_migration.measure(SimpleNamespace(catalog_url=""), None, None, None, runs,
                                    said.append, failed)
-    assert done == [("warm", 1000, "scan"), ("cold", 1000, "scan")]
+    # 1000 MB of state asked: the ballast that fills the checkpoint to it.
+    assert done == [("warm", 588, "scan"), ("cold", 588, "scan")]
     assert failed == ["warm 1000 MB (timers): RuntimeError: runs on alpha/bench-move-2 already"]
     with pytest.raises(RuntimeError, match="already"):
         state_migration.measure(SimpleNamespace(catalog_url=""), None, None, None, runs,
                                 said.append)
+
+
+def test_a_move_asked_for_a_state_size_sends_the_ballast_that_fills_the_checkpoint_to_it() -> None:
+    from medusa_apps.bench.state_migration import CHECKPOINT_PER_BALLAST, ballast_for
+
+    for state_mb in (10, 100, 300, 1000):
+        assert ballast_for(state_mb) * CHECKPOINT_PER_BALLAST >= state_mb - 1
+    assert ballast_for(1) == 1

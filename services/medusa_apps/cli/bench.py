@@ -29,8 +29,9 @@ def bench(
                                    ] = "linear_road.yaml",
     out: Annotated[Path, typer.Option(help="Folder for JSON and plots.")] = Path("bench-results"),
     state_mb: Annotated[str, typer.Option(
-        help="State sizes in MB for the migration benchmark, comma-separated: each is "
-             "moved warm, the smallest and the largest also cold; empty to skip it.")
+        help="State sizes in MB for the migration benchmark, comma-separated (the "
+             "fragment's checkpointed state, every version it retains): each is moved "
+             "warm, the smallest and the largest also cold; empty to skip it.")
                         ] = "10,100,300,1000",
     failover: Annotated[bool, typer.Option(
         help="Run the failover benchmark (kill -9 of a node, false suspicions under load).")
