@@ -142,10 +142,10 @@ def test_a_move_that_fails_leaves_the_others_figures(monkeypatch) -> None:
         def __enter__(self) -> _Catalog: return self
         def __exit__(self, *exc: object) -> None: ...
 
-    def one(endpoints, registry, spark, catalog, mode, ballast_mb, expiry, say):
+    def one(endpoints, registry, spark, catalog, mode, asked_mb, expiry, say):
         if expiry == "timers":
             raise RuntimeError("runs on alpha/bench-move-2 already")
-        return (mode, ballast_mb, expiry)
+        return (mode, asked_mb, expiry)
 
     monkeypatch.setattr(state_migration, "CatalogClient", _Catalog)
     monkeypatch.setattr(state_migration, "start_nodes", lambda *args: [])
@@ -155,17 +155,9 @@ def test_a_move_that_fails_leaves_the_others_figures(monkeypatch) -> None:
     said: list[str] = []
     done = state_migration.measure(SimpleNamespace(catalog_url=""), None, None, None, runs,
                                    said.append, failed)
-    # 1000 MB of state asked: the ballast that fills the checkpoint to it.
-    assert done == [("warm", 588, "scan"), ("cold", 588, "scan")]
+    assert done == [("warm", 1000, "scan"), ("cold", 1000, "scan")]
     assert failed == ["warm 1000 MB (timers): RuntimeError: runs on alpha/bench-move-2 already"]
     with pytest.raises(RuntimeError, match="already"):
         state_migration.measure(SimpleNamespace(catalog_url=""), None, None, None, runs,
                                 said.append)
 
-
-def test_a_move_asked_for_a_state_size_sends_the_ballast_that_fills_the_checkpoint_to_it() -> None:
-    from medusa_apps.bench.state_migration import CHECKPOINT_PER_BALLAST, ballast_for
-
-    for state_mb in (10, 100, 300, 1000):
-        assert ballast_for(state_mb) * CHECKPOINT_PER_BALLAST >= state_mb - 1
-    assert ballast_for(1) == 1

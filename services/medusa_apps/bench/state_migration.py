@@ -52,10 +52,11 @@ SENSORS = 50
 PAYLOAD_BYTES = 10_000
 """Each ballast key holds one value this large: the state grows by key, not by update."""
 FILL_MB_PER_S = 12.0
-CHECKPOINT_PER_BALLAST = 1.7
-"""The checkpointed state per MB of ballast sent: its values, and the versions a checkpoint
-retains (1.75 to 1.85 measured, from 10 MB to 1 GB): a move asked for N MB of state gets
-at least N."""
+FILL_CHECK_S = 2.0
+"""How often the fill looks at the checkpointed state's size."""
+FILL_MARGIN = 1.1
+"""The fill stops a tenth beyond the state asked for: the checkpoint's cleanup deletes
+versions it no longer retains, and the state is measured again at the move."""
 AFTER_MOVE_S = 25
 NODES = ("alpha/bench-move-1", "alpha/bench-move-2")
 PARTNER_NODE = "beta/bench-move-3"
@@ -67,8 +68,8 @@ class Migration:
     mode: str
     """``warm`` (a replica loads the state first), ``cold`` (resume from the checkpoint), or
     ``partner`` (warm, onto a node of another participant under a BPM contract)."""
-    ballast_mb: int
-    """What the fill phase sent into the ballast's state."""
+    asked_mb: int
+    """The checkpointed state asked for: the fill sends ballast until the state holds it."""
     state_bytes: int
     """Size of the fragment's checkpointed state (every retained version) at the move."""
     hand_over_s: float
@@ -123,10 +124,10 @@ def summary(moves: list[Migration]) -> dict[str, Any]:
     warm = [m for m in moves if m.mode == "warm" and m.ballast_expiry == "scan"]
     if not warm:
         return {"largest_state_mb": None, "pause_at_largest_s": None}
-    largest = max(warm, key=lambda m: m.ballast_mb)
-    cold = [m for m in moves if m.mode == "cold" and m.ballast_mb == largest.ballast_mb]
+    largest = max(warm, key=lambda m: m.asked_mb)
+    cold = [m for m in moves if m.mode == "cold" and m.asked_mb == largest.asked_mb]
     timed = [m for m in moves if m.mode == "warm" and m.ballast_expiry == "timers"
-             and m.ballast_mb == largest.ballast_mb]
+             and m.asked_mb == largest.asked_mb]
     ratio = (round(cold[0].pause_s / largest.pause_s, 2)
              if cold and cold[0].pause_s and largest.pause_s else None)
     return {"largest_state_mb": round(largest.state_mb, 1),
@@ -141,7 +142,7 @@ def summary(moves: list[Migration]) -> dict[str, Any]:
             "switch_beyond_normal_at_largest_s": largest.switch_beyond_normal_s,
             "cold_pause_at_largest_s": cold[0].pause_s if cold else None,
             "cold_over_warm_at_largest": ratio,
-            "warm_pauses_s": {str(m.ballast_mb): m.pause_s for m in warm},
+            "warm_pauses_s": {str(m.asked_mb): m.pause_s for m in warm},
             # The same move with the ballast's windows expiring by timers (expiry: timers).
             "pause_at_largest_timers_s": timed[0].pause_beyond_normal_s if timed else None,
             "state_mb_at_largest_timers": round(timed[0].state_mb, 1) if timed else None,
@@ -194,8 +195,11 @@ class BallastInput:
     registry: SchemaRegistryClient
     topic: str
     ballast_mb: int
+    """At most this much ballast; less once ``enough`` is set."""
     mb_per_s: float = FILL_MB_PER_S
+    enough: threading.Event = field(default_factory=threading.Event)
     filled: threading.Event = field(default_factory=threading.Event)
+    sent_mb: float = 0.0
     last_fill_stime: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
@@ -233,7 +237,10 @@ class BallastInput:
                     time.sleep(delay)
                 for reading in itertools.islice(readings, SENSORS):
                     producer.produce(reading, reading.tuple_id, stime, key=reading.sensor_id)
+                if self.enough.is_set():
+                    left = 0
                 for _ in range(min(per_round, left)):
+                    self.sent_mb += PAYLOAD_BYTES / 1e6
                     key = next(keys)
                     start = rnd.randrange(len(pool) - PAYLOAD_BYTES)
                     heavy = SensorReading(f"b{key:08d}", "ballast", 0.0, "bytes", stime,
@@ -271,11 +278,6 @@ def _switch_gap(times_ms: list[int], done_ms: int, within_ms: int = 500) -> floa
     return max(_gaps(before + bursts, within_ms), default=None) if before and bursts else None
 
 
-def ballast_for(state_mb: int) -> int:
-    """The ballast that fills a fragment's checkpointed state to at least ``state_mb``."""
-    return max(1, round(state_mb / CHECKPOINT_PER_BALLAST))
-
-
 def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSession,
             layout: StackLayout, runs: list[tuple[str, int, str]], say: Callable[[str], None],
             failed: list[str] | None = None) -> list[Migration]:
@@ -291,7 +293,7 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
             for mode, state_mb, expiry in runs:
                 try:
                     results.append(_one(endpoints, registry, spark, catalog, mode,
-                                        ballast_for(state_mb), expiry, say))
+                                        state_mb, expiry, say))
                 except Exception as error:
                     if failed is None:
                         raise
@@ -306,7 +308,7 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
 
 def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSession,
          catalog: CatalogClient,
-         mode: str, ballast_mb: int, expiry: str, say: Callable[[str], None]) -> Migration:
+         mode: str, asked_mb: int, expiry: str, say: Callable[[str], None]) -> Migration:
     name = f"bench-migrate-{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
     config = kafka_config(endpoints.bootstrap("alpha"))
@@ -316,20 +318,26 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
     box = f"{network}/per_sensor"
     checkpoints: list[str] = []
     contracts: list[str] = []
-    source = BallastInput(config, registry, f"{name}.{SENSOR_READINGS}", ballast_mb)
+    # Up to twice the state asked for: a checkpoint holds 0.8 to 1.8 times the ballast
+    # (compressed changelogs; snapshots beside them), so the fill stops on the state's size.
+    source = BallastInput(config, registry, f"{name}.{SENSOR_READINGS}", 2 * asked_mb)
     output = f"{name}.medusa.{name}.per_sensor"
     watch = OutputWatch(config, registry, [output]).start()
     try:
         _wait_phase(catalog, box, "running", 300)
         source.start()
         fill_started = time.monotonic()
-        source.filled.wait()
+        state = f"{resolve_fragment(catalog, box).spec['checkpoint']}/state"
+        while not source.filled.wait(FILL_CHECK_S):
+            if checkpoint_size(state) >= FILL_MARGIN * asked_mb * 1e6:
+                source.enough.set()
         if source.error is not None:
             raise source.error
         # Moved once it has taken the whole fill in: a result of a window after the fill.
         _wait_result_after(watch, output, source.last_fill_stime, 900)
         filled_s = time.monotonic() - fill_started
-        say(f"  {mode} ({expiry}): {ballast_mb} MB of ballast sent in {filled_s:.0f} s")
+        say(f"  {mode} {asked_mb} MB ({expiry}): {source.sent_mb:.0f} MB of ballast sent in "
+            f"{filled_s:.0f} s")
         time.sleep(10)
         entry = resolve_fragment(catalog, box)
         checkpoints.append(entry.spec["checkpoint"])
@@ -358,13 +366,13 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
                           [t for t in during if t < asked_ms][-1:]), default=None)
         gaps = _gaps([t for t in written if asked_ms - 120_000 <= t < asked_ms])
         switch = _switch_gap(written, done_ms)
-        result = Migration(mode, ballast_mb, state_bytes, round(moved.seconds, 2),
+        result = Migration(mode, asked_mb, state_bytes, round(moved.seconds, 2),
                            round(pause, 2) if pause is not None else None,
                            round(statistics.median(gaps), 2) if gaps else None,
                            round(max(gaps), 2) if gaps else None,
                            round(switch, 2) if switch is not None else None, expiry,
                            batch_s)
-        say(f"  {mode} ({expiry}): state {result.state_mb:7.1f} MB, hand-over "
+        say(f"  {mode} {asked_mb} MB ({expiry}): state {result.state_mb:7.1f} MB, hand-over "
             f"{moved.seconds:5.1f} s, output pause {pause if pause is not None else '-'} s, "
             f"at the switch {result.switch_gap_s} s (without a move: median gap "
             f"{result.gap_before_s} s, longest {result.longest_gap_before_s} s; a batch "
