@@ -52,6 +52,7 @@ from medusa.load import DEFAULT_WINDOW_S
 from medusa.schemas import HEARTBEAT_TOPIC, HEARTBEAT_TOPIC_CONFIG
 from medusa.settings import StackSettings, kafka_config
 from medusa.topics import ensure_topics
+from medusa_spark.compiler_priority import CompilerPriority
 from medusa_spark.node.hosting import Hosting, NetworkPlan, fragment_of
 from medusa_spark.node.membership import Membership
 from medusa_spark.node.reporting import Reporting
@@ -70,6 +71,15 @@ __all__ = ["HostedFragment", "NetworkPlan", "Node", "NodeState", "PendingTakeove
            "caught_up", "dpc_state", "fragment_of"]
 
 log = logging.getLogger("medusa.node")
+
+
+def jvm_pid(spark: SparkSession) -> int | None:
+    """The process id of the session's JVM (None where py4j cannot say)."""
+    try:
+        gateway: Any = spark.sparkContext._jvm
+        return int(gateway.java.lang.ProcessHandle.current().pid())
+    except Exception:  # a session without a local gateway
+        return None
 
 
 class Node:
@@ -99,6 +109,7 @@ class Node:
         self._membership = Membership(self.state)
         self._reporting = Reporting(self.state)
         self._hosting = Hosting(self.state, self._membership, self._reporting)
+        self._compilers = CompilerPriority(jvm_pid(spark))
 
     @property
     def global_name(self) -> str:
@@ -125,6 +136,14 @@ class Node:
 
     def reconcile(self) -> None:
         self._hosting.reconcile()
+
+    def rebuilding(self) -> bool:
+        """Whether a query here rebuilds state beside a serving instance: a warm move's
+        replica or a scale step's instance catching up (niced). (A DPC redo is left at
+        the normal priority: its first batch is what a reconciliation waits for.)"""
+        with self.state.lock:
+            hosted = list(self.state.hosted.values())
+        return any(h.run.standby and h.run.writer.rebuild for h in hosted)
 
     def fragment_loads(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return self._reporting.fragment_loads()
@@ -160,6 +179,7 @@ class Node:
                     self.reconcile()
                 except CatalogError as error:  # keep running what runs; try again
                     log.warning("%s: %s", self.state.global_name, error)
+                self._compilers.follow(self.rebuilding())
                 self.state.stopping.wait(self._hosting.poll_interval(self.poll_interval_s))
         finally:
             for name in list(self.state.hosted):
