@@ -245,6 +245,12 @@ class FragmentWriter:
     def standby(self) -> bool:
         return self.outputs[0].standby
 
+    @property
+    def rebuilding(self) -> bool:
+        """Whether its batches rebuild state beside a serving instance, niced: a standby
+        rebuilding (a move's replica, a scale step's instance) until ``keep_pace``."""
+        return self.standby and self.rebuild
+
     def halt(self) -> int | None:
         """No batch is written after this returns; says the last one that was."""
         with self.lock:
@@ -334,7 +340,7 @@ class FragmentWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         def write() -> None:
             run_jobs_in(batch.sparkSession, PREPARING if self.standby else SERVING,
-                        rebuilding=self.standby and self.rebuild)
+                        rebuilding=self.rebuilding)
             self._write_batch(batch, batch_id)
 
         # Nothing of a batch begun after ``halt`` is written and Spark does not commit it,

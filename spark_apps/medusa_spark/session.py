@@ -70,6 +70,15 @@ def can_renice_back() -> bool:
     return result == [True]
 
 
+def jvm_pid(spark: SparkSession) -> int | None:
+    """The process id of the session's JVM (None where py4j cannot say)."""
+    try:
+        gateway: Any = spark.sparkContext._jvm
+        return int(gateway.java.lang.ProcessHandle.current().pid())
+    except Exception:  # a session without a local gateway
+        return None
+
+
 def rebuild_priority_options() -> list[str]:
     """The JVM's options that make the rebuild's priority a nice value. Java priorities
     reach the OS only with this policy, and a task thread reniced for a rebuild must be

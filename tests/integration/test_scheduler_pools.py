@@ -52,7 +52,7 @@ def test_a_rebuild_runs_at_a_lower_priority(spark) -> None:
     from pyspark.sql import functions as F
 
     from medusa_spark.scheduler_pools import run_jobs_in
-    from medusa_spark.session import REBUILD_NICE, rebuild_priority_options
+    from medusa_spark.session import REBUILD_NICE, jvm_pid, rebuild_priority_options
 
     niced = REBUILD_NICE if rebuild_priority_options() else 0
     jvm = spark._jvm
@@ -70,7 +70,8 @@ def test_a_rebuild_runs_at_a_lower_priority(spark) -> None:
     assert seen == [(niced, {niced}), (0, {0}), (0, {0}), (niced, {niced})]
     # The policy that makes priorities nice values leaves the JVM's own threads (JIT, GC)
     # at the queries' priority, not ahead of them.
-    pid = int(jvm.java.lang.ProcessHandle.current().pid())
+    pid = jvm_pid(spark)
+    assert pid is not None
     favoured = {name: value for name, value in _thread_nices(pid) if value < 0}
     assert not favoured, f"the JVM's own threads run ahead of the queries': {favoured}"
 

@@ -65,21 +65,13 @@ from medusa_spark.node.state import (
     dpc_state,
 )
 from medusa_spark.realtime import SLOTS
+from medusa_spark.session import jvm_pid
 from medusa_spark.warmup import warm_up
 
 __all__ = ["HostedFragment", "NetworkPlan", "Node", "NodeState", "PendingTakeover",
            "caught_up", "dpc_state", "fragment_of"]
 
 log = logging.getLogger("medusa.node")
-
-
-def jvm_pid(spark: SparkSession) -> int | None:
-    """The process id of the session's JVM (None where py4j cannot say)."""
-    try:
-        gateway: Any = spark.sparkContext._jvm
-        return int(gateway.java.lang.ProcessHandle.current().pid())
-    except Exception:  # a session without a local gateway
-        return None
 
 
 class Node:
@@ -143,7 +135,7 @@ class Node:
         the normal priority: its first batch is what a reconciliation waits for.)"""
         with self.state.lock:
             hosted = list(self.state.hosted.values())
-        return any(h.run.standby and h.run.writer.rebuild for h in hosted)
+        return any(h.run.writer.rebuilding for h in hosted)
 
     def fragment_loads(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return self._reporting.fragment_loads()
