@@ -57,5 +57,8 @@ def test_the_compilers_run_at_a_rebuilds_priority_while_one_runs_and_back_after(
         assert os.getpriority(os.PRIO_PROCESS, c2) == 0
 
 
-def test_without_a_jvm_it_does_nothing() -> None:
-    CompilerPriority(None).follow(rebuilding=True)
+def test_without_a_jvm_it_renices_nothing() -> None:
+    with thread_named("C2 CompilerThre") as c2:
+        before = os.getpriority(os.PRIO_PROCESS, c2)
+        CompilerPriority(None).follow(rebuilding=True)
+        assert os.getpriority(os.PRIO_PROCESS, c2) == before
