@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -25,7 +26,7 @@ from medusa.linear_road.records import HISTORY_DAYS
 from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
 from medusa.sensors import SensorReading, sensor_readings, to_dict
-from medusa.topics import ensure_topics
+from medusa.topics import delete_topics_named, ensure_topics
 from tests.waiting import first_within
 
 pytestmark = pytest.mark.integration
@@ -243,3 +244,16 @@ def test_a_consumer_of_a_topic_not_there_yet_waits_for_it_instead_of_failing(
     missing = f"medusa.test.later-{uuid.uuid4().hex[:8]}"
     with TupleConsumer(kafka_config, registry, [missing], f"g-{uuid.uuid4()}") as consumer:
         assert consumer.drain(idle_s=2.0, timeout_s=10.0) == []
+
+
+def test_a_networks_topics_are_deleted_by_their_prefix(kafka_config) -> None:
+    """The benchmarks delete what they created (a move's ballast is gigabytes)."""
+    prefix = f"t-deleted-{uuid.uuid4().hex[:6]}."
+    topics = [f"{prefix}a", f"{prefix}b"]
+    ensure_topics(kafka_config, topics, partitions=1)
+    assert sorted(delete_topics_named(kafka_config, prefix)) == topics
+
+    def gone() -> bool:
+        listed = AdminClient(kafka_config).list_topics(timeout=10).topics
+        return not any(name.startswith(prefix) for name in listed)
+    assert first_within(gone, 30), f"topics {topics} still listed 30 s after their deletion"

@@ -33,6 +33,10 @@ from medusa.stack.pins import pinned
 from medusa.stack.services import ServiceCommands
 
 INFRA = REPO_ROOT / "infra"
+BROKER_SESSION_MS = 9_000
+"""How long a controller waits for a broker's heartbeat before fencing it (Kafka's own)."""
+SINGLE_BROKER_SESSION_MS = 30_000
+"""The same for a cluster of one broker, which has no other to take its partitions over."""
 
 
 class ComponentMissingError(MedusaError, RuntimeError):
@@ -208,6 +212,8 @@ def kafka_broker(layout: StackLayout, participant: ParticipantLayout,
             .replace("@LOG_DIRS@", str(broker.data_dir / "log"))
             .replace("@ADVERTISED_HOST@", "127.0.0.1")
             .replace("@OWNER@", participant.name)
+            .replace("@SESSION_MS@", str(SINGLE_BROKER_SESSION_MS if single else
+                                         BROKER_SESSION_MS))
             .replace("@ADMIN_PASSWORD@", stack.secret(credentials.ADMIN).kafka_password)
         )
         credentials.write_private(properties, text)
