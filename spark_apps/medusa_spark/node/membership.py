@@ -5,15 +5,12 @@ detector watches."""
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from medusa.catalog.model import Entry, Kind
-from medusa.producing import TupleProducer
-from medusa.schemas import HEARTBEAT_TOPIC, schema_for_topic
-from medusa.settings import kafka_config
+from medusa.heartbeats import HeartbeatSender, SenderConfig, Tick
 from medusa_spark.node.state import NodeState
 
 log = logging.getLogger("medusa.node")
@@ -43,22 +40,14 @@ class Membership:
                                         if spec else None)
 
     def beat(self) -> None:
-        """Beats until ``stop``, on a thread of its own so slow fragments do not delay it."""
-        config = kafka_config(self.node.bootstrap, **{"linger.ms": 0})
-        with TupleProducer(config, self.node.registry, HEARTBEAT_TOPIC,
-                           schema_for_topic(HEARTBEAT_TOPIC), self.node.global_name,
-                           boundary_interval_s=60.0) as producer:
-            seq = 0
+        """Ticks its heartbeat sender until ``stop``: the heartbeats go from a process of
+        their own (``medusa.heartbeats``), which no thread of this busy process delays."""
+        config = SenderConfig(self.node.bootstrap, self.node.endpoints.registry_url,
+                              self.node.global_name, self.node.participant,
+                              self.node.heartbeat_interval_s)
+        with HeartbeatSender(config) as sender:
             while not self.node.stopping.is_set():
-                now = int(time.time() * 1000)
-                seq += 1
-                producer.produce({"node": self.node.global_name,
-                                  "participant": self.node.participant,
-                                  "seq": seq, "incarnation": self.node.incarnation, "sent_at": now,
-                                  "boxes": sorted(self.node.hosted)},
-                                 f"{self.node.global_name}/heartbeat/{self.node.incarnation}/{seq}",
-                                 now, key=self.node.global_name)
-                producer.poll()
+                sender.tick(Tick(self.node.incarnation, sorted(self.node.hosted)))
                 self.node.stopping.wait(self.node.heartbeat_interval_s)
 
     def rejoin(self, stop_all: Callable[[], None]) -> None:
