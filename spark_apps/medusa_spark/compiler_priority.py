@@ -5,53 +5,60 @@ is compiled by the JVM's compiler threads, at the normal priority: beside a warm
 replica they took 0.26 to 0.35 of the two cores while it caught up, more than its tasks,
 and the running instance on the other node lost as much. While a rebuild runs here they
 are reniced with it, and back once none does (a thread may lower its nice value again only
-where ``can_renice_back``)."""
+where ``can_renice_back``).
+
+Once none does, every thread still at the rebuild's priority goes back too, on every pass
+for ``SWEEP_S``: a batch begun niced keeps the priority to its end and gives it to each task
+it starts (a partner move's replica ran its last catching-up batch 9.6 s niced, and its
+takeover waited for it). A thread's next serving batch or task sets it normal again."""
 
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
+import time
 
 from medusa_spark.session import REBUILD_NICE, can_renice_back
+from medusa_spark.thread_priority import renice, threads_at, threads_of
 
 COMPILER_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
 """The compiler threads' names as Linux shows them (cut to 15 characters)."""
 
 log = logging.getLogger("medusa.node")
 
+SWEEP_S = 30.0
+"""For this long after the node's last rebuild ended, its threads still at the rebuild's
+priority go back to 0 on every pass: a batch begun while rebuilding starts each of its
+tasks at that priority until it ends. (Not longer: a rehearsal runs niced too.)"""
+
 
 def compiler_threads(pid: int) -> list[int]:
     """The ids of the JIT compiler threads of process ``pid`` (none where it is gone)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            if (task / "comm").read_text().strip().startswith(COMPILER_THREADS):
-                found.append(int(task.name))
-        except OSError:  # the thread ended meanwhile
-            continue
-    return found
+    return threads_of(pid, COMPILER_THREADS)
 
 
 class CompilerPriority:
     """Follows whether the node rebuilds (``follow``): the compilers of ``jvm_pid`` at
-    ``REBUILD_NICE`` meanwhile, at 0 otherwise."""
+    ``REBUILD_NICE`` meanwhile, at 0 otherwise, with any thread a rebuild left niced."""
 
     def __init__(self, jvm_pid: int | None) -> None:
         self._pid = jvm_pid if jvm_pid is not None and can_renice_back() else None
         self._rebuilding = False
+        self._ended_at: float | None = None
+        """When (monotonic) the node's last rebuild ended."""
 
     def follow(self, rebuilding: bool) -> None:
-        if self._pid is None or (not rebuilding and not self._rebuilding):
+        if self._pid is None:
             return
-        # Again on every pass while rebuilding: the JVM starts compiler threads as needed.
-        nice = REBUILD_NICE if rebuilding else 0
-        for tid in compiler_threads(self._pid):
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, nice)
-            except OSError:
-                continue
+        if rebuilding:
+            # Again on every pass: the JVM starts compiler threads as needed.
+            renice(compiler_threads(self._pid), REBUILD_NICE)
+        elif self._rebuilding:
+            self._ended_at = time.monotonic()
         if rebuilding != self._rebuilding:
-            log.info("JIT compiler threads at nice %d: %s", nice,
+            log.info("JIT compiler threads at nice %d: %s", REBUILD_NICE if rebuilding else 0,
                      "a rebuild runs here" if rebuilding else "no rebuild runs here")
         self._rebuilding = rebuilding
+        if not rebuilding and self._ended_at is not None and \
+                time.monotonic() - self._ended_at < SWEEP_S:
+            # The compilers, and the tasks a batch begun while rebuilding still starts.
+            renice(threads_at(self._pid, REBUILD_NICE), 0)

@@ -19,6 +19,8 @@ from typing import Any
 
 from medusa.sunion.config import SUnionConfig, dump_config
 from medusa.sunion.service import FENCED_EXIT
+from medusa_spark.session import REBUILD_NICE, can_renice_back
+from medusa_spark.thread_priority import renice, threads_of
 
 log = logging.getLogger("medusa.node")
 
@@ -35,12 +37,19 @@ class SUnionProcess:
         self.waiting_for_go = False
         self.went_at: float | None = None
         """When ``go`` was called (wall clock)."""
+        self._niced: tuple[int, int] | None = None
+        """The process and the nice value ``follow_rebuild`` last gave its threads."""
 
-    def start(self, wait_for_go: bool = False) -> SUnionProcess:
-        """Starts the process; ``wait_for_go``: it starts up, then waits for ``go``."""
+    def start(self, wait_for_go: bool = False, rebuilding: bool = False) -> SUnionProcess:
+        """Starts the process; ``wait_for_go``: it starts up, then waits for ``go``;
+        ``rebuilding``: at a rebuild's priority from its start (its imports take a second
+        of CPU), where ``follow_rebuild`` may renice it back."""
         self.folder.mkdir(parents=True, exist_ok=True)
         dump_config(self.config, self.config_path)
         command = [sys.executable, "-m", "medusa.sunion", "--config", str(self.config_path)]
+        nice = REBUILD_NICE if rebuilding and can_renice_back() else 0
+        if nice:
+            command = ["nice", "-n", str(nice), *command]
         self.waiting_for_go = wait_for_go
         if wait_for_go:
             self.go_path.unlink(missing_ok=True)
@@ -48,8 +57,24 @@ class SUnionProcess:
         with self.log_path.open("ab") as output:
             self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
                                             env=os.environ.copy())
+        self._niced = (self.process.pid, nice) if nice else None
         self.starts += 1
         return self
+
+    def follow_rebuild(self, rebuilding: bool) -> None:
+        """Its threads at ``REBUILD_NICE`` while its fragment rebuilds its state beside a
+        serving instance (a scale step's new instance replays its input through it; a warm
+        move's replica on another cluster runs its own), at 0 otherwise: it takes CPU from
+        the serving instance as the rebuild's query would (where a thread may be reniced
+        back, ``can_renice_back``; a process started again begins at 0)."""
+        pid = self.pid
+        if pid is None or not self.alive() or not can_renice_back():
+            return
+        nice = REBUILD_NICE if rebuilding else 0
+        if self._niced == (pid, nice) or (self._niced is None and nice == 0):
+            return
+        renice(threads_of(pid), nice)
+        self._niced = (pid, nice)
 
     def go(self) -> None:
         """Lets a SUnion started with ``wait_for_go`` open and run (started anew if it has

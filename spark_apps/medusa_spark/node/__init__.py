@@ -129,13 +129,18 @@ class Node:
     def reconcile(self) -> None:
         self._hosting.reconcile()
 
-    def rebuilding(self) -> bool:
-        """Whether a query here rebuilds state beside a serving instance: a warm move's
-        replica or a scale step's instance catching up (niced). (A DPC redo is left at
-        the normal priority: its first batch is what a reconciliation waits for.)"""
+    def _follow_rebuilds(self) -> None:
+        """The JIT compilers, and the SUnion of each fragment that rebuilds, at a rebuild's
+        priority while a query here rebuilds state beside a serving instance: a warm move's
+        replica or a scale step's instance catching up (``compiler_priority``,
+        ``SUnionProcess.follow_rebuild``). A DPC redo is left at the normal priority: its
+        first batch is what a reconciliation waits for."""
         with self.state.lock:
             hosted = list(self.state.hosted.values())
-        return any(h.run.writer.rebuilding for h in hosted)
+        self._compilers.follow(any(h.run.writer.rebuilding for h in hosted))
+        for fragment in hosted:
+            if fragment.sunion is not None:
+                fragment.sunion.follow_rebuild(fragment.run.writer.rebuilding)
 
     def fragment_loads(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return self._reporting.fragment_loads()
@@ -171,7 +176,7 @@ class Node:
                     self.reconcile()
                 except CatalogError as error:  # keep running what runs; try again
                     log.warning("%s: %s", self.state.global_name, error)
-                self._compilers.follow(self.rebuilding())
+                self._follow_rebuilds()
                 self.state.stopping.wait(self._hosting.poll_interval(self.poll_interval_s))
         finally:
             for name in list(self.state.hosted):

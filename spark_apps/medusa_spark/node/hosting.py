@@ -489,7 +489,7 @@ class Hosting:
         if hosted is None:
             wiring = self.wiring(network, name, entry)
             mine = checkpoint_location(self.node.checkpoint_root, wiring)
-            sunion = self.start_sunion(name, wiring)
+            sunion = self.start_sunion(name, wiring, rebuilding=True)
             run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True)
             with self.node.lock:
                 self.node.hosted[name] = HostedFragment(name, network.version, run, time.time(),
@@ -616,11 +616,13 @@ class Hosting:
         return positions
 
     def start_sunion(self, name: str, wiring: FragmentWiring,
-                     resume: dict[str, Any] | None = None, wait_for_go: bool = False
-                     ) -> SUnionProcess:
+                     resume: dict[str, Any] | None = None, wait_for_go: bool = False,
+                     rebuilding: bool = False) -> SUnionProcess:
+        """The fragment's SUnion, started (``rebuilding``: for a fragment that rebuilds its
+        state beside a serving instance, niced from its start; see ``Node``)."""
         config = self.sunion_config(wiring, resume)
         folder = self.node.work_dir / "sunion" / f"{wiring.topic_prefix}{name}".replace("/", "_")
-        return SUnionProcess(config, folder).start(wait_for_go)
+        return SUnionProcess(config, folder).start(wait_for_go, rebuilding)
 
     def sunion_config(self, wiring: FragmentWiring,
                       resume: dict[str, Any] | None = None) -> SUnionConfig:

@@ -92,6 +92,8 @@ class HostedFragment:
     from the start, on this cluster's topic, so the takeover switches the output alone."""
     switch_asked_at: float | None = None
     """When (wall clock) such a replica was first asked to take the output over."""
+    switch_reason: str | None = None
+    """Why a warm move's replica took the output over when it did (``ready_to_take_over``)."""
     replaced: bool = False
     """A redeploy replaces it by instances of a new definition, beside it (``deploy``)."""
     pace_batch: int = -1

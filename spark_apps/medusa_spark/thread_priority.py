@@ -1,0 +1,42 @@
+"""Nice values of another process's threads. On Linux a nice value belongs to a thread,
+not to its process: ``setpriority`` on a process id changes its main thread alone, and a
+new thread takes the value of the thread that starts it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def threads_of(pid: int, named: tuple[str, ...] = ()) -> list[int]:
+    """The ids of process ``pid``'s threads, or of those whose names (as Linux shows them,
+    cut to 15 characters) begin with one of ``named``; none where it is gone."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            if not named or (task / "comm").read_text().strip().startswith(named):
+                found.append(int(task.name))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return found
+
+
+def renice(tids: list[int], nice: int) -> None:
+    """Sets each thread's nice value; a thread gone meanwhile is skipped."""
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except OSError:
+            continue
+
+
+def threads_at(pid: int, nice: int) -> list[int]:
+    """The ids of process ``pid``'s threads whose nice value is ``nice``."""
+    found = []
+    for tid in threads_of(pid):
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) == nice:
+                found.append(tid)
+        except OSError:  # the thread ended meanwhile
+            continue
+    return found
