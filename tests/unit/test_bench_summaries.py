@@ -68,6 +68,14 @@ def test_the_gap_at_a_switch_spans_the_old_nodes_last_result_and_the_new_nodes_n
     assert _switch_gap([0, 2000], 3000) is None
 
 
+def test_a_moves_longest_gap_says_when_it_began() -> None:
+    from medusa_apps.bench.state_migration import _longest_gap
+
+    # Bursts at 0 (and 100), 2000, 5800, 7800: the longest gap is 3.8 s, from 2000.
+    assert _longest_gap([7800, 0, 100, 2000, 5800]) == (3.8, 2000)
+    assert _longest_gap([0, 100]) is None, "one burst: no gap"
+
+
 def test_a_run_of_some_parts_keeps_the_latest_figures_of_the_others() -> None:
     from medusa_apps.bench.run import keep_unmeasured
 
@@ -141,6 +149,7 @@ def test_a_move_that_fails_leaves_the_others_figures(monkeypatch) -> None:
         def __init__(self, url: str) -> None: ...
         def __enter__(self) -> _Catalog: return self
         def __exit__(self, *exc: object) -> None: ...
+        def list(self, kind: object) -> list: return []
 
     def one(endpoints, registry, spark, catalog, mode, asked_mb, expiry, say):
         if expiry == "timers":
@@ -161,3 +170,28 @@ def test_a_move_that_fails_leaves_the_others_figures(monkeypatch) -> None:
         state_migration.measure(SimpleNamespace(catalog_url=""), None, None, None, runs,
                                 said.append)
 
+
+
+def test_a_move_run_withdraws_what_an_interrupted_one_left_deployed(monkeypatch) -> None:
+    """Its nodes have the same names: they would run the old ballast beside the new."""
+    from types import SimpleNamespace
+
+    from medusa_apps.bench import state_migration
+
+    networks = [SimpleNamespace(name="alpha/bench-migrate-60498d"),
+                SimpleNamespace(name="alpha/sensors"), SimpleNamespace(name="beta/bench-migrate-1")]
+    catalog = SimpleNamespace(list=lambda kind: networks)
+    withdrawn: list[str] = []
+    deleted: list[tuple[str, str]] = []
+    monkeypatch.setattr(state_migration, "undeploy",
+                        lambda _catalog, name, report: withdrawn.append(name))
+    monkeypatch.setattr(state_migration, "delete_topics_named",
+                        lambda config, prefix: deleted.append((config["bootstrap.servers"],
+                                                               prefix)))
+    endpoints = SimpleNamespace(bootstrap=lambda cluster: f"{cluster}:9092")
+    said: list[str] = []
+    state_migration._clear_interrupted(endpoints, catalog, said.append)
+    assert withdrawn == ["alpha/bench-migrate-60498d"]
+    assert deleted == [("alpha:9092", "bench-migrate-60498d."),
+                       ("beta:9092", "bench-migrate-60498d.")]
+    assert said == ["  withdrew alpha/bench-migrate-60498d, left deployed by an interrupted run"]

@@ -31,6 +31,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import SparkSession
 
 from medusa.catalog.client import CatalogClient
+from medusa.catalog.model import Kind
 from medusa.contracts import accept, propose, revoke
 from medusa.endpoints import Endpoints
 from medusa.federation_status import batch_phases_of, latest_load_reports
@@ -59,6 +60,7 @@ FILL_MARGIN = 1.1
 versions it no longer retains, and the state is measured again at the move."""
 AFTER_MOVE_S = 25
 NODES = ("alpha/bench-move-1", "alpha/bench-move-2")
+NETWORK_PREFIX = "bench-migrate-"
 PARTNER_NODE = "beta/bench-move-3"
 """The target of a ``partner`` move: another participant's node, another Kafka cluster."""
 
@@ -89,6 +91,9 @@ class Migration:
     """The median duration of the fragment's batches before the move (its node's load
     report): a result comes in the first batch after its window closes, so without any
     move the gaps between results already vary by up to one batch."""
+    pause_began_s: float | None = None
+    """When the longest gap began, from the move's request (negative: before it): at the
+    switch, or while the replica started and caught up beside the old node."""
 
     @property
     def pause_beyond_normal_s(self) -> float | None:
@@ -269,6 +274,13 @@ def _gaps(times_ms: list[int], within_ms: int = 500) -> list[float]:
     return [(b - a) / 1000 for a, b in itertools.pairwise(sorted(times_ms)) if b - a > within_ms]
 
 
+def _longest_gap(times_ms: list[int], within_ms: int = 500) -> tuple[float, int] | None:
+    """The longest of ``_gaps``, and when it began (the last result before it)."""
+    ordered = sorted(times_ms)
+    return max((((b - a) / 1000, a) for a, b in itertools.pairwise(ordered) if b - a > within_ms),
+               default=None)
+
+
 def _switch_gap(times_ms: list[int], done_ms: int, within_ms: int = 500) -> float | None:
     """The longest gap between the results just before the move was done (the old node's
     last) and the two bursts after it (the new node's catch-up, or first, and next)."""
@@ -287,6 +299,7 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
     results = []
     with CatalogClient(endpoints.catalog_url) as catalog:
         wanted = NODES + ((PARTNER_NODE,) if any(m == "partner" for m, _, _ in runs) else ())
+        _clear_interrupted(endpoints, catalog, say)
         say(f"  starting nodes {', '.join(wanted)}")
         nodes = start_nodes(layout, catalog, wanted)
         try:
@@ -306,10 +319,25 @@ def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSe
     return results
 
 
+def _clear_interrupted(endpoints: Endpoints, catalog: CatalogClient,
+                       say: Callable[[str], None]) -> None:
+    """Withdraws the networks of a run that was interrupted, and deletes their topics:
+    this run's nodes, of the same names, would run them beside its own (gigabytes of
+    ballast each)."""
+    for entry in catalog.list(Kind.NETWORKS):
+        participant, _, name = entry.name.partition("/")
+        if participant != "alpha" or not name.startswith(NETWORK_PREFIX):
+            continue
+        undeploy(catalog, entry.name, report=lambda _: None)
+        for cluster in ("alpha", "beta"):
+            delete_topics_named(kafka_config(endpoints.bootstrap(cluster)), f"{name}.")
+        say(f"  withdrew {entry.name}, left deployed by an interrupted run")
+
+
 def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSession,
          catalog: CatalogClient,
          mode: str, asked_mb: int, expiry: str, say: Callable[[str], None]) -> Migration:
-    name = f"bench-migrate-{uuid.uuid4().hex[:6]}"
+    name = f"{NETWORK_PREFIX}{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
     config = kafka_config(endpoints.bootstrap("alpha"))
     deploy(network_yaml(name, expiry), name, endpoints, registry, spark, catalog,
@@ -361,9 +389,10 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
         # runs on the old node while its replica catches up, and hands over at its end).
         done_ms = asked_ms + int(moved.seconds * 1000)
         during = [t for t in written if t <= done_ms]
-        pause = max(_gaps([t for t in during if t >= asked_ms] +
-                          [t for t in written if t > done_ms][:1] +
-                          [t for t in during if t < asked_ms][-1:]), default=None)
+        longest = _longest_gap([t for t in during if t >= asked_ms] +
+                               [t for t in written if t > done_ms][:1] +
+                               [t for t in during if t < asked_ms][-1:])
+        pause = longest[0] if longest is not None else None
         gaps = _gaps([t for t in written if asked_ms - 120_000 <= t < asked_ms])
         switch = _switch_gap(written, done_ms)
         result = Migration(mode, asked_mb, state_bytes, round(moved.seconds, 2),
@@ -371,10 +400,12 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
                            round(statistics.median(gaps), 2) if gaps else None,
                            round(max(gaps), 2) if gaps else None,
                            round(switch, 2) if switch is not None else None, expiry,
-                           batch_s)
+                           batch_s, round((longest[1] - asked_ms) / 1000, 1)
+                           if longest is not None else None)
         say(f"  {mode} {asked_mb} MB ({expiry}): state {result.state_mb:7.1f} MB, hand-over "
             f"{moved.seconds:5.1f} s, output pause {pause if pause is not None else '-'} s, "
-            f"at the switch {result.switch_gap_s} s (without a move: median gap "
+            f"beginning {result.pause_began_s} s after the request, at the switch "
+            f"{result.switch_gap_s} s (without a move: median gap "
             f"{result.gap_before_s} s, longest {result.longest_gap_before_s} s; a batch "
             f"{result.batch_before_s} s)")
         return result
