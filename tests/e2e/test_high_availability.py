@@ -81,6 +81,12 @@ def test_upstream_backup_restores_on_the_secondary_exactly_once(passive) -> None
     _assert_exactly_once(passive)
 
 
+def test_the_secondary_said_it_had_rehearsed_the_fragments_before_the_kill(passive) -> None:
+    """A passive standby compiles the queries it would take over, and says so in the
+    catalog (``rehearsed``), which the failover waits for before it kills."""
+    assert passive.rehearsed_s is not None, "the secondary never listed its rehearsals"
+
+
 def test_the_failure_is_one_trace_in_jaeger(federation, passive) -> None:
     failure = wait_for_trace(
         federation.jaeger_query_url, "medusa-detector", f"node failure {A1}",

@@ -71,6 +71,9 @@ class NodeSpec(Spec):
     queries), which the node reports when it registers; None when it runs without one
     (``MEDUSA_NODE_SPARK_UI_PORT=0``) or has stopped. The UI listens on the loopback
     interface of the node's machine. Only http(s) URLs, since a console links to it."""
+    rehearsed: list[str] = Field(default_factory=list, max_length=10_000)
+    """The fragments this node backs up (``ha: passive``) whose query it has rehearsed in
+    this incarnation: their takeover here is pre-warmed."""
 
 
 class StreamSpec(Spec):

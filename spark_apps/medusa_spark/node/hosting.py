@@ -154,7 +154,7 @@ class Hosting:
         ``SECONDARY_POLL_S``, so that a passive takeover starts soon after the failure."""
         self.backups = Backups(node.global_name)
         """The SUnions waiting here for the passive fragments this node backs up."""
-        self.rehearsals = Rehearsals(node.spark, node.global_name)
+        self.rehearsals = Rehearsals(node.spark, node.global_name, membership.rehearsed)
         """Their queries, each run once beside the running one (compiled before a takeover)."""
         self._plans: dict[str, NetworkPlan] = {}
         self._incomplete_since: dict[str, tuple[int, float]] = {}

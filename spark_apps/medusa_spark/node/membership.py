@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from medusa.catalog.client import CatalogError
 from medusa.catalog.model import Entry, Kind
 from medusa.heartbeats import HeartbeatSender, SenderConfig, Tick
 from medusa_spark.node.state import NodeState
@@ -29,8 +30,20 @@ class Membership:
             return {**(spec or {}), "status": "up", "incarnation": self.node.incarnation,
                     "checkpoint_root": self.node.checkpoint_root,
                     "secondary": self.node.secondary or (spec or {}).get("secondary"),
-                    "spark_ui": self.node.spark_ui}
+                    "spark_ui": self.node.spark_ui, "rehearsed": []}
         return self.node.catalog.update(Kind.NODES, self.node.global_name, change)
+
+    def rehearsed(self, fragment: str) -> None:
+        """Says in the catalog that ``fragment``'s query was rehearsed here (its takeover
+        here is pre-warmed): ``medusa status`` shows it, the failover benchmark waits for it."""
+        def change(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+            if spec is None or spec.get("incarnation") != self.node.incarnation:
+                return None
+            return {**spec, "rehearsed": sorted({*spec.get("rehearsed", []), fragment})}
+        try:
+            self.node.catalog.update(Kind.NODES, self.node.global_name, change)
+        except CatalogError as error:  # only what the catalog shows is late
+            log.warning("%s: %s", self.node.global_name, error)
 
     def mark_down(self) -> Entry | None:
         """Marks this node down, as it stops. Its Spark UI stops with it, and the UI's port

@@ -14,7 +14,7 @@ import logging
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -122,9 +122,12 @@ class Rehearsals:
     """The node's rehearsals, one at a time on a thread of their own, each fragment's once
     per wiring."""
 
-    def __init__(self, spark: SparkSession, node_name: str) -> None:
+    def __init__(self, spark: SparkSession, node_name: str,
+                 rehearsed: Callable[[str], None] = lambda _: None) -> None:
         self.spark = spark
         self.node_name = node_name
+        self._rehearsed = rehearsed
+        """Told each fragment whose query was rehearsed (the node says so in the catalog)."""
         self._done: dict[str, tuple[FragmentWiring, float]] = {}
         """Each fragment's wiring rehearsed (or being), and when to try again if its
         source had nothing to read."""
@@ -153,6 +156,7 @@ class Rehearsals:
         if read:
             log.info("%s: rehearsed %s's query in %.1fs, for a takeover", self.node_name, name,
                      time.monotonic() - started)
+            self._rehearsed(name)
         else:  # nothing to read yet: a pass after a while tries again
             self._done[name] = (wiring, time.monotonic() + RETRY_S)
 
