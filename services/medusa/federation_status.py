@@ -118,6 +118,9 @@ class NodeStatus:
     load: float | None = None
     spark_ui: str | None = None
     """The URL of the node's Spark web UI, from its catalog entry (None: it has none)."""
+    rehearsed: list[str] = field(default_factory=list)
+    """The fragments it backs up whose query it has rehearsed: their takeover here is
+    pre-warmed (``ha: passive``)."""
 
 
 @dataclass
@@ -210,7 +213,7 @@ def build_status(participants: list[Entry], nodes: list[Entry], fragments: list[
             report["utilisation"] if report else None,
             round((now_ms - epoch_ms(report["reported_at"])) / 1000, 1) if report else None,
             report.get("capacity") if report else None, report.get("load") if report else None,
-            node.spec.get("spark_ui")))
+            node.spec.get("spark_ui"), list(node.spec.get("rehearsed") or [])))
     for fragment in sorted(fragments, key=lambda f: f.name):
         shown = _fragment_status(fragment, reports)
         owner = loads.get(str(fragment.spec.get("node", "")).split("/", 1)[0])

@@ -56,7 +56,6 @@ class HeartbeatSender:
     """The node's side: starts the sender and ticks it. Not thread-safe: one thread ticks."""
 
     def __init__(self, config: SenderConfig) -> None:
-        self.config = config
         self._process = subprocess.Popen([sys.executable, "-m", "medusa.heartbeats"],
                                          stdin=subprocess.PIPE)
         self._send(asdict(config))

@@ -111,6 +111,18 @@ def test_each_node_shows_its_spark_ui() -> None:
     assert "Spark UI" in rendered and "http://127.0.0.1:4040" in rendered  # whole
 
 
+def test_a_node_shows_how_many_fragments_it_has_rehearsed_for_a_takeover() -> None:
+    participants, nodes, fragments, reports = _federation()
+    nodes[1] = _entry(Kind.NODES, "alpha/node-2", status="up", secondary="alpha/node-1",
+                      rehearsed=["alpha/sensors/check", "alpha/sensors/windows"])
+    status = build_status(participants, nodes, fragments, reports, now_ms=100_000)
+    assert [n.rehearsed for n in status.nodes] == [
+        [], ["alpha/sensors/check", "alpha/sensors/windows"]]
+    assert json.loads(json.dumps(status.as_dict()))["nodes"][1]["rehearsed"] == [
+        "alpha/sensors/check", "alpha/sensors/windows"]
+    assert "rehearsed" in _rendered(status)
+
+
 def test_a_move_shows_the_old_node_until_the_new_one_runs_it_and_no_report_shows_dashes() -> None:
     participants, nodes, fragments, reports = _federation()
     moving = _entry(Kind.FRAGMENTS, POSITIONS, **{**fragments[0].spec, "node": "alpha/node-3",

@@ -183,13 +183,15 @@ def federation_tables(federation: Any) -> list[Any]:
 
     nodes = Table(title="nodes")
     name_column(nodes, "node", [n.name for n in federation.nodes])
-    for column in ("status", "secondary", "fragments", "load / capacity", "utilisation",
-                   "last report", "Spark UI"):
+    for column in ("status", "secondary", "fragments", "rehearsed", "load / capacity",
+                   "utilisation", "last report", "Spark UI"):
         nodes.add_column(column, justify="right" if column in (
-            "fragments", "load / capacity", "utilisation") else "left", overflow="fold")
+            "fragments", "rehearsed", "load / capacity", "utilisation") else "left",
+            overflow="fold")
     for n in federation.nodes:
         nodes.add_row(Text(n.name), Text(n.status, "red" if n.status == "failed" else ""),
                       Text(n.secondary or "-"), str(n.fragments),
+                      str(len(n.rehearsed)) if n.rehearsed else "-",
                       "-" if n.capacity is None else f"{n.load or 0:.2f} / {n.capacity:g}",
                       "-" if n.utilisation is None else f"{n.utilisation:.0%}",
                       "-" if n.report_age_s is None else f"{n.report_age_s:.0f}s ago",
