@@ -97,7 +97,7 @@ def cut_run(federation, nodes, links, spark,
                                topic, SECONDS, [cut])
             # Once reconciled, the primary takes its output back.
             wait_until("the primary to write its output again",
-                       lambda: bool(serving.seen) and serving.seen[-1] is None, 60)
+                       lambda: bool(serving.seen) and serving.seen[-1] is None, 180)
         yield run, serving
 
 
