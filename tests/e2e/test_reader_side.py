@@ -96,7 +96,8 @@ def cut_run(federation, nodes, links, spark,
             run = run_scenario(federation, registry_module, federation.catalog_url, network,
                                topic, SECONDS, [cut])
             # Once reconciled, the primary takes its output back.
-            wait_until("the primary to write its output again",
+            wait_until(lambda: f"the primary to write its output again (serving {serving.seen}; "
+                       f"DPC states {run.dpc_states})",
                        lambda: bool(serving.seen) and serving.seen[-1] is None, 180)
         yield run, serving
 

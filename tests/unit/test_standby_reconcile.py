@@ -13,7 +13,7 @@ import pytest
 
 from medusa_spark.node import hosting as hosting_module
 from medusa_spark.node.hosting import Hosting
-from medusa_spark.node.state import HostedFragment, dpc_state
+from medusa_spark.node.state import HostedFragment, dpc_state, published_dpc_state
 from medusa_spark.reconcile import ReconcileRequired
 
 pytestmark = pytest.mark.unit
@@ -51,7 +51,7 @@ class _Run:
 def _hosting(started: list[str]) -> Hosting:
     hosting = Hosting.__new__(Hosting)
     hosting.node = SimpleNamespace(global_name="alpha/n1", spark=None)
-    hosting._reporting = SimpleNamespace(publish_dpc_state=lambda hosted: None)
+    hosting._reporting = SimpleNamespace(publish_dpc_state=lambda *a: None)
     hosting.moves = SimpleNamespace(abandon=lambda *a: None)
 
     def redo_beside(hosted: HostedFragment, network: Any) -> bool:
@@ -103,3 +103,15 @@ def _stop_redo(hosted: HostedFragment) -> bool:  # no checkpoint to delete here
         return False
     redo.abandon()
     return True
+
+
+def test_a_primary_that_yielded_its_output_shows_stable_only_once_it_writes_it_again() -> None:
+    hosted = _hosted(_Run(standby=True, stopped=False))
+    hosted.run.writer.redo_requested = None  # restarted: the REDO ahead is not read yet
+    hosted.sunion = SimpleNamespace(state=lambda: {"dpc_state": "STABLE"})  # type: ignore
+    hosted.yielded = True
+    assert published_dpc_state(hosted) == "STABILIZATION"
+    hosted.yielded = False  # took the output back
+    assert published_dpc_state(hosted) == "STABLE"
+    # Fenced by the replica, before it has noticed: the catalog names the replica serving.
+    assert published_dpc_state(hosted, replica_serves=True) == "STABILIZATION"

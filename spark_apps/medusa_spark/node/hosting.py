@@ -651,8 +651,6 @@ class Hosting:
                 self._restart_fenced_sunion(hosted)
             else:
                 hosted.sunion.keep_alive()
-        if not hosted.reader:
-            self._reporting.publish_dpc_state(hosted)
         if hosted.run.fenced():
             if hosted.reader:
                 self._restart_query(hosted, network, "the primary writes its output again",
@@ -669,6 +667,9 @@ class Hosting:
             else:
                 self.moves.abandon(hosted.name, "another node writes its outputs")
             return
+        # After the fencing above: a primary fenced by its reader-side replica yields first.
+        if not hosted.reader:
+            self._reporting.publish_dpc_state(hosted, bool(entry.spec.get("serving")))
         request = hosted.run.reconcile_requested()
         if request is not None:
             self._reconcile(hosted, network, request)

@@ -15,7 +15,13 @@ from medusa.producing import TupleProducer
 from medusa.schemas import NODE_LOAD_TOPIC, schema_for_topic
 from medusa.settings import kafka_config
 from medusa.topics import ensure_topics
-from medusa_spark.node.state import HostedFragment, NodeState, dpc_state, offsets_behind
+from medusa_spark.node.state import (
+    HostedFragment,
+    NodeState,
+    dpc_state,
+    offsets_behind,
+    published_dpc_state,
+)
 
 log = logging.getLogger("medusa.node")
 
@@ -112,9 +118,10 @@ class Reporting:
                 producer.produce(report, f"{self.node.global_name}/load/{now}", now,
                                  key=self.node.global_name)
 
-    def publish_dpc_state(self, hosted: HostedFragment) -> None:
-        """The fragment's DPC state into the catalog, when it changed."""
-        state = dpc_state(hosted)
+    def publish_dpc_state(self, hosted: HostedFragment, replica_serves: bool = False) -> None:
+        """The fragment's DPC state into the catalog, when it changed (``replica_serves``:
+        see ``published_dpc_state``)."""
+        state = published_dpc_state(hosted, replica_serves)
         if state == hosted.dpc_state:
             return
 
