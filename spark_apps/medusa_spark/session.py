@@ -187,7 +187,8 @@ def _log_to_file(log_file: Path) -> str:
 def spark_session(app_name: str, master: str = "local[2]",
                   settings: StackSettings | None = None,
                   ui_port: int | None = None, log_file: Path | None = None,
-                  object_store: bool = False, realtime_slots: int = 0) -> SparkSession:
+                  object_store: bool = False, realtime_slots: int = 0,
+                  local_dir: Path | None = None) -> SparkSession:
     """The project's SparkSession. ``ui_port``: run Spark's web UI on this port of the
     loopback interface, or on one of the next ones (``spark.port.maxRetries``) when it is
     taken; ``sparkContext.uiWebUrl`` then tells where. None or 0: no UI (the default:
@@ -196,7 +197,8 @@ def spark_session(app_name: str, master: str = "local[2]",
     the S3A file system, configured for the settings' object store (``s3a://``
     checkpoints; see ``medusa.object_store``). ``realtime_slots``: task threads on top of a
     ``local[N]`` master for Real-time Mode's long-running tasks (``realtime``), which hold
-    a slot each for good; the other queries keep their N."""
+    a slot each for good; the other queries keep their N. ``local_dir``: Spark's scratch
+    files there rather than under the system's temporary folder (``local_dirs``)."""
     # Everything this project runs binds to the loopback interface: the driver, and the web
     # UI, whose server binds to SPARK_LOCAL_IP (or to every interface when it is unset).
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -226,6 +228,8 @@ def spark_session(app_name: str, master: str = "local[2]",
             builder = builder.config(key, value)
     else:
         builder = builder.config("spark.ui.enabled", "false")
+    if local_dir is not None:
+        builder = builder.config("spark.local.dir", str(local_dir))
     from medusa_spark.realtime import SLOTS
 
     local = re.fullmatch(r"local\[(\d+)\]", master)

@@ -58,6 +58,7 @@ def node(
     from medusa.object_store import ObjectStoreSettingsError, s3_access, uses_object_store
     from medusa.registry import registry_client
     from medusa.settings import HaSettings
+    from medusa_spark.local_dirs import node_local_dir
     from medusa_spark.node import Node
     from medusa_spark.session import object_store_jars, spark_session
 
@@ -87,7 +88,9 @@ def node(
             raise _fail(f"--checkpoint-root {root}: {error}") from None
     spark = spark_session(f"medusa-node-{participant}-{name}", master=master,
                           settings=settings, ui_port=settings.node_spark_ui_port,
-                          object_store=uses_object_store(root), realtime_slots=realtime_slots)
+                          object_store=uses_object_store(root), realtime_slots=realtime_slots,
+                          local_dir=node_local_dir(settings.run_dir / "spark-local" /
+                                                   participant / name))
     spark.sparkContext.setLogLevel("WARN")
     running = Node(name, participant, endpoints, registry_client(endpoints.registry_url), spark,
                    root, catalog, secondary,
