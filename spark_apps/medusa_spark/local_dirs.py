@@ -14,6 +14,8 @@ import os
 import shutil
 from pathlib import Path
 
+from medusa.stack.processes import process_start_ticks
+
 log = logging.getLogger("medusa.node")
 
 
@@ -24,7 +26,7 @@ def node_local_dir(root: Path, pid: int | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for earlier in root.iterdir():
         if earlier.is_dir() and earlier.name.isdigit() and int(earlier.name) != pid and \
-                not _alive(int(earlier.name)):
+                process_start_ticks(int(earlier.name)) is None:
             shutil.rmtree(earlier, ignore_errors=True)
             log.info("removed %s: Spark's scratch files of an earlier process that exited "
                      "without removing them", earlier)
@@ -32,12 +34,3 @@ def node_local_dir(root: Path, pid: int | None = None) -> Path:
     mine.mkdir(exist_ok=True)
     return mine
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True

@@ -18,7 +18,6 @@ from medusa.topics import ensure_topics
 from medusa_spark.node.state import (
     HostedFragment,
     NodeState,
-    dpc_state,
     offsets_behind,
     published_dpc_state,
 )
@@ -65,7 +64,8 @@ class Reporting:
             else:
                 hosted.bottleneck_since = None
             fragments.append({
-                "fragment": hosted.name, "state": state, "dpc_state": dpc_state(hosted, sunion),
+                "fragment": hosted.name, "state": state,
+                "dpc_state": published_dpc_state(hosted, sunion_state=sunion),
                 "tentative_results": run.writer.tentative_written,
                 "corrections": hosted.reconciliations + run.writer.reconciled_in_stream,
                 "input_rate": float(progress.get("inputRowsPerSecond") or 0.0),

@@ -187,14 +187,15 @@ def dpc_state(hosted: HostedFragment, sunion_state: dict[str, Any] | None = None
     return "STABILIZATION" if writer == "UP_FAILURE" else "STABLE"
 
 
-def published_dpc_state(hosted: HostedFragment, replica_serves: bool = False) -> str:
+def published_dpc_state(hosted: HostedFragment, replica_serves: bool = False,
+                        sunion_state: dict[str, Any] | None = None) -> str:
     """The DPC state the catalog shows for the fragment: ``dpc_state``, except that a
     primary whose reader-side replica serves its output (``replica_serves``: the catalog
     says so; or it has yielded it) is STABLE only once it writes that output again
     (``may_take_back``). Fenced, or restarted from its checkpoint, it says STABLE before
     it has read the tentative records and the REDO ahead of it, and a reader of the
-    catalog would take the reconciliation for done."""
-    state = dpc_state(hosted)
+    catalog would take the reconciliation for done. ``sunion_state``: as ``dpc_state``'s."""
+    state = dpc_state(hosted, sunion_state)
     yielded = hosted.yielded or replica_serves
     return "STABILIZATION" if yielded and state == "STABLE" else state
 
