@@ -12,6 +12,7 @@ import pytest
 
 from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa_spark.deploy import warm_move_possible
+from medusa_spark.node.moves import OUTPUT_SWITCH_LIMIT_S, OUTPUT_SWITCH_WAIT_S, Moves
 from medusa_spark.node.state import PACE_WAIT_S, HostedFragment, keeping_pace
 from medusa_spark.sunion_process import SUnionProcess
 
@@ -94,3 +95,52 @@ def test_a_replica_that_never_settles_is_ready_after_a_while_all_the_same() -> N
     assert not _batch(replica, 0, 9_000)
     replica.pace_since = time.monotonic() - PACE_WAIT_S
     assert _batch(replica, 1, 4_000)
+
+
+class _SwitchQuery:
+    def __init__(self) -> None:
+        self.lastProgress: dict = {"batchId": 40, "timestamp": "2026-11-30T00:00:00.000Z",
+                                   "numInputRows": 10}
+        self.status: dict = {"isTriggerActive": True}
+
+
+class _SwitchWriter:
+    def is_ahead(self) -> bool:
+        return False
+
+    def has_caught_up(self) -> bool:
+        return False
+
+
+def _switching(waited_s: float) -> HostedFragment:
+    run = SimpleNamespace(query=_SwitchQuery(), writer=_SwitchWriter())
+    hosted = HostedFragment("alpha/n/f", 1, run, 0.0)  # type: ignore[arg-type]
+    hosted.sunion = SimpleNamespace()  # type: ignore[assignment]
+    hosted.own_input = True
+    hosted.switch_asked_at = time.time() - waited_s
+    return hosted
+
+
+def _moves() -> Moves:
+    return Moves(SimpleNamespace(), SimpleNamespace())  # type: ignore[arg-type]
+
+
+def test_past_the_cap_a_replica_mid_batch_takes_the_output_over_as_the_batch_ends() -> None:
+    moves = _moves()
+    replica = _switching(OUTPUT_SWITCH_WAIT_S - 1)
+    assert not moves.ready_to_take_over(replica)  # neither ahead nor caught up
+    replica.switch_asked_at = time.time() - OUTPUT_SWITCH_WAIT_S - 0.5
+    assert not moves.ready_to_take_over(replica)  # mid-batch
+    assert not moves.ready_to_take_over(replica)
+    replica.run.query.lastProgress = {**replica.run.query.lastProgress, "batchId": 41}
+    assert moves.ready_to_take_over(replica)
+    assert (replica.switch_reason or "").startswith("at the cap")
+
+
+def test_past_the_cap_a_replica_between_batches_or_stalled_takes_the_output_over() -> None:
+    idle = _switching(OUTPUT_SWITCH_WAIT_S + 0.5)
+    idle.run.query.status = {"isTriggerActive": False}  # a quiet input
+    assert _moves().ready_to_take_over(idle)
+    stalled = _switching(OUTPUT_SWITCH_LIMIT_S + 0.5)
+    assert _moves().ready_to_take_over(stalled)
+    assert (stalled.switch_reason or "").startswith("at the limit")

@@ -44,11 +44,15 @@ if TYPE_CHECKING:  # the hosting part owns this one and is given to it
     from medusa_spark.node.hosting import Hosting, NetworkPlan
 
 OUTPUT_SWITCH_WAIT_S = 5.0
-"""A warm move hands its output over this long after its input at the latest (a quiet
-input, or a replica that does not catch up with the old node's output). Meanwhile both
-nodes run the same batches at the same priority, each about half as fast: at 10 s the
-old node's output paused longer before the switch than at it (warm moves of 16 to 37 MB
-paused 0.8 to 2.8 s longer than at 5 s, side by side in one session)."""
+"""A warm move hands its output over this long after its input, at the replica's next
+batch boundary (a quiet input, or a replica that does not catch up with the old node's
+output). Meanwhile both nodes run the same batches at the same priority, each about half
+as fast: at 10 s the old node's output paused longer before the switch than at it (warm
+moves of 16 to 37 MB paused 0.8 to 2.8 s longer than at 5 s, side by side in one
+session)."""
+OUTPUT_SWITCH_LIMIT_S = 20.0
+"""A warm move hands its output over this long after its input whatever its replica's
+batches do (one that stalls)."""
 AHEAD_WAIT_S = 4.0
 """A warm move waits this long after its input switch for a moment when the replica is
 ahead of the old node before it takes the output over merely caught up."""
@@ -229,8 +233,9 @@ class Moves:
         cluster has its own SUnion running already. The output
         follows once a batch of the replica has read what the new SUnion released and
         the replica holds a result the old node has not written yet (or, after
-        ``AHEAD_WAIT_S``, has computed the newest one it wrote); at the latest,
-        ``OUTPUT_SWITCH_WAIT_S`` after the input."""
+        ``AHEAD_WAIT_S``, has computed the newest one it wrote); after
+        ``OUTPUT_SWITCH_WAIT_S``, at the replica's next batch boundary; at the latest,
+        ``OUTPUT_SWITCH_LIMIT_S`` after the input."""
         sunion = hosted.sunion
         if sunion is None:
             return True
@@ -248,10 +253,16 @@ class Moves:
         if running_since is None:
             return False
         waited_s = time.time() - running_since
-        if waited_s > OUTPUT_SWITCH_WAIT_S:
+        progress: dict[str, Any] = hosted.run.query.lastProgress or {}
+        if waited_s > OUTPUT_SWITCH_LIMIT_S:
+            hosted.switch_reason = f"at the limit, {waited_s:.1f}s after the input"
+            return True
+        if waited_s > OUTPUT_SWITCH_WAIT_S and self._at_batch_boundary(hosted, progress):
+            # At a boundary: the replica's next batch reads all the old node has, and runs
+            # without it once it is fenced. Mid-batch, the rest of a batch whose results
+            # the old node has mostly written came first (a 1.4 GB replica's take 3 s).
             hosted.switch_reason = f"at the cap, {waited_s:.1f}s after the input"
             return True
-        progress: dict[str, Any] = hosted.run.query.lastProgress or {}
         batch_started = progress_time(progress)
         fed = batch_started is not None and batch_started > running_since and \
             int(progress.get("numInputRows") or 0) > 0
@@ -268,6 +279,18 @@ class Moves:
             hosted.switch_reason = f"caught up, {waited_s:.1f}s after the input"
             return True
         return False
+
+    @staticmethod
+    def _at_batch_boundary(hosted: HostedFragment, progress: dict[str, Any]) -> bool:
+        """Whether the replica is between batches (a quiet input's too), or has ended one
+        since the switch's cap passed (its batches run back to back)."""
+        batch = int(progress.get("batchId", -1))
+        if hosted.switch_cap_batch is None:
+            hosted.switch_cap_batch = batch
+        if batch > hosted.switch_cap_batch:
+            return True
+        status: dict[str, Any] = hosted.run.query.status or {}
+        return not status.get("isTriggerActive", False)
 
     def promote(self, name: str, entry: Entry, hosted: HostedFragment, warm: bool) -> None:
         """The standby replica becomes the fragment: after its primary failed (``ha:

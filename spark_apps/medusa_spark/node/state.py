@@ -92,6 +92,8 @@ class HostedFragment:
     from the start, on this cluster's topic, so the takeover switches the output alone."""
     switch_asked_at: float | None = None
     """When (wall clock) such a replica was first asked to take the output over."""
+    switch_cap_batch: int | None = None
+    """The replica's newest batch when the switch's cap passed (``ready_to_take_over``)."""
     switch_reason: str | None = None
     """Why a warm move's replica took the output over when it did (``ready_to_take_over``)."""
     replaced: bool = False
