@@ -93,8 +93,10 @@ def test_a_replica_keeps_pace_once_its_batches_no_longer_work_off_a_backlog() ->
 def test_a_replica_that_never_settles_is_ready_after_a_while_all_the_same() -> None:
     replica = _replica(trigger_ms=1000)
     assert not _batch(replica, 0, 9_000)
+    assert not replica.paced_by_wait
     replica.pace_since = time.monotonic() - PACE_WAIT_S
     assert _batch(replica, 1, 4_000)
+    assert replica.paced_by_wait  # the switch will not wait for it to come ahead
 
 
 class _SwitchQuery:
@@ -144,3 +146,13 @@ def test_past_the_cap_a_replica_between_batches_or_stalled_takes_the_output_over
     stalled = _switching(OUTPUT_SWITCH_LIMIT_S + 0.5)
     assert _moves().ready_to_take_over(stalled)
     assert (stalled.switch_reason or "").startswith("at the limit")
+
+
+def test_a_replica_ready_only_by_the_wait_takes_the_output_over_at_its_first_boundary() -> None:
+    moves = _moves()
+    replica = _switching(0.5)
+    replica.paced_by_wait = True
+    assert not moves.ready_to_take_over(replica)  # mid-batch
+    replica.run.query.status = {"isTriggerActive": False}
+    assert moves.ready_to_take_over(replica)
+    assert (replica.switch_reason or "").startswith("behind its pace")

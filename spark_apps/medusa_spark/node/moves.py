@@ -234,8 +234,9 @@ class Moves:
         follows once a batch of the replica has read what the new SUnion released and
         the replica holds a result the old node has not written yet (or, after
         ``AHEAD_WAIT_S``, has computed the newest one it wrote); after
-        ``OUTPUT_SWITCH_WAIT_S``, at the replica's next batch boundary; at the latest,
-        ``OUTPUT_SWITCH_LIMIT_S`` after the input."""
+        ``OUTPUT_SWITCH_WAIT_S`` (at once for a replica ready only by ``PACE_WAIT_S``), at
+        the replica's next batch boundary; at the latest, ``OUTPUT_SWITCH_LIMIT_S`` after
+        the input."""
         sunion = hosted.sunion
         if sunion is None:
             return True
@@ -257,11 +258,15 @@ class Moves:
         if waited_s > OUTPUT_SWITCH_LIMIT_S:
             hosted.switch_reason = f"at the limit, {waited_s:.1f}s after the input"
             return True
-        if waited_s > OUTPUT_SWITCH_WAIT_S and self._at_batch_boundary(hosted, progress):
+        # A replica that was not keeping pace will not be ahead: waiting only has both
+        # nodes run the same batches at one priority, the old one's slowed by half.
+        cap_s = 0.0 if hosted.paced_by_wait else OUTPUT_SWITCH_WAIT_S
+        if waited_s > cap_s and self._at_batch_boundary(hosted, progress):
             # At a boundary: the replica's next batch reads all the old node has, and runs
             # without it once it is fenced. Mid-batch, the rest of a batch whose results
             # the old node has mostly written came first (a 1.4 GB replica's take 3 s).
-            hosted.switch_reason = f"at the cap, {waited_s:.1f}s after the input"
+            hosted.switch_reason = ("behind its pace, at a batch boundary" if cap_s == 0
+                                    else "at the cap") + f", {waited_s:.1f}s after the input"
             return True
         batch_started = progress_time(progress)
         fed = batch_started is not None and batch_started > running_since and \

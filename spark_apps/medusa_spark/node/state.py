@@ -103,6 +103,8 @@ class HostedFragment:
     pace_ms: tuple[int, ...] = ()
     pace_since: float | None = None
     """When (monotonic clock) ``keeping_pace`` was first asked."""
+    paced_by_wait: bool = False
+    """``keeping_pace`` said so after ``PACE_WAIT_S`` alone, its batches still slower."""
 
     @property
     def reader(self) -> bool:
@@ -162,15 +164,15 @@ def keeping_pace(hosted: HostedFragment) -> bool:
     if batch is not None and batch != hosted.pace_batch:
         hosted.pace_batch = int(batch)
         hosted.pace_ms = (*hosted.pace_ms[-2:], int(progress.get("batchDuration") or 0))
-    if now - hosted.pace_since >= PACE_WAIT_S:
-        return True
-    if not hosted.pace_ms:
-        return False
     trigger = hosted.run.trigger_ms
-    if trigger and hosted.pace_ms[-1] <= PACE_TRIGGERS * trigger:
-        return True
-    return len(hosted.pace_ms) == 3 and \
+    paced = bool(trigger) and bool(hosted.pace_ms) and \
+        hosted.pace_ms[-1] <= PACE_TRIGGERS * trigger
+    settled = len(hosted.pace_ms) == 3 and \
         max(hosted.pace_ms) <= PACE_STEADY * max(1, min(hosted.pace_ms))
+    if paced or settled:
+        return True
+    hosted.paced_by_wait = now - hosted.pace_since >= PACE_WAIT_S
+    return hosted.paced_by_wait
 
 
 def dpc_state(hosted: HostedFragment, sunion_state: dict[str, Any] | None = None) -> str:
