@@ -4,7 +4,9 @@ onto another cluster) counts as caught up."""
 from __future__ import annotations
 
 import json
+import logging
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +15,7 @@ import pytest
 from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa_spark.deploy import warm_move_possible
 from medusa_spark.node.moves import OUTPUT_SWITCH_LIMIT_S, OUTPUT_SWITCH_WAIT_S, Moves
-from medusa_spark.node.state import PACE_WAIT_S, HostedFragment, keeping_pace
+from medusa_spark.node.state import PACE_WAIT_S, HostedFragment, PendingTakeover, keeping_pace
 from medusa_spark.sunion_process import SUnionProcess
 
 pytestmark = pytest.mark.unit
@@ -156,3 +158,27 @@ def test_a_replica_ready_only_by_the_wait_takes_the_output_over_at_its_first_bou
     replica.run.query.status = {"isTriggerActive": False}
     assert moves.ready_to_take_over(replica)
     assert (replica.switch_reason or "").startswith("behind its pace")
+
+
+class _Progress:
+    def __init__(self, batch_id: int, started_s: float, duration_ms: int) -> None:
+        stamp = datetime.fromtimestamp(started_s, UTC).isoformat().replace("+00:00", "Z")
+        self.json = json.dumps({"batchId": batch_id, "timestamp": stamp, "numInputRows": 5,
+                                "batchDuration": duration_ms,
+                                "durationMs": {"triggerExecution": duration_ms}})
+
+
+def test_a_promoted_replica_s_log_breaks_down_the_batches_that_ended_after_its_promotion(
+        caplog: pytest.LogCaptureFixture) -> None:
+    now = time.time()
+    query = SimpleNamespace(recentProgress=[
+        _Progress(7, now - 20, 3_000), _Progress(8, now - 3, 2_500),  # caught up before
+        _Progress(9, now - 0.5, 3_100), _Progress(10, now + 2.6, 900)])
+    replica = HostedFragment("alpha/n/f", 1, SimpleNamespace(  # type: ignore[arg-type]
+        query=query, writer=SimpleNamespace(outputs=[])), 0.0)
+    replica.takeover = PendingTakeover(None, int(now * 1e9))
+    moves = Moves(SimpleNamespace(global_name="alpha/n"), SimpleNamespace())  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="medusa.node"):
+        assert moves.report_first_batches(replica)
+    assert "batch 9: 3100 ms" in caplog.text and "batch 10" in caplog.text
+    assert "batch 8" not in caplog.text and "batch 7" not in caplog.text

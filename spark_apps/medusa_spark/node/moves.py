@@ -371,10 +371,14 @@ class Moves:
 
     def report_first_batches(self, hosted: HostedFragment) -> bool:
         """Logs where the time of a taken-over query's first batches went, by Spark's
-        phases (its start, the checkpoint's restore and the catch-up are in them), once the
+        phases (a passive takeover's start, the checkpoint's restore and the catch-up are
+        in them; a promoted replica's are those that ended after its promotion), once the
         first batch with input is done; says whether it has."""
-        done = [json.loads(p.json) for p in
-                list(hosted.run.query.recentProgress)[:FIRST_BATCHES_REPORTED]]
+        since_s = hosted.takeover.started_ns / 1e9 if hosted.takeover is not None else 0.0
+        done = [detail for detail in (json.loads(p.json) for p in
+                                      list(hosted.run.query.recentProgress))
+                if (progress_time(detail) or 0.0) + int(detail.get("batchDuration") or 0) / 1000
+                >= since_s][:FIRST_BATCHES_REPORTED]
         if len(done) < FIRST_BATCHES_REPORTED and \
                 not any(int(d.get("numInputRows") or 0) > 0 for d in done):
             return False
