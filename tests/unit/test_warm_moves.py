@@ -109,6 +109,8 @@ class _SwitchQuery:
 
 
 class _SwitchWriter:
+    rebuilding = False
+
     def is_ahead(self) -> bool:
         return False
 
