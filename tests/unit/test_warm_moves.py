@@ -14,7 +14,7 @@ import pytest
 
 from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa_spark.deploy import warm_move_possible
-from medusa_spark.node.moves import OUTPUT_SWITCH_LIMIT_S, OUTPUT_SWITCH_WAIT_S, Moves
+from medusa_spark.node.moves import OUTPUT_SWITCH_LIMIT_S, Moves
 from medusa_spark.node.state import PACE_WAIT_S, HostedFragment, PendingTakeover, keeping_pace
 from medusa_spark.sunion_process import SUnionProcess
 
@@ -95,10 +95,8 @@ def test_a_replica_keeps_pace_once_its_batches_no_longer_work_off_a_backlog() ->
 def test_a_replica_that_never_settles_is_ready_after_a_while_all_the_same() -> None:
     replica = _replica(trigger_ms=1000)
     assert not _batch(replica, 0, 9_000)
-    assert not replica.paced_by_wait
     replica.pace_since = time.monotonic() - PACE_WAIT_S
     assert _batch(replica, 1, 4_000)
-    assert replica.paced_by_wait  # the switch will not wait for it to come ahead
 
 
 class _SwitchQuery:
@@ -109,12 +107,7 @@ class _SwitchQuery:
 
 
 class _SwitchWriter:
-    rebuilding = False
-
     def is_ahead(self) -> bool:
-        return False
-
-    def has_caught_up(self) -> bool:
         return False
 
 
@@ -131,35 +124,23 @@ def _moves() -> Moves:
     return Moves(SimpleNamespace(), SimpleNamespace())  # type: ignore[arg-type]
 
 
-def test_past_the_cap_a_replica_mid_batch_takes_the_output_over_as_the_batch_ends() -> None:
+def test_a_replica_mid_batch_takes_the_output_over_as_the_batch_ends() -> None:
     moves = _moves()
-    replica = _switching(OUTPUT_SWITCH_WAIT_S - 1)
-    assert not moves.ready_to_take_over(replica)  # neither ahead nor caught up
-    replica.switch_asked_at = time.time() - OUTPUT_SWITCH_WAIT_S - 0.5
-    assert not moves.ready_to_take_over(replica)  # mid-batch
+    replica = _switching(0.5)
+    assert not moves.ready_to_take_over(replica)  # mid-batch, not ahead
     assert not moves.ready_to_take_over(replica)
     replica.run.query.lastProgress = {**replica.run.query.lastProgress, "batchId": 41}
     assert moves.ready_to_take_over(replica)
-    assert (replica.switch_reason or "").startswith("at the cap")
+    assert (replica.switch_reason or "").startswith("at a batch boundary")
 
 
-def test_past_the_cap_a_replica_between_batches_or_stalled_takes_the_output_over() -> None:
-    idle = _switching(OUTPUT_SWITCH_WAIT_S + 0.5)
+def test_a_replica_between_batches_or_stalled_takes_the_output_over() -> None:
+    idle = _switching(0.5)
     idle.run.query.status = {"isTriggerActive": False}  # a quiet input
     assert _moves().ready_to_take_over(idle)
     stalled = _switching(OUTPUT_SWITCH_LIMIT_S + 0.5)
     assert _moves().ready_to_take_over(stalled)
     assert (stalled.switch_reason or "").startswith("at the limit")
-
-
-def test_a_replica_ready_only_by_the_wait_takes_the_output_over_at_its_first_boundary() -> None:
-    moves = _moves()
-    replica = _switching(0.5)
-    replica.paced_by_wait = True
-    assert not moves.ready_to_take_over(replica)  # mid-batch
-    replica.run.query.status = {"isTriggerActive": False}
-    assert moves.ready_to_take_over(replica)
-    assert (replica.switch_reason or "").startswith("behind its pace")
 
 
 class _Progress:

@@ -42,19 +42,9 @@ from medusa_spark.output_watch import OutputWatch
 if TYPE_CHECKING:  # the hosting part owns this one and is given to it
     from medusa_spark.node.hosting import Hosting, NetworkPlan
 
-OUTPUT_SWITCH_WAIT_S = 5.0
-"""A warm move hands its output over this long after its input, at the replica's next
-batch boundary (a quiet input, or a replica that does not catch up with the old node's
-output). Meanwhile both nodes run the same batches at the same priority, each about half
-as fast: at 10 s the old node's output paused longer before the switch than at it (warm
-moves of 16 to 37 MB paused 0.8 to 2.8 s longer than at 5 s, side by side in one
-session)."""
 OUTPUT_SWITCH_LIMIT_S = 20.0
 """A warm move hands its output over this long after its input whatever its replica's
 batches do (one that stalls)."""
-AHEAD_WAIT_S = 4.0
-"""A warm move waits this long after its input switch for a moment when the replica is
-ahead of the old node before it takes the output over merely caught up."""
 FIRST_BATCHES_REPORTED = 3
 """How many of a taken-over query's first batches the log breaks down."""
 MOVE_TIMELINE_S = 60.0
@@ -231,13 +221,14 @@ class Moves:
     def ready_to_take_over(self, hosted: HostedFragment) -> bool:
         """A warm move takes the input over first: the replica's SUnion goes (fencing the
         old node's, whose query reads the same topic and goes on writing); one from another
-        cluster has its own SUnion running already. The output
-        follows once a batch of the replica has read what the new SUnion released and
-        the replica holds a result the old node has not written yet (or, after
-        ``AHEAD_WAIT_S``, has computed the newest one it wrote); after
-        ``OUTPUT_SWITCH_WAIT_S`` (at once for a replica ready only by ``PACE_WAIT_S``), at
-        the replica's next batch boundary; at the latest, ``OUTPUT_SWITCH_LIMIT_S`` after
-        the input."""
+        cluster has its own SUnion running already. The output follows at the replica's
+        first batch boundary after the input, or before it once a batch of the replica has
+        read what the new SUnion released and holds a result the old node has not written
+        (a batch ahead); at the latest ``OUTPUT_SWITCH_LIMIT_S`` after the input.
+
+        Until then the replica runs at a rebuild's priority: at the normal one beside the
+        old node, both nodes' batches ran at half speed, and the old node's output paused
+        longest there (4.3 to 4.5 s at 1.6 GB, a batch ahead never coming)."""
         sunion = hosted.sunion
         if sunion is None:
             return True
@@ -255,46 +246,32 @@ class Moves:
         if running_since is None:
             return False
         waited_s = time.time() - running_since
-        progress: dict[str, Any] = hosted.run.query.lastProgress or {}
         if waited_s > OUTPUT_SWITCH_LIMIT_S:
             hosted.switch_reason = f"at the limit, {waited_s:.1f}s after the input"
             return True
-        # A replica that was not keeping pace will not be ahead: waiting only has both
-        # nodes run the same batches at one priority, the old one's slowed by half.
-        cap_s = 0.0 if hosted.paced_by_wait or hosted.run.writer.rebuilding \
-            else OUTPUT_SWITCH_WAIT_S
-        if waited_s > cap_s and self._at_batch_boundary(hosted, progress):
-            # At a boundary: the replica's next batch reads all the old node has, and runs
-            # without it once it is fenced. Mid-batch, the rest of a batch whose results
-            # the old node has mostly written came first (a 1.4 GB replica's take 3 s).
-            hosted.switch_reason = ("behind its pace, at a batch boundary" if cap_s == 0
-                                    else "at the cap") + f", {waited_s:.1f}s after the input"
-            return True
+        progress: dict[str, Any] = hosted.run.query.lastProgress or {}
         batch_started = progress_time(progress)
         fed = batch_started is not None and batch_started > running_since and \
             int(progress.get("numInputRows") or 0) > 0
-        if not fed:
-            return False
-        writer = hosted.run.writer
-        # Best when the replica is a batch ahead of the old node: no gap at all. Both run
-        # the same batches on their own clocks, so that may not come; then once it has
-        # computed what the old node wrote.
-        if writer.is_ahead():
+        if fed and hosted.run.writer.is_ahead():
             hosted.switch_reason = f"a batch ahead, {waited_s:.1f}s after the input"
             return True
-        if waited_s > AHEAD_WAIT_S and writer.has_caught_up():
-            hosted.switch_reason = f"caught up, {waited_s:.1f}s after the input"
+        if self._at_batch_boundary(hosted, progress):
+            # Its next batch reads all the old node has, and runs without it once it is
+            # fenced. Mid-batch, the rest of a batch whose results the old node had
+            # mostly written came first (a 1.4 GB replica's take 3 s).
+            hosted.switch_reason = f"at a batch boundary, {waited_s:.1f}s after the input"
             return True
         return False
 
     @staticmethod
     def _at_batch_boundary(hosted: HostedFragment, progress: dict[str, Any]) -> bool:
         """Whether the replica is between batches (a quiet input's too), or has ended one
-        since the switch's cap passed (its batches run back to back)."""
+        since it was first asked (its batches run back to back)."""
         batch = int(progress.get("batchId", -1))
-        if hosted.switch_cap_batch is None:
-            hosted.switch_cap_batch = batch
-        if batch > hosted.switch_cap_batch:
+        if hosted.switch_batch is None:
+            hosted.switch_batch = batch
+        if batch > hosted.switch_batch:
             return True
         status: dict[str, Any] = hosted.run.query.status or {}
         return not status.get("isTriggerActive", False)

@@ -92,8 +92,8 @@ class HostedFragment:
     from the start, on this cluster's topic, so the takeover switches the output alone."""
     switch_asked_at: float | None = None
     """When (wall clock) such a replica was first asked to take the output over."""
-    switch_cap_batch: int | None = None
-    """The replica's newest batch when the switch's cap passed (``ready_to_take_over``)."""
+    switch_batch: int | None = None
+    """The replica's newest batch when it was first asked to take the output over."""
     switch_reason: str | None = None
     """Why a warm move's replica took the output over when it did (``ready_to_take_over``)."""
     replaced: bool = False
@@ -103,8 +103,6 @@ class HostedFragment:
     pace_ms: tuple[int, ...] = ()
     pace_since: float | None = None
     """When (monotonic clock) ``keeping_pace`` was first asked."""
-    paced_by_wait: bool = False
-    """``keeping_pace`` said so after ``PACE_WAIT_S`` alone, its batches still slower."""
 
     @property
     def reader(self) -> bool:
@@ -164,15 +162,15 @@ def keeping_pace(hosted: HostedFragment) -> bool:
     if batch is not None and batch != hosted.pace_batch:
         hosted.pace_batch = int(batch)
         hosted.pace_ms = (*hosted.pace_ms[-2:], int(progress.get("batchDuration") or 0))
-    trigger = hosted.run.trigger_ms
-    paced = bool(trigger) and bool(hosted.pace_ms) and \
-        hosted.pace_ms[-1] <= PACE_TRIGGERS * trigger
-    settled = len(hosted.pace_ms) == 3 and \
-        max(hosted.pace_ms) <= PACE_STEADY * max(1, min(hosted.pace_ms))
-    if paced or settled:
+    if now - hosted.pace_since >= PACE_WAIT_S:
         return True
-    hosted.paced_by_wait = now - hosted.pace_since >= PACE_WAIT_S
-    return hosted.paced_by_wait
+    if not hosted.pace_ms:
+        return False
+    trigger = hosted.run.trigger_ms
+    if trigger and hosted.pace_ms[-1] <= PACE_TRIGGERS * trigger:
+        return True
+    return len(hosted.pace_ms) == 3 and \
+        max(hosted.pace_ms) <= PACE_STEADY * max(1, min(hosted.pace_ms))
 
 
 def dpc_state(hosted: HostedFragment, sunion_state: dict[str, Any] | None = None) -> str:
