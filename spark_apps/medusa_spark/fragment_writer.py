@@ -257,11 +257,6 @@ class FragmentWriter:
             self._halted = True
             return self.last_written
 
-    def has_caught_up(self) -> bool:
-        """A standby: whether it has computed its primary's newest results (``SOutput``)."""
-        return all(output.has_caught_up() for output in self.outputs
-                   if isinstance(output, SOutput))
-
     def is_ahead(self) -> bool:
         """A standby: whether it holds a result its primary has not written (``SOutput``)."""
         return any(output.is_ahead() for output in self.outputs if isinstance(output, SOutput))

@@ -176,22 +176,11 @@ class SOutput:
             self._producer_ahead = self._new_producer()
         self._follower.start()
 
-    def has_caught_up(self) -> bool:
-        """On a following standby: whether its replica has computed the newest result the
-        primary has committed, so that, promoted, its next results come no later than the
-        primary's would have."""
-        follower = self._follower
-        newest = follower.newest if follower is not None else None
-        if newest is None:
-            return True
-        with self._lock:
-            return any(record.tuple_id == newest[1] and record.topic == newest[0]
-                       for _, batch in reversed(self._buffer) for record in batch)
-
     def is_ahead(self) -> bool:
         """On a following standby: whether its newest result is one the primary has not
         committed yet, so that, promoted now, its results come before the primary's
-        would have (a warm move waits a little for such a moment)."""
+        would have (a warm move takes over then, if before its replica's next batch
+        boundary)."""
         follower = self._follower
         if follower is None:
             return False

@@ -242,7 +242,8 @@ class NodeState:
 
 
 def keep_pace(hosted: HostedFragment) -> None:
-    """A rebuild that has caught up (a move's replica, a scale step's new instance) runs
-    its next batches at the normal priority: niced, it fell a batch behind the instance
-    it replaces whenever the machine was busy, and took the output over that late."""
+    """A scale step's new instance that has caught up runs its next batches at the normal
+    priority: niced, it fell a batch behind the instance it replaces whenever the machine
+    was busy, and took the output over that late. (A move's replica stays niced until
+    its promotion: beside the old node at one priority, both ran at half speed.)"""
     hosted.run.writer.rebuild = False
