@@ -370,8 +370,6 @@ class _TailFollower(threading.Thread):
         self._horizon_s = horizon_s
         self._max_ids = max_ids
         self.ids: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self.newest: tuple[str, str] | None = None
-        """The last (topic, tuple id) read."""
         self._finishing = threading.Event()
         self._stopping = threading.Event()
         self._finished = threading.Event()
@@ -433,7 +431,6 @@ class _TailFollower(threading.Thread):
                 tuple_id = record_id(headers)
                 if tuple_id and not is_tentative(headers):
                     self.ids[(key[0], tuple_id)] = None
-                    self.newest = (key[0], tuple_id)
                     if len(self.ids) > self._max_ids:
                         self.ids.popitem(last=False)
             self.error = "stopped"
