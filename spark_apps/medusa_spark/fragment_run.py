@@ -29,7 +29,7 @@ from medusa_spark.realtime import (
     start_realtime_query,
 )
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired
-from medusa_spark.scheduler_pools import threads_started_in
+from medusa_spark.scheduler_pools import forget_query, set_query_priority, threads_started_in
 from medusa_spark.session import (
     QUERY_STOP_TIMEOUT_MS,
     STATE_STORE_PROVIDER,
@@ -131,8 +131,23 @@ class FragmentRun:
 
     def promote(self, emit_from_ms: int | None = None) -> int:
         """A standby replica becomes the fragment's writer; returns the results it caught up
-        (from ``emit_from_ms`` on, for a scale step's new instance)."""
-        return self.writer.promote(emit_from_ms)
+        (from ``emit_from_ms`` on, for a scale step's new instance). A rebuilding one's
+        batch in progress, and the planning of its next, go on at the normal priority at
+        once: its first batch after a warm move's switch was planned niced (390 to 640 ms
+        against 60 to 120)."""
+        written = self.writer.promote(emit_from_ms)
+        set_query_priority(SparkSession.active(), self.writer.query_key, rebuilding=False)
+        return written
+
+    def give_way(self) -> None:
+        """Another instance has taken the outputs over: the batch in progress here, which
+        writes nothing now, leaves the CPU to it. Its tasks go to the lowest priority (one
+        in a state store's scan does not see a cancellation) and its jobs are cancelled (no
+        further task starts); a warm move's old node computed 0.8 to 1.4 s beside its
+        replica's first batch."""
+        spark = SparkSession.active()
+        set_query_priority(spark, self.writer.query_key, rebuilding=True)
+        spark.sparkContext.cancelJobsWithTag(self.writer.query_key)
 
     def abandon(self) -> None:
         """Stops at once, writing nothing more: the fragment belongs to another node now."""
@@ -150,6 +165,7 @@ class FragmentRun:
             return
         try:
             self.query.stop()
+            forget_query(SparkSession.active(), self.writer.query_key)
         except Exception as error:  # Spark's TimeoutException, through py4j
             if "stopTimeout" not in str(error) and "failed to stop" not in str(error):
                 raise

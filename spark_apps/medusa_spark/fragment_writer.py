@@ -56,6 +56,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -172,6 +173,8 @@ class FragmentWriter:
         """Tentative results met outside any failure period, and not written (see
         ``_write_batch``)."""
         self.on_batch = on_batch
+        self.query_key = f"{wiring.global_name}#{uuid.uuid4().hex[:8]}"
+        """Names its query's jobs in the session (``scheduler_pools.set_query_priority``)."""
         self.rebuild = rebuild
         """While a standby: it rebuilds its state beside a serving instance (a scale step's,
         a move's or a redo's), whose batches go first, until it has caught up (then it
@@ -335,7 +338,7 @@ class FragmentWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         def write() -> None:
             run_jobs_in(batch.sparkSession, PREPARING if self.standby else SERVING,
-                        rebuilding=self.rebuilding)
+                        rebuilding=self.rebuilding, query=self.query_key)
             self._write_batch(batch, batch_id)
 
         # Nothing of a batch begun after ``halt`` is written and Spark does not commit it,

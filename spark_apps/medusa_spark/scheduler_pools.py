@@ -23,6 +23,8 @@ from pyspark.sql import SparkSession
 POOL_PROPERTY = "spark.scheduler.pool"
 REBUILD_PROPERTY = "medusa.rebuild"
 """Set on the jobs of a query rebuilding its state beside a serving one (RebuildPriority)."""
+QUERY_PROPERTY = "medusa.query"
+"""Names the query whose batch started a job, so that its priority can change mid-batch."""
 SERVING = "serving"
 """The pool of a query whose results its outputs write."""
 PREPARING = "preparing"
@@ -57,16 +59,40 @@ def allocation_file() -> Path:
     return path
 
 
-def run_jobs_in(spark: SparkSession, pool: str, rebuilding: bool = False) -> None:
+def run_jobs_in(spark: SparkSession, pool: str, rebuilding: bool = False,
+                query: str | None = None) -> None:
     """The jobs this thread starts from now on run in ``pool``. Called from a query's
     ``foreachBatch`` function: its Spark jobs (the batch's whole plan, state included)
     start in the thread that calls it. ``rebuilding``: that thread (the query's, in which
     Spark plans its next batch too) and the jobs' tasks run at the lowest priority
-    (``RebuildPriority``; a rebuild's work gives way to a serving query's)."""
-    spark.sparkContext.setLocalProperty(POOL_PROPERTY, pool)
-    spark.sparkContext.setLocalProperty(REBUILD_PROPERTY, "true" if rebuilding else "false")
+    (``RebuildPriority``; a rebuild's work gives way to a serving query's). ``query``
+    names the query, for ``set_query_priority``, and tags its jobs with that name (to
+    cancel them: ``SparkContext.cancelJobsWithTag``)."""
+    context = spark.sparkContext
+    context.setLocalProperty(POOL_PROPERTY, pool)
+    context.setLocalProperty(REBUILD_PROPERTY, "true" if rebuilding else "false")
+    context.setLocalProperty(QUERY_PROPERTY, query)  # type: ignore[arg-type]  # None clears
     jvm: Any = spark._jvm
-    jvm.medusa.spark.RebuildPriority.enter(rebuilding)
+    if query is None:
+        jvm.medusa.spark.RebuildPriority.enter(rebuilding)
+        return
+    context.addJobTag(query)
+    jvm.medusa.spark.RebuildPriority.enterQuery(query, rebuilding)
+
+
+def set_query_priority(spark: SparkSession, query: str, rebuilding: bool) -> int:
+    """The named query's thread and its batch's tasks, those running and those to come,
+    rebuild (lowest priority) or serve from now on, in the middle of a batch: a move's
+    replica promoted goes on at the normal priority at once, and the instance it replaces
+    gives way while its last batch ends. Returns how many threads changed."""
+    jvm: Any = spark._jvm
+    return int(jvm.medusa.spark.RebuildPriority.setQueryPriority(query, rebuilding))
+
+
+def forget_query(spark: SparkSession, query: str) -> None:
+    """The named query has stopped."""
+    jvm: Any = spark._jvm
+    jvm.medusa.spark.RebuildPriority.forgetQuery(query)
 
 
 @contextmanager

@@ -4,6 +4,8 @@ preparing to take over (scale instances warming, moves, redos, active standbys) 
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -74,6 +76,71 @@ def test_a_rebuild_runs_at_a_lower_priority(spark) -> None:
     assert pid is not None
     favoured = {name: value for name, value in _thread_nices(pid) if value < 0}
     assert not favoured, f"the JVM's own threads run ahead of the queries': {favoured}"
+
+
+def test_a_query_changes_priority_in_the_middle_of_its_batch(spark) -> None:
+    """A named query's running tasks, and those its batch starts later, take a priority
+    set mid-batch (a move's replica promoted, the old node giving way); its next batch's
+    own setting wins again."""
+    from pyspark.sql import functions as F
+
+    from medusa_spark.scheduler_pools import forget_query, run_jobs_in, set_query_priority
+    from medusa_spark.session import REBUILD_NICE, rebuild_priority_options
+
+    niced = REBUILD_NICE if rebuild_priority_options() else 0
+    # Each task sleeps, then says its nice value: 8 tasks on the session's slots, in turns.
+    sleep_then_nice = F.expr(
+        "element_at(array(reflect('java.lang.Thread', 'sleep', cast(600 as bigint)), "
+        "reflect('medusa.spark.RebuildPriority', 'currentNice')), 2)")
+    query = "test-query#mid-batch"
+    seen: dict[str, set[int]] = {}
+
+    def batch(name: str, rebuilding: bool) -> None:
+        run_jobs_in(spark, PREPARING, rebuilding, query=query)
+        seen[name] = {int(r.n) for r in spark.range(8, numPartitions=8)
+                      .select(sleep_then_nice.alias("n")).collect()}
+
+    try:
+        worker = threading.Thread(target=batch, args=("promoted", True))
+        worker.start()
+        time.sleep(0.3)  # its first tasks run, niced
+        set_query_priority(spark, query, rebuilding=False)
+        worker.join()
+        batch("next, rebuilding again", True)
+    finally:
+        forget_query(spark, query)
+        run_jobs_in(spark, SERVING)
+    assert seen == {"promoted": {0}, "next, rebuilding again": {niced}}
+
+
+def test_a_query_that_gives_way_has_its_jobs_cancelled(spark) -> None:
+    """A named query's jobs carry its name as a tag: an instance giving way to the one
+    that took its outputs over cancels its batch in progress."""
+    from pyspark.sql import functions as F
+
+    from medusa_spark.scheduler_pools import forget_query, run_jobs_in
+
+    query = "test-query#gives-way"
+    failed: list[BaseException] = []
+
+    def batch() -> None:
+        run_jobs_in(spark, SERVING, query=query)
+        try:
+            spark.range(4, numPartitions=4).select(F.expr(
+                "reflect('java.lang.Thread', 'sleep', cast(30000 as bigint))")).collect()
+        except Exception as error:  # the cancellation, through py4j
+            failed.append(error)
+    worker = threading.Thread(target=batch)
+    started = time.monotonic()
+    worker.start()
+    try:
+        time.sleep(1.0)
+        spark.sparkContext.cancelJobsWithTag(query)
+        worker.join(20)
+    finally:
+        forget_query(spark, query)
+        spark.sparkContext.removeJobTag(query)
+    assert failed and time.monotonic() - started < 20, "its job ran on"
 
 
 def _thread_nices(pid: int) -> list[tuple[str, int]]:

@@ -424,7 +424,9 @@ class Moves:
         stop_redo(hosted)
         if at_once:
             # Nothing more is written from here; the replica may take over at once, while
-            # the query and the SUnion stop (the replica's SUnion fences this one).
+            # the query and the SUnion stop (the replica's SUnion fences this one). Its
+            # batch in progress, fenced, leaves the CPU to the replica's first.
+            hosted.run.give_way()
             hosted.run.writer.halt()
             self._release(name, hosted)
             hosted.run.abandon()

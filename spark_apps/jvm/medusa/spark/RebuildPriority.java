@@ -4,6 +4,8 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 
 import org.apache.spark.TaskContext;
 import org.apache.spark.TaskFailedReason;
@@ -23,9 +25,21 @@ import org.apache.spark.api.plugin.SparkPlugin;
  * takes it with each batch ({@link #enter}). A Java priority reaches the thread's nice
  * value only with {@code -XX:ThreadPriorityPolicy=1}, which needs the right to lower a
  * nice value again (root with CAP_SYS_NICE): elsewhere this changes nothing.
+ *
+ * A query's priority can also change in the middle of a batch ({@link #setQueryPriority}):
+ * a move's replica promoted goes on at the normal priority at once, and the instance it
+ * replaces gives way while its fenced batch ends. Its jobs name it in {@value #QUERY}.
  */
 public class RebuildPriority implements SparkPlugin {
   public static final String PROPERTY = "medusa.rebuild";
+  public static final String QUERY = "medusa.query";
+
+  /** The running tasks of each query that names itself, by thread. */
+  private static final Map<Thread, String> TASK_QUERY = new ConcurrentHashMap<>();
+  /** Each such query's own thread (which plans its batches and starts their jobs). */
+  private static final Map<String, Thread> QUERY_THREAD = new ConcurrentHashMap<>();
+  /** A query's priority set in the middle of its batch: its later tasks take it too. */
+  private static final Map<String, Boolean> CHANGED = new ConcurrentHashMap<>();
 
   @Override
   public DriverPlugin driverPlugin() {
@@ -38,19 +52,72 @@ public class RebuildPriority implements SparkPlugin {
       @Override
       public void onTaskStart() {
         TaskContext task = TaskContext.get();
-        enter(task != null && "true".equals(task.getLocalProperty(PROPERTY)));
+        boolean rebuilding = task != null && "true".equals(task.getLocalProperty(PROPERTY));
+        String query = task == null ? null : task.getLocalProperty(QUERY);
+        if (query != null) {
+          TASK_QUERY.put(Thread.currentThread(), query);
+          rebuilding = CHANGED.getOrDefault(query, rebuilding);
+        } else {
+          TASK_QUERY.remove(Thread.currentThread());
+        }
+        enter(rebuilding);
       }
 
       @Override
       public void onTaskSucceeded() {
-        enter(false);  // the thread runs other jobs' tasks next
+        ended();
       }
 
       @Override
       public void onTaskFailed(TaskFailedReason reason) {
-        enter(false);
+        ended();
       }
     };
+  }
+
+  private static void ended() {
+    TASK_QUERY.remove(Thread.currentThread());
+    enter(false);  // the thread runs other jobs' tasks next
+  }
+
+  /**
+   * The calling thread, query {@code query}'s own, begins a batch that rebuilds or serves:
+   * a priority set in the middle of the batch before ends here.
+   */
+  public static void enterQuery(String query, boolean rebuilding) {
+    QUERY_THREAD.put(query, Thread.currentThread());
+    CHANGED.remove(query);
+    enter(rebuilding);
+  }
+
+  /**
+   * Query {@code query}'s thread and running tasks rebuild (lowest priority) or serve
+   * (normal) from now on, and so do the tasks its batch starts later; returns how many
+   * threads changed.
+   */
+  public static int setQueryPriority(String query, boolean rebuilding) {
+    int priority = rebuilding ? Thread.MIN_PRIORITY : Thread.NORM_PRIORITY;
+    CHANGED.put(query, rebuilding);
+    int changed = 0;
+    Thread own = QUERY_THREAD.get(query);
+    if (own != null && own.isAlive() && own.getPriority() != priority) {
+      own.setPriority(priority);
+      changed++;
+    }
+    for (Map.Entry<Thread, String> task : TASK_QUERY.entrySet()) {
+      Thread thread = task.getKey();
+      if (query.equals(task.getValue()) && thread.getPriority() != priority) {
+        thread.setPriority(priority);
+        changed++;
+      }
+    }
+    return changed;
+  }
+
+  /** Query {@code query} has stopped. */
+  public static void forgetQuery(String query) {
+    QUERY_THREAD.remove(query);
+    CHANGED.remove(query);
   }
 
   /** The calling thread rebuilds (lowest priority) or serves (normal) from now on. */
