@@ -264,6 +264,11 @@ class FragmentWriter:
         """A standby: whether it holds a result its primary has not written (``SOutput``)."""
         return any(output.is_ahead() for output in self.outputs if isinstance(output, SOutput))
 
+    def primary_wrote_at(self) -> float | None:
+        """A standby: when its outputs last read a result its primary committed."""
+        return max((at for output in self.outputs if isinstance(output, SOutput)
+                    if (at := output.primary_wrote_at()) is not None), default=None)
+
     def promote(self, emit_from_ms: int | None = None) -> int:
         """The standby writes from now on; ``emit_from_ms`` raises ``emit_from_ms`` first
         (a scale step's new instance: the cut the old instances agreed to)."""

@@ -179,8 +179,7 @@ class SOutput:
     def is_ahead(self) -> bool:
         """On a following standby: whether its newest result is one the primary has not
         committed yet, so that, promoted now, its results come before the primary's
-        would have (a warm move takes over then, if before its replica's next batch
-        boundary)."""
+        would have (a warm move takes over then, whatever else it waits for)."""
         follower = self._follower
         if follower is None:
             return False
@@ -189,6 +188,12 @@ class SOutput:
                            for record in reversed(batch)
                            if record.value is not None and not record.tentative), None)
         return newest is not None and (newest.topic, newest.tuple_id) not in follower.ids
+
+    def primary_wrote_at(self) -> float | None:
+        """On a following standby: when it read the newest result its primary committed
+        (wall clock; None before the first)."""
+        follower = self._follower
+        return None if follower is None else follower.newest_at
 
     def close(self) -> None:
         if self._follower is not None:
@@ -370,6 +375,8 @@ class _TailFollower(threading.Thread):
         self._horizon_s = horizon_s
         self._max_ids = max_ids
         self.ids: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.newest_at: float | None = None
+        """When it read the newest result (wall clock)."""
         self._finishing = threading.Event()
         self._stopping = threading.Event()
         self._finished = threading.Event()
@@ -431,6 +438,7 @@ class _TailFollower(threading.Thread):
                 tuple_id = record_id(headers)
                 if tuple_id and not is_tentative(headers):
                     self.ids[(key[0], tuple_id)] = None
+                    self.newest_at = time.time()
                     if len(self.ids) > self._max_ids:
                         self.ids.popitem(last=False)
             self.error = "stopped"

@@ -4,6 +4,8 @@ and a standby that writes only what is missing."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import Consumer, Producer
 
@@ -112,6 +114,8 @@ def test_a_following_standby_knows_what_the_primary_wrote_without_reading_it_bac
     # Its newest, t14, is one the primary has written: not ahead once the follower has it.
     wait_until("the follower reads t14", lambda: not standby.is_ahead(), 30,
                interval_s=0.1)
+    wrote_at = standby.primary_wrote_at()
+    assert wrote_at is not None and wrote_at <= time.time(), "when the primary last wrote"
     assert standby.write(_records(output_topic, range(15, 30))) == 0
     assert standby.is_ahead(), "t29 is not written yet: promoted now, it comes earlier"
 

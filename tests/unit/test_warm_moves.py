@@ -14,7 +14,7 @@ import pytest
 
 from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa_spark.deploy import warm_move_possible
-from medusa_spark.node.moves import OUTPUT_SWITCH_LIMIT_S, Moves
+from medusa_spark.node.moves import JUST_WRITTEN_S, OUTPUT_SWITCH_LIMIT_S, RESULT_WAIT_S, Moves
 from medusa_spark.node.state import PACE_WAIT_S, HostedFragment, PendingTakeover, keeping_pace
 from medusa_spark.sunion_process import SUnionProcess
 
@@ -107,8 +107,14 @@ class _SwitchQuery:
 
 
 class _SwitchWriter:
+    def __init__(self) -> None:
+        self.wrote_at: float | None = None
+
     def is_ahead(self) -> bool:
         return False
+
+    def primary_wrote_at(self) -> float | None:
+        return self.wrote_at
 
 
 def _switching(waited_s: float) -> HostedFragment:
@@ -124,22 +130,33 @@ def _moves() -> Moves:
     return Moves(SimpleNamespace(), SimpleNamespace())  # type: ignore[arg-type]
 
 
-def test_a_replica_mid_batch_takes_the_output_over_as_the_batch_ends() -> None:
+def test_a_replica_takes_the_output_over_just_after_the_old_node_s_result() -> None:
     moves = _moves()
     replica = _switching(0.5)
-    assert not moves.ready_to_take_over(replica)  # mid-batch, not ahead
+    assert not moves.ready_to_take_over(replica)  # mid-batch, not ahead, nothing written
+    replica.run.writer.wrote_at = time.time() - JUST_WRITTEN_S - 0.5
+    assert not moves.ready_to_take_over(replica)  # the old node's next result is near
+    replica.run.writer.wrote_at = time.time() - 0.1
+    assert moves.ready_to_take_over(replica)  # mid-batch all the same
+    assert "after the old node's result" in (replica.switch_reason or "")
+
+
+def test_without_a_result_of_the_old_node_a_replica_takes_over_at_a_batch_boundary() -> None:
+    moves = _moves()
+    replica = _switching(RESULT_WAIT_S - 1)
+    replica.run.query.status = {"isTriggerActive": False}  # a quiet input
     assert not moves.ready_to_take_over(replica)
-    replica.run.query.lastProgress = {**replica.run.query.lastProgress, "batchId": 41}
-    assert moves.ready_to_take_over(replica)
-    assert (replica.switch_reason or "").startswith("at a batch boundary")
-
-
-def test_a_replica_between_batches_or_stalled_takes_the_output_over() -> None:
-    idle = _switching(0.5)
-    idle.run.query.status = {"isTriggerActive": False}  # a quiet input
-    assert _moves().ready_to_take_over(idle)
+    busy = _switching(RESULT_WAIT_S + 0.5)
+    assert not moves.ready_to_take_over(busy)  # mid-batch
+    assert not moves.ready_to_take_over(busy)
+    busy.run.query.lastProgress = {**busy.run.query.lastProgress, "batchId": 41}
+    assert moves.ready_to_take_over(busy)
+    assert (busy.switch_reason or "").startswith("at a batch boundary")
+    idle = _switching(RESULT_WAIT_S + 0.5)
+    idle.run.query.status = {"isTriggerActive": False}
+    assert moves.ready_to_take_over(idle)
     stalled = _switching(OUTPUT_SWITCH_LIMIT_S + 0.5)
-    assert _moves().ready_to_take_over(stalled)
+    assert moves.ready_to_take_over(stalled)
     assert (stalled.switch_reason or "").startswith("at the limit")
 
 

@@ -45,6 +45,11 @@ if TYPE_CHECKING:  # the hosting part owns this one and is given to it
 OUTPUT_SWITCH_LIMIT_S = 20.0
 """A warm move hands its output over this long after its input whatever its replica's
 batches do (one that stalls)."""
+JUST_WRITTEN_S = 0.5
+"""A warm move hands its output over within this long of a result the old node wrote."""
+RESULT_WAIT_S = 8.0
+"""How long after the input a warm move waits for the old node's next result, before it
+hands the output over at its replica's next batch boundary instead (rarer results)."""
 FIRST_BATCHES_REPORTED = 3
 """How many of a taken-over query's first batches the log breaks down."""
 MOVE_TIMELINE_S = 60.0
@@ -221,14 +226,20 @@ class Moves:
     def ready_to_take_over(self, hosted: HostedFragment) -> bool:
         """A warm move takes the input over first: the replica's SUnion goes (fencing the
         old node's, whose query reads the same topic and goes on writing); one from another
-        cluster has its own SUnion running already. The output follows at the replica's
-        first batch boundary after the input, or before it once a batch of the replica has
-        read what the new SUnion released and holds a result the old node has not written
-        (a batch ahead); at the latest ``OUTPUT_SWITCH_LIMIT_S`` after the input.
+        cluster has its own SUnion running already. The output follows just after the old
+        node's next result (``JUST_WRITTEN_S``), or before it once a batch of the replica
+        has read what the new SUnion released and holds a result the old node has not
+        written (a batch ahead). Without a result of the old node within
+        ``RESULT_WAIT_S``, at the replica's next batch boundary; at the latest
+        ``OUTPUT_SWITCH_LIMIT_S`` after the input.
 
-        Until then the replica runs at a rebuild's priority: at the normal one beside the
-        old node, both nodes' batches ran at half speed, and the old node's output paused
-        longest there (4.3 to 4.5 s at 1.6 GB, a batch ahead never coming)."""
+        Just after a result, the old node's next is furthest off: switched later, the old
+        node's batch computing it was fenced and the replica computed it again from the
+        start (at 1.6 GB the switch came 1.8 s after the old node's last result, and the
+        output paused 3.6 s where it writes every 2 s). Until the switch the replica runs
+        at a rebuild's priority: at the normal one beside the old node, both nodes'
+        batches ran at half speed, and the old node's output paused longest there (4.3 to
+        4.5 s at 1.6 GB, a batch ahead never coming)."""
         sunion = hosted.sunion
         if sunion is None:
             return True
@@ -256,6 +267,13 @@ class Moves:
         if fed and hosted.run.writer.is_ahead():
             hosted.switch_reason = f"a batch ahead, {waited_s:.1f}s after the input"
             return True
+        wrote_at = hosted.run.writer.primary_wrote_at()
+        if wrote_at is not None and time.time() - wrote_at <= JUST_WRITTEN_S:
+            hosted.switch_reason = (f"{time.time() - wrote_at:.2f}s after the old node's "
+                                    f"result, {waited_s:.1f}s after the input")
+            return True
+        if waited_s < RESULT_WAIT_S:
+            return False
         if self._at_batch_boundary(hosted, progress):
             # Its next batch reads all the old node has, and runs without it once it is
             # fenced. Mid-batch, the rest of a batch whose results the old node had
