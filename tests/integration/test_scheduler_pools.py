@@ -78,10 +78,10 @@ def test_a_rebuild_runs_at_a_lower_priority(spark) -> None:
     assert not favoured, f"the JVM's own threads run ahead of the queries': {favoured}"
 
 
-def test_a_query_changes_priority_in_the_middle_of_its_batch(spark) -> None:
+def test_a_query_s_priority_set_in_the_middle_of_its_batch_holds_from_then_on(spark) -> None:
     """A named query's running tasks, and those its batch starts later, take a priority
-    set mid-batch (a move's replica promoted, the old node giving way); its next batch's
-    own setting wins again."""
+    set mid-batch (a move's replica promoted, the old node giving way), and so do its
+    next batches, whatever they ask."""
     from pyspark.sql import functions as F
 
     from medusa_spark.scheduler_pools import forget_query, run_jobs_in, set_query_priority
@@ -106,11 +106,14 @@ def test_a_query_changes_priority_in_the_middle_of_its_batch(spark) -> None:
         time.sleep(0.3)  # its first tasks run, niced
         set_query_priority(spark, query, rebuilding=False)
         worker.join()
-        batch("next, rebuilding again", True)
+        batch("next, asking for a rebuild's", True)
+        set_query_priority(spark, query, rebuilding=True)
+        batch("giving way", False)
     finally:
         forget_query(spark, query)
         run_jobs_in(spark, SERVING)
-    assert seen == {"promoted": {0}, "next, rebuilding again": {niced}}
+    assert seen == {"promoted": {0}, "next, asking for a rebuild's": {0},
+                    "giving way": {niced}}
 
 
 def test_a_query_that_gives_way_has_its_jobs_cancelled(spark) -> None:

@@ -137,6 +137,9 @@ def test_a_replica_takes_the_output_over_just_after_the_old_node_s_result() -> N
     replica.run.writer.wrote_at = time.time() - JUST_WRITTEN_S - 0.5
     assert not moves.ready_to_take_over(replica)  # the old node's next result is near
     replica.run.writer.wrote_at = time.time() - 0.1
+    assert not moves.ready_to_take_over(replica)  # no batch of its own read the new input
+    replica.run.query.lastProgress = {**replica.run.query.lastProgress, "batchId": 41,
+                                      "timestamp": _stamp(time.time() - 0.2)}
     assert moves.ready_to_take_over(replica)  # mid-batch all the same
     assert "after the old node's result" in (replica.switch_reason or "")
 
@@ -160,11 +163,14 @@ def test_without_a_result_of_the_old_node_a_replica_takes_over_at_a_batch_bounda
     assert (stalled.switch_reason or "").startswith("at the limit")
 
 
+def _stamp(at_s: float) -> str:
+    return datetime.fromtimestamp(at_s, UTC).isoformat().replace("+00:00", "Z")
+
+
 class _Progress:
     def __init__(self, batch_id: int, started_s: float, duration_ms: int) -> None:
-        stamp = datetime.fromtimestamp(started_s, UTC).isoformat().replace("+00:00", "Z")
-        self.json = json.dumps({"batchId": batch_id, "timestamp": stamp, "numInputRows": 5,
-                                "batchDuration": duration_ms,
+        self.json = json.dumps({"batchId": batch_id, "timestamp": _stamp(started_s),
+                                "numInputRows": 5, "batchDuration": duration_ms,
                                 "durationMs": {"triggerExecution": duration_ms}})
 
 

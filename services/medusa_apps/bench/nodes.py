@@ -19,10 +19,12 @@ def start_node(layout: StackLayout, node: str, master: str = "local[1]",
     """Starts one node (participant/name, with its secondary if one is named) under the
     stack's launcher, in the caller's session like the other nodes (a rebuild's lower
     priority then counts against their queries too); the caller waits for it to be up in
-    the catalog."""
+    the catalog. One of that name left by an interrupted run is stopped first: it ran
+    the code of its own start, perhaps not the code measured now."""
     from medusa.stack import launcher
 
     participant, name = node.split("/")
+    launcher.stop_service(layout, f"node-{participant}-{name}", report=lambda _: None)
     return launcher.start_service(
         layout, f"node-{participant}-{name}",
         [sys.executable, "-m", "medusa_apps", "node", "--name", name, "--participant",

@@ -93,9 +93,9 @@ class Moves:
                     not entry.spec.get("warm_ready") and caught_up(hosted.run) and \
                     keeping_pace(hosted) and (hosted.sunion is None or not hosted.own_input or
                      hosted.sunion.caught_up(CAUGHT_UP_RECORDS)):
-                # It stays at the rebuild's priority until its promotion: at the normal
-                # one beside the old node, both nodes' batches ran at half speed, and the
-                # old node's output paused longest there (4.3 to 4.5 s at 1.6 GB).
+                # It stays at the rebuild's priority until the input switch: at the
+                # normal one from here, both nodes' batches ran at half speed for 7 to
+                # 13 s, and the old node's output paused longest there (4.3 to 4.5 s).
                 self._set_warm_ready(name)
                 return
             else:
@@ -226,20 +226,24 @@ class Moves:
     def ready_to_take_over(self, hosted: HostedFragment) -> bool:
         """A warm move takes the input over first: the replica's SUnion goes (fencing the
         old node's, whose query reads the same topic and goes on writing); one from another
-        cluster has its own SUnion running already. The output follows just after the old
-        node's next result (``JUST_WRITTEN_S``), or before it once a batch of the replica
-        has read what the new SUnion released and holds a result the old node has not
-        written (a batch ahead). Without a result of the old node within
-        ``RESULT_WAIT_S``, at the replica's next batch boundary; at the latest
+        cluster has its own SUnion running already. From then on the replica works off its
+        lag at the normal priority (``FragmentRun.catch_up``). The output follows once a
+        batch of the replica has read what the new SUnion released (it is current), just
+        after the old node's next result (``JUST_WRITTEN_S``), or at once if it holds a
+        result the old node has not written (a batch ahead). Without a result of the old
+        node within ``RESULT_WAIT_S``, at the replica's next batch boundary; at the latest
         ``OUTPUT_SWITCH_LIMIT_S`` after the input.
 
         Just after a result, the old node's next is furthest off: switched later, the old
         node's batch computing it was fenced and the replica computed it again from the
         start (at 1.6 GB the switch came 1.8 s after the old node's last result, and the
-        output paused 3.6 s where it writes every 2 s). Until the switch the replica runs
-        at a rebuild's priority: at the normal one beside the old node, both nodes'
-        batches ran at half speed, and the old node's output paused longest there (4.3 to
-        4.5 s at 1.6 GB, a batch ahead never coming)."""
+        output paused 3.6 s where it writes every 2 s). Niced until the switch, the
+        replica lagged a batch of 4 to 6 s and worked it off after the switch (3.3 to
+        4.8 s at the switch); caught up first, it took over 0.3 s beyond the normal gap,
+        and the 5 to 6 s of catching up beside the old node slowed that node's batches
+        from 1.0 to 1.7 s (the output paused 3.4 s there). Before the input switch the
+        replica runs at a rebuild's priority: at the normal one from its readiness on,
+        both nodes ran at half speed for 7 to 13 s."""
         sunion = hosted.sunion
         if sunion is None:
             return True
@@ -247,11 +251,13 @@ class Moves:
             # Its SUnion has run here all along, on this cluster's topic: no input switch.
             if hosted.switch_asked_at is None:
                 hosted.switch_asked_at = time.time()
+                hosted.run.catch_up()
             running_since: float | None = hosted.switch_asked_at
         else:
             if sunion.went_at is None:
                 sunion.follow_rebuild(False)  # it feeds the old node's query too from now on
                 sunion.go()
+                hosted.run.catch_up()
                 return False
             running_since = sunion.running_since()
         if running_since is None:
@@ -268,7 +274,7 @@ class Moves:
             hosted.switch_reason = f"a batch ahead, {waited_s:.1f}s after the input"
             return True
         wrote_at = hosted.run.writer.primary_wrote_at()
-        if wrote_at is not None and time.time() - wrote_at <= JUST_WRITTEN_S:
+        if fed and wrote_at is not None and time.time() - wrote_at <= JUST_WRITTEN_S:
             hosted.switch_reason = (f"{time.time() - wrote_at:.2f}s after the old node's "
                                     f"result, {waited_s:.1f}s after the input")
             return True

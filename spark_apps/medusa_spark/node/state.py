@@ -245,5 +245,6 @@ def keep_pace(hosted: HostedFragment) -> None:
     """A scale step's new instance that has caught up runs its next batches at the normal
     priority: niced, it fell a batch behind the instance it replaces whenever the machine
     was busy, and took the output over that late. (A move's replica stays niced until
-    its promotion: beside the old node at one priority, both ran at half speed.)"""
+    the input switch, ``FragmentRun.catch_up``: beside the old node at one priority from
+    its readiness on, both ran at half speed.)"""
     hosted.run.writer.rebuild = False

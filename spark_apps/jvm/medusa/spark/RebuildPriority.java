@@ -26,9 +26,10 @@ import org.apache.spark.api.plugin.SparkPlugin;
  * value only with {@code -XX:ThreadPriorityPolicy=1}, which needs the right to lower a
  * nice value again (root with CAP_SYS_NICE): elsewhere this changes nothing.
  *
- * A query's priority can also change in the middle of a batch ({@link #setQueryPriority}):
- * a move's replica promoted goes on at the normal priority at once, and the instance it
- * replaces gives way while its fenced batch ends. Its jobs name it in {@value #QUERY}.
+ * A query's priority can also be set in the middle of a batch ({@link #setQueryPriority}),
+ * for good: a move's replica catching up on its lag just before it takes over goes on at
+ * the normal priority at once, and the instance it replaces gives way while its fenced
+ * batch ends. Its jobs name it in {@value #QUERY}.
  */
 public class RebuildPriority implements SparkPlugin {
   public static final String PROPERTY = "medusa.rebuild";
@@ -38,8 +39,8 @@ public class RebuildPriority implements SparkPlugin {
   private static final Map<Thread, String> TASK_QUERY = new ConcurrentHashMap<>();
   /** Each such query's own thread (which plans its batches and starts their jobs). */
   private static final Map<String, Thread> QUERY_THREAD = new ConcurrentHashMap<>();
-  /** A query's priority set in the middle of its batch: its later tasks take it too. */
-  private static final Map<String, Boolean> CHANGED = new ConcurrentHashMap<>();
+  /** Whether a query rebuilds, set by {@link #setQueryPriority}: it wins over its jobs'. */
+  private static final Map<String, Boolean> SET = new ConcurrentHashMap<>();
 
   @Override
   public DriverPlugin driverPlugin() {
@@ -56,11 +57,11 @@ public class RebuildPriority implements SparkPlugin {
         String query = task == null ? null : task.getLocalProperty(QUERY);
         if (query != null) {
           TASK_QUERY.put(Thread.currentThread(), query);
-          rebuilding = CHANGED.getOrDefault(query, rebuilding);
         } else {
           TASK_QUERY.remove(Thread.currentThread());
         }
-        enter(rebuilding);
+        Boolean set = query == null ? null : SET.get(query);
+        enter(set != null ? set : rebuilding);
       }
 
       @Override
@@ -81,23 +82,22 @@ public class RebuildPriority implements SparkPlugin {
   }
 
   /**
-   * The calling thread, query {@code query}'s own, begins a batch that rebuilds or serves:
-   * a priority set in the middle of the batch before ends here.
+   * The calling thread, query {@code query}'s own, begins a batch that rebuilds or serves,
+   * unless the query's priority was set.
    */
   public static void enterQuery(String query, boolean rebuilding) {
     QUERY_THREAD.put(query, Thread.currentThread());
-    CHANGED.remove(query);
-    enter(rebuilding);
+    enter(SET.getOrDefault(query, rebuilding));
   }
 
   /**
    * Query {@code query}'s thread and running tasks rebuild (lowest priority) or serve
-   * (normal) from now on, and so do the tasks its batch starts later; returns how many
-   * threads changed.
+   * (normal) from now on, and so do the tasks and batches it starts later, until set
+   * again; returns how many threads changed.
    */
   public static int setQueryPriority(String query, boolean rebuilding) {
-    int priority = rebuilding ? Thread.MIN_PRIORITY : Thread.NORM_PRIORITY;
-    CHANGED.put(query, rebuilding);
+    int priority = priorityOf(rebuilding);
+    SET.put(query, rebuilding);
     int changed = 0;
     Thread own = QUERY_THREAD.get(query);
     if (own != null && own.isAlive() && own.getPriority() != priority) {
@@ -117,12 +117,19 @@ public class RebuildPriority implements SparkPlugin {
   /** Query {@code query} has stopped. */
   public static void forgetQuery(String query) {
     QUERY_THREAD.remove(query);
-    CHANGED.remove(query);
+    SET.remove(query);
+  }
+
+  private static int priorityOf(boolean rebuilding) {
+    return rebuilding ? Thread.MIN_PRIORITY : Thread.NORM_PRIORITY;
   }
 
   /** The calling thread rebuilds (lowest priority) or serves (normal) from now on. */
   public static void enter(boolean rebuilding) {
-    int priority = rebuilding ? Thread.MIN_PRIORITY : Thread.NORM_PRIORITY;
+    enter(priorityOf(rebuilding));
+  }
+
+  private static void enter(int priority) {
     Thread current = Thread.currentThread();
     if (current.getPriority() != priority) {
       current.setPriority(priority);
