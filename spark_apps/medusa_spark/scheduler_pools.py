@@ -80,15 +80,14 @@ def run_jobs_in(spark: SparkSession, pool: str, rebuilding: bool = False,
     jvm.medusa.spark.RebuildPriority.enterQuery(query, rebuilding)
 
 
-def set_query_priority(spark: SparkSession, query: str, rebuilding: bool) -> int:
+def set_query_priority(spark: SparkSession, query: str, rebuilding: bool) -> None:
     """The named query's thread and its batches' tasks, those running and those to come,
     rebuild (lowest priority) or run at the normal one from now on, whatever its batches
     ask (``run_jobs_in``), and in the middle of a batch too: a move's replica catching up
     just before it takes over, or promoted, goes on at the normal priority at once, and
-    the instance it replaces gives way while its last batch ends. Returns how many
-    threads changed."""
+    the instance it replaces gives way while its last batch ends."""
     jvm: Any = spark._jvm
-    return int(jvm.medusa.spark.RebuildPriority.setQueryPriority(query, rebuilding))
+    jvm.medusa.spark.RebuildPriority.setQueryPriority(query, rebuilding)
 
 
 def forget_query(spark: SparkSession, query: str) -> None:

@@ -93,25 +93,20 @@ public class RebuildPriority implements SparkPlugin {
   /**
    * Query {@code query}'s thread and running tasks rebuild (lowest priority) or serve
    * (normal) from now on, and so do the tasks and batches it starts later, until set
-   * again; returns how many threads changed.
+   * again.
    */
-  public static int setQueryPriority(String query, boolean rebuilding) {
+  public static void setQueryPriority(String query, boolean rebuilding) {
     int priority = priorityOf(rebuilding);
     SET.put(query, rebuilding);
-    int changed = 0;
     Thread own = QUERY_THREAD.get(query);
-    if (own != null && own.isAlive() && own.getPriority() != priority) {
+    if (own != null && own.isAlive()) {
       own.setPriority(priority);
-      changed++;
     }
     for (Map.Entry<Thread, String> task : TASK_QUERY.entrySet()) {
-      Thread thread = task.getKey();
-      if (query.equals(task.getValue()) && thread.getPriority() != priority) {
-        thread.setPriority(priority);
-        changed++;
+      if (query.equals(task.getValue())) {
+        task.getKey().setPriority(priority);
       }
     }
-    return changed;
   }
 
   /** Query {@code query} has stopped. */
