@@ -40,7 +40,14 @@ from confluent_kafka import (
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from medusa.envelope import ID_HEADER, STIME_HEADER, TENTATIVE_HEADER, TYPE_HEADER, header_text
+from medusa.envelope import (
+    ID_HEADER,
+    STIME_HEADER,
+    TENTATIVE_HEADER,
+    TYPE_HEADER,
+    TupleType,
+    header_text,
+)
 from medusa.errors import MedusaError
 from medusa.settings import END_OF_LOG_FETCH_WAIT_MS, kafka_config
 
@@ -376,7 +383,7 @@ class _TailFollower(threading.Thread):
         self._max_ids = max_ids
         self.ids: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.newest_at: float | None = None
-        """When it read the newest result (wall clock)."""
+        """When it read the newest result, a STABLE tuple (wall clock)."""
         self._finishing = threading.Event()
         self._stopping = threading.Event()
         self._finished = threading.Event()
@@ -438,7 +445,10 @@ class _TailFollower(threading.Thread):
                 tuple_id = record_id(headers)
                 if tuple_id and not is_tentative(headers):
                     self.ids[(key[0], tuple_id)] = None
-                    self.newest_at = time.time()
+                    if header_text(headers, TYPE_HEADER) == TupleType.STABLE:
+                        # A result: the BOUNDARY each batch writes says nothing of when
+                        # the next result comes.
+                        self.newest_at = time.time()
                     if len(self.ids) > self._max_ids:
                         self.ids.popitem(last=False)
             self.error = "stopped"

@@ -103,6 +103,20 @@ def test_a_following_standby_knows_what_the_primary_wrote_without_reading_it_bac
     standby = SOutput(output_topic, [output_topic], bootstrap, standby=True)
     standby.follow()
     primary.write(_records(output_topic, range(10, 20)))
+    wait_until("the follower reads t19",
+               lambda: (output_topic, "t19") in (standby._follower.ids
+                                                 if standby._follower else ()), 30,
+               interval_s=0.1)
+    result_at = standby.primary_wrote_at()
+    # A BOUNDARY (written every batch) is no result: the next result is as far off.
+    primary.write([OutRecord(output_topic, "boundary-1", None,
+                             [(TYPE_HEADER, b"BOUNDARY"), (ID_HEADER, b"boundary-1")],
+                             partition=0)])
+    wait_until("the follower reads the BOUNDARY",
+               lambda: (output_topic, "boundary-1") in (standby._follower.ids
+                                                        if standby._follower else ()), 30,
+               interval_s=0.1)
+    assert standby.primary_wrote_at() == result_at, "a BOUNDARY counted as a result"
     dead = Producer(client_config(bootstrap,
                                   {"transactional.id": transactional_id(output_topic)}))
     dead.init_transactions(30)  # the primary's successor dies mid-batch
@@ -123,8 +137,8 @@ def test_a_following_standby_knows_what_the_primary_wrote_without_reading_it_bac
         raise AssertionError("the promotion read the horizon back instead of following it")
     monkeypatch.setattr(SOutput, "_read_tail", read_back)
     assert standby.promote() == 10
-    assert standby.stats.recovered_ids == 20
-    ids = _committed_ids(bootstrap, output_topic)
+    assert standby.stats.recovered_ids == 21  # the 20 results and the BOUNDARY
+    ids = [i for i in _committed_ids(bootstrap, output_topic) if i != "boundary-1"]
     assert sorted(ids) == sorted(f"t{i}" for i in range(30)) and len(ids) == len(set(ids))
 
 
