@@ -76,6 +76,23 @@ def test_a_moves_longest_gap_says_when_it_began() -> None:
     assert _longest_gap([0, 100]) is None, "one burst: no gap"
 
 
+def test_a_moves_pause_curve_lists_each_gap_and_those_over_the_normal_one() -> None:
+    from medusa_apps.bench.state_migration import Migration, _gap_timeline
+
+    asked = 100_000
+    # Bursts every 2 s, one 3.6 s gap during the move, the move done at +8 s; a result
+    # 70 s before the request is left out.
+    written = [asked - 70_000, asked - 4_000, asked - 3_900, asked - 2_000, asked,
+               asked + 3_600, asked + 5_600, asked + 7_600, asked + 9_600]
+    timeline = _gap_timeline(written, asked, asked + 8_000)
+    assert timeline == ((-2.0, 1.9), (0.0, 2.0), (3.6, 3.6), (5.6, 2.0), (7.6, 2.0),
+                        (9.6, 2.0))
+    move = Migration("warm", 1000, 10**9, 8.0, 3.6, 2.0, 2.0, done_s=8.0,
+                     gap_timeline=timeline)
+    assert move.long_gaps() == [(0.0, 3.6)]
+    assert move.as_dict()["long_gaps"] == [(0.0, 3.6)]
+
+
 def test_a_run_of_some_parts_keeps_the_latest_figures_of_the_others() -> None:
     from medusa_apps.bench.run import keep_unmeasured
 

@@ -104,6 +104,38 @@ def pause_plot(path: Path, title: str,
     plt.close(figure)
 
 
+def gap_timeline_plot(path: Path, title: str,
+                      runs: list[tuple[str, list[tuple[float, float]], float | None,
+                                       float | None]]) -> None:
+    """The gaps between results around moves, a panel per move: each gap's length at the
+    time it ended, the request at 0, the move done, and the normal gap.
+
+    Each run: (label, [(end s, gap s)], done s, normal gap s)."""
+    if not runs:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure, panels = plt.subplots(len(runs), 1, figsize=(9, 2.4 * len(runs)), sharex=True,
+                                  squeeze=False)
+    for axes, (label, gaps, done_s, normal_s) in zip(panels[:, 0], runs, strict=True):
+        if gaps:
+            axes.plot([end for end, _ in gaps], [gap for _, gap in gaps], "o-",
+                      markersize=3, color="#4c72b0", label="gap ending then")
+        axes.axvline(0, color="red", linewidth=1.2, label="move asked")
+        if done_s is not None:
+            axes.axvline(done_s, color="green", linestyle="--", linewidth=1.2,
+                         label="new node serving")
+        if normal_s is not None:
+            axes.axhline(normal_s, color="grey", linestyle=":", label="normal gap")
+        axes.set_ylabel("gap (s)")
+        axes.set_title(label, fontsize=10)
+        axes.legend(loc="upper left", fontsize=7)
+    panels[-1, 0].set_xlabel("seconds since the move was asked")
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def failover_plot(path: Path, title: str,
                   runs: list[tuple[str, list[int], int, int | None]]) -> None:
     """Results written per half second around a kill, one panel per HA mode.

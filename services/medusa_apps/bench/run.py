@@ -43,6 +43,7 @@ from medusa_apps.bench.report import (
     dpc_matrix_plot,
     dpc_timeline_plot,
     failover_plot,
+    gap_timeline_plot,
     latency_plot,
     path_latency_plot,
     pause_plot,
@@ -636,6 +637,10 @@ def _plot_moves(out: Path, got: _Figures) -> None:
                                             ("partner", "partner", "scan"),
                                             ("warm, expiry by timers", "warm", "timers"))},
                state_migration.SLIDE_S)
+    gap_timeline_plot(out / "move_gaps.png", "Gaps between results around each move",
+                      [(f"{m.mode} ({m.ballast_expiry}), {m.state_mb:.0f} MB",
+                        list(m.gap_timeline), m.done_s, m.gap_before_s)
+                       for m in got.moves if m.gap_timeline])
 
 
 def _plot_dpc(out: Path, got: _Figures, say: Callable[[str], None]) -> None:

@@ -94,6 +94,19 @@ class Migration:
     pause_began_s: float | None = None
     """When the longest gap began, from the move's request (negative: before it): at the
     switch, or while the replica started and caught up beside the old node."""
+    done_s: float | None = None
+    """When the move was done (the new node serving), from its request."""
+    gap_timeline: tuple[tuple[float, float], ...] = ()
+    """Each gap between results from a minute before the request to 20 s after the move
+    was done: (when it ended, from the request; its length), the move's pause curve."""
+
+    def long_gaps(self, over_s: float = 0.5) -> list[tuple[float, float]]:
+        """The gaps of ``gap_timeline`` longer than the normal gap by over ``over_s``, as
+        (when they began, from the request; length)."""
+        if self.gap_before_s is None:
+            return []
+        return [(round(end - gap, 1), gap) for end, gap in self.gap_timeline
+                if gap > self.gap_before_s + over_s]
 
     @property
     def pause_beyond_normal_s(self) -> float | None:
@@ -117,7 +130,8 @@ class Migration:
         return {**asdict(self), "state_mb": round(self.state_mb, 1),
                 "pause_beyond_normal_s": self.pause_beyond_normal_s,
                 "pause_beyond_longest_normal_s": self.pause_beyond_longest_normal_s,
-                "switch_beyond_normal_s": self.switch_beyond_normal_s}
+                "switch_beyond_normal_s": self.switch_beyond_normal_s,
+                "long_gaps": self.long_gaps()}
 
 
 def _beyond(gap_s: float | None, normal_s: float | None) -> float | None:
@@ -281,6 +295,15 @@ def _longest_gap(times_ms: list[int], within_ms: int = 500) -> tuple[float, int]
                default=None)
 
 
+def _gap_timeline(times_ms: list[int], asked_ms: int, done_ms: int,
+                  within_ms: int = 500) -> tuple[tuple[float, float], ...]:
+    """(end, length) of each gap between result bursts from 60 s before ``asked_ms`` to 20 s
+    after ``done_ms``, in seconds from ``asked_ms``."""
+    shown = sorted(t for t in times_ms if asked_ms - 60_000 <= t <= done_ms + 20_000)
+    return tuple((round((b - asked_ms) / 1000, 2), round((b - a) / 1000, 2))
+                 for a, b in itertools.pairwise(shown) if b - a > within_ms)
+
+
 def _switch_gap(times_ms: list[int], done_ms: int, within_ms: int = 500) -> float | None:
     """The longest gap between the results just before the move was done (the old node's
     last) and the two bursts after it (the new node's catch-up, or first, and next)."""
@@ -401,13 +424,19 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
                            round(max(gaps), 2) if gaps else None,
                            round(switch, 2) if switch is not None else None, expiry,
                            batch_s, round((longest[1] - asked_ms) / 1000, 1)
-                           if longest is not None else None)
+                           if longest is not None else None,
+                           round((done_ms - asked_ms) / 1000, 1),
+                           _gap_timeline(written, asked_ms, done_ms))
         say(f"  {mode} {asked_mb} MB ({expiry}): state {result.state_mb:7.1f} MB, hand-over "
             f"{moved.seconds:5.1f} s, output pause {pause if pause is not None else '-'} s, "
             f"beginning {result.pause_began_s} s after the request, at the switch "
             f"{result.switch_gap_s} s (without a move: median gap "
             f"{result.gap_before_s} s, longest {result.longest_gap_before_s} s; a batch "
             f"{result.batch_before_s} s)")
+        long_gaps = ", ".join(f"{gap:.2f} s at {began:+.1f} s" for began, gap in
+                              result.long_gaps())
+        say(f"    gaps over the normal one by 0.5 s or more: {long_gaps or 'none'} "
+            f"(done at {result.done_s:+.1f} s)")
         return result
     finally:
         source.stop.set()
