@@ -273,7 +273,10 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
         relay = StagedRelay(wiring, writer, readers_of(plan, wiring) - 1).start()
         return FragmentRun(wiring, query, writer, checkpoint, 0, execution, why, relay, slots,
                            plan.network.execution)
-    frame = start_query_frame(spark, plan, wiring, skip_epoch)
+    # Building the frame analyses each box's plan on this thread's JVM thread: a
+    # rebuilding query's at the lowest priority, beside the queries serving here.
+    with threads_started_in(spark, standby and rebuild):
+        frame = start_query_frame(spark, plan, wiring, skip_epoch)
     stream = (frame.writeStream.queryName(f"{wiring.topic_prefix}{wiring.global_name}{suffix}")
               .outputMode("append")
               .foreachBatch(writer)

@@ -98,9 +98,11 @@ def forget_query(spark: SparkSession, query: str) -> None:
 
 @contextmanager
 def threads_started_in(spark: SparkSession, rebuilding: bool) -> Iterator[None]:
-    """The threads this thread starts meanwhile (a query's) begin at the lowest priority
-    when ``rebuilding`` (a Java thread takes its creator's): a query plans and compiles its
-    first batch before that batch's writer sets the priority."""
+    """This thread's JVM thread (PySpark pins one to each Python thread), and the threads
+    it starts meanwhile (a query's), at the lowest priority when ``rebuilding`` (a Java
+    thread takes its creator's): a query's frame is analysed on the caller's, and the
+    query plans and compiles its first batch before that batch's writer sets the
+    priority."""
     if not rebuilding:  # the calling thread is at the normal priority (reset below)
         yield
         return

@@ -5,6 +5,9 @@ new thread takes the value of the thread that starts it."""
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -40,3 +43,23 @@ def threads_at(pid: int, nice: int) -> list[int]:
         except OSError:  # the thread ended meanwhile
             continue
     return found
+
+
+@contextmanager
+def this_thread_at(nice: int, allowed: bool = True) -> Iterator[None]:
+    """The calling thread at ``nice`` meanwhile, then back at its own value; nothing
+    unless ``allowed`` (where the value could not be lowered back). Threads and processes
+    it starts meanwhile take the value too: keep it to work that starts none."""
+    tid = threading.get_native_id()
+    try:
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+    except OSError:
+        allowed = False
+    if not allowed or before >= nice:
+        yield
+        return
+    os.setpriority(os.PRIO_PROCESS, tid, nice)
+    try:
+        yield
+    finally:
+        os.setpriority(os.PRIO_PROCESS, tid, before)

@@ -139,3 +139,23 @@ def _config() -> SUnionConfig:
     return SUnionConfig(fragment="f", inputs=[SUnionInput(name="in", topic="t",
                                                           bootstrap="127.0.0.1:1")],
                         output_topic="f.in", output_bootstrap="127.0.0.1:2")
+
+
+def test_a_thread_runs_niced_meanwhile_and_back_after_where_allowed() -> None:
+    from medusa_spark.session import can_renice_back
+    from medusa_spark.thread_priority import this_thread_at
+
+    seen: list[int] = []
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    def run(allowed: bool) -> None:
+        tid = threading.get_native_id()
+        with this_thread_at(base + 10, allowed):
+            seen.append(os.getpriority(os.PRIO_PROCESS, tid))
+        seen.append(os.getpriority(os.PRIO_PROCESS, tid))
+
+    for allowed in (can_renice_back(), False):
+        thread = threading.Thread(target=run, args=(allowed,))
+        thread.start()
+        thread.join()
+    assert seen == [base + 10 if can_renice_back() else base, base, base, base]
