@@ -232,7 +232,8 @@ def run_failover(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Sp
         if steady.error is not None:
             raise steady.error
         expected = steady.expected()
-        watch.wait_for(topics["per_sensor"], set(expected), timeout_s=300)
+        # One settle for both: the watch reads the two topics side by side.
+        watch.wait_for(topics["per_sensor"], set(expected), timeout_s=300, settle_s=0)
         watch.wait_for(topics["plausible"], {r.tuple_id for r in steady.sent}, timeout_s=60)
         watch.stop()
         failures.stop()

@@ -145,7 +145,8 @@ def test_a_killed_node_turns_red_and_its_fragments_move_on_the_page(
         with CatalogClient(federation.catalog_url) as catalog:
             # The input goes on until the outputs have recovered, 20 s at least.
             return run_failover(federation, registry_module, spark, catalog, "passive", A1, A2,
-                                kill, seconds=20)
+                                kill, seconds=20, fail_after_first_s=3.0,
+                                after_recovery_s=6.0)
     thread, outcome = _in_background(failover)
     try:
         # The network the scenario deploys, drawn with its boxes on the primary.

@@ -91,7 +91,8 @@ def moved_run(federation, nodes, spark, registry_module) -> Iterator[MovedRun]:
                      warm=False)
         wait_result_after(watch, results_topic)
         expected = steady.finish(TAIL_S)
-        watch.wait_for(results_topic, set(expected), timeout_s=300)
+        # One settle for both: the watch reads the two topics side by side.
+        watch.wait_for(results_topic, set(expected), timeout_s=300, settle_s=0)
         watch.wait_for(crossed_topic, {r.tuple_id for r in steady.sent}, timeout_s=180)
         watch.stop()
         placement_after = box_nodes(catalog, f"alpha/{name}")
