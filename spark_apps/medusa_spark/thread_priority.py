@@ -58,8 +58,8 @@ def this_thread_at(nice: int, allowed: bool = True) -> Iterator[None]:
     if not allowed or before >= nice:
         yield
         return
-    os.setpriority(os.PRIO_PROCESS, tid, nice)
+    renice([tid], nice)
     try:
         yield
     finally:
-        os.setpriority(os.PRIO_PROCESS, tid, before)
+        renice([tid], before)

@@ -103,18 +103,17 @@ def test_a_following_standby_knows_what_the_primary_wrote_without_reading_it_bac
     standby = SOutput(output_topic, [output_topic], bootstrap, standby=True)
     standby.follow()
     primary.write(_records(output_topic, range(10, 20)))
-    wait_until("the follower reads t19",
-               lambda: (output_topic, "t19") in (standby._follower.ids
-                                                 if standby._follower else ()), 30,
-               interval_s=0.1)
+
+    def followed(tuple_id: str) -> bool:
+        follower = standby._follower
+        return follower is not None and (output_topic, tuple_id) in follower.ids
+    wait_until("the follower reads t19", lambda: followed("t19"), 30, interval_s=0.1)
     result_at = standby.primary_wrote_at()
     # A BOUNDARY (written every batch) is no result: the next result is as far off.
     primary.write([OutRecord(output_topic, "boundary-1", None,
                              [(TYPE_HEADER, b"BOUNDARY"), (ID_HEADER, b"boundary-1")],
                              partition=0)])
-    wait_until("the follower reads the BOUNDARY",
-               lambda: (output_topic, "boundary-1") in (standby._follower.ids
-                                                        if standby._follower else ()), 30,
+    wait_until("the follower reads the BOUNDARY", lambda: followed("boundary-1"), 30,
                interval_s=0.1)
     assert standby.primary_wrote_at() == result_at, "a BOUNDARY counted as a result"
     dead = Producer(client_config(bootstrap,

@@ -17,6 +17,13 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
+def _save(figure: Any, path: Path) -> None:
+    """Lays ``figure`` out, writes it to ``path`` as a PNG, and frees it."""
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def bar_plot(path: Path, title: str, labels: list[str], values: list[float],
              unit: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -27,9 +34,7 @@ def bar_plot(path: Path, title: str, labels: list[str], values: list[float],
     axes.set_title(title)
     axes.invert_yaxis()
     axes.set_xlim(0, max(values) * 1.25)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path)
 
 
 def latency_plot(path: Path, title: str, series: dict[str, list[tuple[float, float]]],
@@ -46,9 +51,7 @@ def latency_plot(path: Path, title: str, series: dict[str, list[tuple[float, flo
     axes.set_ylabel("latency (s)")
     axes.set_title(title)
     axes.legend(loc="upper left", markerscale=4)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path)
 
 
 def path_latency_plot(path: Path, title: str,
@@ -74,9 +77,7 @@ def path_latency_plot(path: Path, title: str,
     over_time.set_title(title)
     over_time.legend(loc="upper right", markerscale=4, fontsize=8)
     histogram.legend(loc="upper right", fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path)
 
 
 def pause_plot(path: Path, title: str,
@@ -99,9 +100,7 @@ def pause_plot(path: Path, title: str,
     axes.set_ylabel("seconds")
     axes.set_title(title)
     axes.legend(loc="upper left", fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path)
 
 
 def gap_timeline_plot(path: Path, title: str,
@@ -131,9 +130,7 @@ def gap_timeline_plot(path: Path, title: str,
         axes.legend(loc="upper left", fontsize=7)
     panels[-1, 0].set_xlabel("seconds since the move was asked")
     figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path)
 
 
 def failover_plot(path: Path, title: str,
@@ -159,9 +156,7 @@ def failover_plot(path: Path, title: str,
         axes.legend(loc="upper right", fontsize=8)
     panels[-1, 0].set_xlabel("seconds since the kill")
     figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path)
 
 
 def scale_plot(path: Path, title: str, written_ms: list[int],
@@ -184,9 +179,7 @@ def scale_plot(path: Path, title: str, written_ms: list[int],
     axes.set_ylabel("results / 0.5 s")
     axes.legend(loc="upper right", fontsize=8)
     axes.set_title(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path)
 
 
 BATCH_PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit",
@@ -238,9 +231,7 @@ def breakdown_plot(path: Path, title: str, breakdowns: dict[str, dict[str, Any]]
     operators_axes.legend(fontsize=7)
     operators_axes.invert_yaxis()
     figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path)
 
 
 DPC_KINDS = {"stable": "#4c72b0", "tentative": "#dd8452", "undo": "#c44e52",
@@ -276,9 +267,7 @@ def dpc_timeline_plot(path: Path, title: str, events: dict[str, list[float]],
             axes.axvspan(began, ended, color="grey", alpha=0.15)
     delay_axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     records_axes.set_title(title + " (shaded: the partition)", fontsize=11)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path)
 
 
 PARTICIPANT_COLOURS = {"alpha": "#4c72b0", "beta": "#dd8452", "gamma": "#55a868"}
@@ -299,9 +288,7 @@ def dpc_matrix_plot(path: Path, title: str, cells: list[dict[str, Any]], bound_s
     axes.set_title(title)
     axes.invert_yaxis()
     axes.legend(loc="lower right")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path)
 
 
 def bpm_spike_plot(path: Path, title: str, utilisation: dict[str, list[tuple[float, float]]],
@@ -331,6 +318,4 @@ def bpm_spike_plot(path: Path, title: str, utilisation: dict[str, list[tuple[flo
     load_axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     latency_axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     load_axes.set_title(title + " (shaded: the spike; dotted: moves)", fontsize=11)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path)
