@@ -258,11 +258,16 @@ class SOutput:
         assert producer is not None
         fresh = []
         seen = self._seen
+        # A relayed batch can hold a result twice: staged by a failed node's query and
+        # again by its successor's, both read after the last write.
+        in_batch: set[tuple[str, str]] = set()
         for record in records:
-            if record.tuple_id and not record.tentative and \
-                    (record.topic, record.tuple_id) in seen:
-                self.stats.duplicates_dropped += 1
-                continue
+            if record.tuple_id and not record.tentative:
+                written = (record.topic, record.tuple_id)
+                if written in seen or written in in_batch:
+                    self.stats.duplicates_dropped += 1
+                    continue
+                in_batch.add(written)
             fresh.append(record)
         if not fresh:
             return 0

@@ -63,6 +63,17 @@ def test_a_takeover_fences_the_old_writer_and_drops_what_it_wrote(kafka_config,
     assert sorted(_committed_ids(bootstrap, output_topic)) == sorted(f"t{i}" for i in range(15))
 
 
+def test_a_result_twice_in_one_batch_is_written_once(kafka_config, output_topic) -> None:
+    """A real-time fragment's relay can read one result staged by a failed node's query
+    and again by its successor's in one batch."""
+    bootstrap = kafka_config["bootstrap.servers"]
+    output = SOutput(output_topic, [output_topic], bootstrap)
+    assert output.write(_records(output_topic, range(0, 5)) +
+                        _records(output_topic, range(3, 8))) == 8
+    assert output.stats.duplicates_dropped == 2
+    assert sorted(_committed_ids(bootstrap, output_topic)) == sorted(f"t{i}" for i in range(8))
+
+
 def test_an_open_transaction_of_a_dead_writer_is_aborted(kafka_config, output_topic) -> None:
     bootstrap = kafka_config["bootstrap.servers"]
     dead = Producer(client_config(bootstrap,
