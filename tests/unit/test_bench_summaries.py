@@ -93,6 +93,21 @@ def test_a_moves_pause_curve_lists_each_gap_and_those_over_the_normal_one() -> N
     assert move.as_dict()["long_gaps"] == [(0.0, 3.6)]
 
 
+def test_a_moves_control_is_the_longest_gap_of_stretches_as_long_without_a_move() -> None:
+    from medusa_apps.bench.state_migration import Migration, _longest_gap_without_move
+
+    asked = 200_000
+    # Every 2 s for two minutes before, but one 3.5 s gap 100 s before the request: of the
+    # 10 s stretches, only those holding it say 3.5 s; the median says the usual 2.0.
+    written = [t for t in range(asked - 120_000, asked, 2_000) if t != asked - 100_000]
+    written.append(asked - 101_500)
+    assert _longest_gap_without_move(written, asked, 10_000) == 2.0
+    assert _longest_gap_without_move(written, asked, 130_000) == 3.5, "longer: the whole"
+    move = Migration("warm", 1000, 10**9, 8.0, 3.6, 2.0, 3.5,
+                     longest_gap_without_move_s=2.6)
+    assert (move.no_move_pause_s, move.pause_beyond_no_move_s) == (0.6, 1.0)
+
+
 def test_a_run_of_some_parts_keeps_the_latest_figures_of_the_others() -> None:
     from medusa_apps.bench.run import keep_unmeasured
 

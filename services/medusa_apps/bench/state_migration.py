@@ -99,6 +99,10 @@ class Migration:
     gap_timeline: tuple[tuple[float, float], ...] = ()
     """Each gap between results from a minute before the request to 20 s after the move
     was done: (when it ended, from the request; its length), the move's pause curve."""
+    longest_gap_without_move_s: float | None = None
+    """The control: the longest gap of a stretch as long as the move's, before the move
+    (the median over such stretches of the two minutes before). The pause is the longest
+    of many gaps; set against the median gap, it counts the output's own spread too."""
 
     def long_gaps(self, over_s: float = 0.5) -> list[tuple[float, float]]:
         """The gaps of ``gap_timeline`` longer than the normal gap by over ``over_s``, as
@@ -119,6 +123,18 @@ class Migration:
         return _beyond(self.pause_s, self.longest_gap_before_s)
 
     @property
+    def no_move_pause_s(self) -> float | None:
+        """The control's longest gap less the normal gap: what the pause's measure gives
+        over a stretch as long, with no move."""
+        return _beyond(self.longest_gap_without_move_s, self.gap_before_s)
+
+    @property
+    def pause_beyond_no_move_s(self) -> float | None:
+        """The pause less the control's longest gap: what the move added to the output's
+        own longest gap over a stretch as long."""
+        return _beyond(self.pause_s, self.longest_gap_without_move_s)
+
+    @property
     def switch_beyond_normal_s(self) -> float | None:
         return _beyond(self.switch_gap_s, self.gap_before_s)
 
@@ -131,6 +147,8 @@ class Migration:
                 "pause_beyond_normal_s": self.pause_beyond_normal_s,
                 "pause_beyond_longest_normal_s": self.pause_beyond_longest_normal_s,
                 "switch_beyond_normal_s": self.switch_beyond_normal_s,
+                "no_move_pause_s": self.no_move_pause_s,
+                "pause_beyond_no_move_s": self.pause_beyond_no_move_s,
                 "long_gaps": self.long_gaps()}
 
 
@@ -159,6 +177,9 @@ def summary(moves: list[Migration]) -> dict[str, Any]:
             "batch_at_largest_s": largest.batch_before_s,
             "pause_beyond_longest_normal_at_largest_s": largest.pause_beyond_longest_normal_s,
             "switch_beyond_normal_at_largest_s": largest.switch_beyond_normal_s,
+            # The control: the same measure over a stretch as long before the move.
+            "no_move_pause_at_largest_s": largest.no_move_pause_s,
+            "pause_beyond_no_move_at_largest_s": largest.pause_beyond_no_move_s,
             "cold_pause_at_largest_s": cold[0].pause_s if cold else None,
             "cold_over_warm_at_largest": ratio,
             "warm_pauses_s": {str(m.asked_mb): m.pause_s for m in warm},
@@ -304,6 +325,29 @@ def _gap_timeline(times_ms: list[int], asked_ms: int, done_ms: int,
                  for a, b in itertools.pairwise(shown) if b - a > within_ms)
 
 
+def _longest_gap_without_move(times_ms: list[int], asked_ms: int, length_ms: int,
+                              within_ms: int = 500, step_ms: int = 1_000) -> float | None:
+    """The median, over the stretches of ``length_ms`` within the two minutes before
+    ``asked_ms`` (one each ``step_ms``), of each stretch's longest gap; the whole two
+    minutes' longest if a stretch is longer."""
+    since = asked_ms - 120_000
+    before = sorted(t for t in times_ms if since <= t < asked_ms)
+    starts = range(since, asked_ms - length_ms + 1, step_ms) if length_ms < 120_000 else \
+        range(since, since + 1)
+    longest = []
+    for start in starts:
+        inside = [t for t in before if start <= t <= start + length_ms]
+        gaps = _gaps(inside, within_ms)
+        if gaps:
+            longest.append(max(gaps))
+    return round(statistics.median(longest), 2) if longest else None
+
+
+def _after(times_ms: list[int], done_ms: int) -> int:
+    """The first result after ``done_ms`` (the end of the pause's stretch), or ``done_ms``."""
+    return next((t for t in sorted(times_ms) if t > done_ms), done_ms)
+
+
 def _switch_gap(times_ms: list[int], done_ms: int, within_ms: int = 500) -> float | None:
     """The longest gap between the results just before the move was done (the old node's
     last) and the two bursts after it (the new node's catch-up, or first, and next)."""
@@ -426,7 +470,9 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
                            batch_s, round((longest[1] - asked_ms) / 1000, 1)
                            if longest is not None else None,
                            round((done_ms - asked_ms) / 1000, 1),
-                           _gap_timeline(written, asked_ms, done_ms))
+                           _gap_timeline(written, asked_ms, done_ms),
+                           _longest_gap_without_move(written, asked_ms,
+                                                     _after(written, done_ms) - asked_ms))
         say(f"  {mode} {asked_mb} MB ({expiry}): state {result.state_mb:7.1f} MB, hand-over "
             f"{moved.seconds:5.1f} s, output pause {pause if pause is not None else '-'} s, "
             f"beginning {result.pause_began_s} s after the request, at the switch "
@@ -435,6 +481,9 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
             f"{result.batch_before_s} s)")
         long_gaps = ", ".join(f"{gap:.2f} s at {began:+.1f} s" for began, gap in
                               result.long_gaps())
+        say(f"    without a move, a stretch as long: longest gap "
+            f"{result.longest_gap_without_move_s} s ({result.no_move_pause_s} s beyond the "
+            f"median); the move {result.pause_beyond_no_move_s} s beyond that")
         say(f"    gaps over the normal one by 0.5 s or more: {long_gaps or 'none'} "
             f"(done at {result.done_s:+.1f} s)")
         return result
