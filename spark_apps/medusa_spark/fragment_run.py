@@ -29,7 +29,12 @@ from medusa_spark.realtime import (
     start_realtime_query,
 )
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired
-from medusa_spark.scheduler_pools import forget_query, set_query_priority, threads_started_in
+from medusa_spark.scheduler_pools import (
+    forget_query,
+    set_query_catching_up,
+    set_query_priority,
+    threads_started_in,
+)
 from medusa_spark.session import (
     QUERY_STOP_TIMEOUT_MS,
     STATE_STORE_PROVIDER,
@@ -140,10 +145,10 @@ class FragmentRun:
         return written
 
     def catch_up(self) -> None:
-        """A warm move's replica works off its lag at the normal priority before it takes
-        over, its batch in progress too (niced, it lagged a batch of 4 to 6 s at 1.1 to
-        1.8 GB, and its first batches after the switch worked that off)."""
-        set_query_priority(SparkSession.active(), self.writer.query_key, rebuilding=False)
+        """A warm move's replica works off its lag before it takes over, its batch in
+        progress too, at a priority between a rebuild's and the normal one
+        (``session.CATCH_UP_NICE``)."""
+        set_query_catching_up(SparkSession.active(), self.writer.query_key)
 
     def give_way(self) -> None:
         """Another instance has taken the outputs over: the batch in progress here, which

@@ -90,6 +90,13 @@ def set_query_priority(spark: SparkSession, query: str, rebuilding: bool) -> Non
     jvm.medusa.spark.RebuildPriority.setQueryPriority(query, rebuilding)
 
 
+def set_query_catching_up(spark: SparkSession, query: str) -> None:
+    """The named query (a move's replica) catches up from now on, its batch in progress
+    too: between a rebuild's priority and the normal one (``session.CATCH_UP_NICE``)."""
+    jvm: Any = spark._jvm
+    jvm.medusa.spark.RebuildPriority.setQueryCatchingUp(query)
+
+
 def forget_query(spark: SparkSession, query: str) -> None:
     """The named query has stopped."""
     jvm: Any = spark._jvm

@@ -84,10 +84,16 @@ def test_a_query_s_priority_set_in_the_middle_of_its_batch_holds_from_then_on(sp
     next batches, whatever they ask."""
     from pyspark.sql import functions as F
 
-    from medusa_spark.scheduler_pools import forget_query, run_jobs_in, set_query_priority
-    from medusa_spark.session import REBUILD_NICE, rebuild_priority_options
+    from medusa_spark.scheduler_pools import (
+        forget_query,
+        run_jobs_in,
+        set_query_catching_up,
+        set_query_priority,
+    )
+    from medusa_spark.session import CATCH_UP_NICE, REBUILD_NICE, rebuild_priority_options
 
     niced = REBUILD_NICE if rebuild_priority_options() else 0
+    catching_up = CATCH_UP_NICE if rebuild_priority_options() else 0
     # Each task sleeps, then says its nice value: 8 tasks on the session's slots, in turns.
     sleep_then_nice = F.expr(
         "element_at(array(reflect('java.lang.Thread', 'sleep', cast(600 as bigint)), "
@@ -109,11 +115,13 @@ def test_a_query_s_priority_set_in_the_middle_of_its_batch_holds_from_then_on(sp
         batch("next, asking for a rebuild's", True)
         set_query_priority(spark, query, rebuilding=True)
         batch("giving way", False)
+        set_query_catching_up(spark, query)  # a move's replica, just before it takes over
+        batch("catching up", True)
     finally:
         forget_query(spark, query)
         run_jobs_in(spark, SERVING)
     assert seen == {"promoted": {0}, "next, asking for a rebuild's": {0},
-                    "giving way": {niced}}
+                    "giving way": {niced}, "catching up": {catching_up}}
 
 
 def test_a_query_that_gives_way_has_its_jobs_cancelled(spark) -> None:

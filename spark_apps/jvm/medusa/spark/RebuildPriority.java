@@ -39,8 +39,13 @@ public class RebuildPriority implements SparkPlugin {
   private static final Map<Thread, String> TASK_QUERY = new ConcurrentHashMap<>();
   /** Each such query's own thread (which plans its batches and starts their jobs). */
   private static final Map<String, Thread> QUERY_THREAD = new ConcurrentHashMap<>();
-  /** Whether a query rebuilds, set by {@link #setQueryPriority}: it wins over its jobs'. */
-  private static final Map<String, Boolean> SET = new ConcurrentHashMap<>();
+  /** A query's priority set by {@link #setQueryPriority}: it wins over its jobs'. */
+  private static final Map<String, Integer> SET = new ConcurrentHashMap<>();
+  /**
+   * A move's replica catching up beside the instance it replaces, just before it takes
+   * over: between the two (its own nice value, {@code JavaPriority2_To_OSPriority}).
+   */
+  public static final int CATCHING_UP = Thread.MIN_PRIORITY + 1;
 
   @Override
   public DriverPlugin driverPlugin() {
@@ -60,8 +65,8 @@ public class RebuildPriority implements SparkPlugin {
         } else {
           TASK_QUERY.remove(Thread.currentThread());
         }
-        Boolean set = query == null ? null : SET.get(query);
-        enter(set != null ? set : rebuilding);
+        Integer set = query == null ? null : SET.get(query);
+        enter(set != null ? set : priorityOf(rebuilding));
       }
 
       @Override
@@ -87,7 +92,7 @@ public class RebuildPriority implements SparkPlugin {
    */
   public static void enterQuery(String query, boolean rebuilding) {
     QUERY_THREAD.put(query, Thread.currentThread());
-    enter(SET.getOrDefault(query, rebuilding));
+    enter(SET.getOrDefault(query, priorityOf(rebuilding)));
   }
 
   /**
@@ -96,8 +101,16 @@ public class RebuildPriority implements SparkPlugin {
    * again.
    */
   public static void setQueryPriority(String query, boolean rebuilding) {
-    int priority = priorityOf(rebuilding);
-    SET.put(query, rebuilding);
+    setQueryPriority(query, priorityOf(rebuilding));
+  }
+
+  /** Query {@code query} catches up ({@link #CATCHING_UP}) from now on, until set again. */
+  public static void setQueryCatchingUp(String query) {
+    setQueryPriority(query, CATCHING_UP);
+  }
+
+  private static void setQueryPriority(String query, int priority) {
+    SET.put(query, priority);
     Thread own = QUERY_THREAD.get(query);
     if (own != null && own.isAlive()) {
       own.setPriority(priority);
