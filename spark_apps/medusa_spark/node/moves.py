@@ -232,7 +232,7 @@ class Moves:
         """A warm move takes the input over first: the replica's SUnion goes (fencing the
         old node's, whose query reads the same topic and goes on writing); one from another
         cluster has its own SUnion running already. From then on the replica works off its
-        lag at the normal priority (``FragmentRun.catch_up``). The output follows once a
+        lag at nice 5 (``FragmentRun.catch_up``). The output follows once a
         batch of the replica has read what the new SUnion released (it is current), just
         after the old node's next result (``JUST_WRITTEN_S``), or at once if it holds a
         result the old node has not written (a batch ahead). Without a result of the old
