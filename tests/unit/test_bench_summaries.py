@@ -227,3 +227,36 @@ def test_a_move_run_withdraws_what_an_interrupted_one_left_deployed(monkeypatch)
     assert deleted == [("alpha:9092", "bench-migrate-60498d."),
                        ("beta:9092", "bench-migrate-60498d.")]
     assert said == ["  withdrew alpha/bench-migrate-60498d, left deployed by an interrupted run"]
+
+
+def test_a_part_stopped_before_its_first_figure_holds_none() -> None:
+    from medusa_apps.bench.run import holds_figures
+
+    assert not holds_figures({"move_pause": [], "migration": {"largest_state_mb": None,
+                                                              "pause_at_largest_s": None}},
+                             "move")
+    assert holds_figures({"move_pause": [], "migration": {"largest_state_mb": 1500.0}},
+                         "move")
+
+
+def test_ctrl_c_keeps_what_the_parts_begun_measured(monkeypatch) -> None:
+    """A run stopped with Ctrl-C: the part it was in says so, the figures measured before
+    are kept (each part's own clean-up runs as the interruption passes through it)."""
+    from medusa_apps.bench import run
+
+    def first(bench, got) -> None:
+        got.moves.append("a move measured")
+
+    def second(bench, got) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "STEPS", (run._Step("producers", first),
+                                       run._Step("sunion", second),
+                                       run._Step("bpm", first)))
+    said: list[str] = []
+    bench = run._Bench(1000, 10, 1, None, said.append, {}, None, None, "", None)
+    got = run._measure(bench, {"producers", "sunion", "bpm"})
+    assert got.moves == ["a move measured"], "the part after the interruption did not run"
+    assert bench.started == ["producers", "sunion"]
+    assert bench.errors == {"sunion": run.INTERRUPTED}
+    assert said and "interrupted during sunion" in said[-1]

@@ -97,6 +97,8 @@ class _Bench:
     """The scratch folder of the Spark and Linear Road parts' checkpoints."""
     linear_road_network: str = "linear_road.yaml"
     """The shipped network the Linear Road steps run."""
+    started: list[str] = field(default_factory=list)
+    """The parts begun, in order: a run stopped with Ctrl-C keeps the figures of these."""
 
     def scratch(self) -> Path:
         """The scratch folder of checkpoints; only while the steps that use it run."""
@@ -265,8 +267,8 @@ def _move(bench: _Bench, got: _Figures) -> None:
               f"{sizes[0]} MB")
     failed: list[str] = []
     with _part("move", bench.errors, bench.say):
-        got.moves = state_migration.measure(bench.endpoints, bench.registry, bench.spark,
-                                            bench.layout, migrations, bench.say, failed)
+        state_migration.measure(bench.endpoints, bench.registry, bench.spark, bench.layout,
+                                migrations, bench.say, failed, into=got.moves)
         if failed:  # the part's error; the moves that ran keep their figures
             raise RuntimeError("; ".join(failed))
 
@@ -363,12 +365,26 @@ def _parts(only: Collection[str] | None, linear_road: bool, state_mb: list[int] 
 
 def _measure(bench: _Bench, parts: set[str]) -> _Figures:
     """Runs the steps of ``parts``, in ``STEPS``' order; a failing one is recorded."""
+    got = _Figures()
+    try:
+        _run_steps(bench, got, parts)
+    except KeyboardInterrupt:
+        # Each part's own clean-up has run; what it measured before is kept.
+        part = bench.started[-1] if bench.started else "-"
+        bench.errors[part] = INTERRUPTED
+        bench.say(f"interrupted during {part}: the figures measured so far are kept")
+    return got
+
+
+INTERRUPTED = "interrupted (Ctrl-C)"
+
+
+def _run_steps(bench: _Bench, got: _Figures, parts: set[str]) -> None:
     from medusa_spark.session import spark_session
 
-    got = _Figures()
     for step in STEPS:
         if not step.spark and step.part in parts:
-            step.run(bench, got)
+            _run_step(step, bench, got)
     needs_spark = parts & {step.part for step in STEPS if step.spark}
     # Task slots for the latency part's real-time queries (held for good), on top of the
     # two the other queries share.
@@ -383,14 +399,18 @@ def _measure(bench: _Bench, parts: set[str]) -> _Figures:
     finally:
         if bench.spark is not None:
             bench.spark.stop()
-    return got
 
 
 def _run_spark_steps(bench: _Bench, got: _Figures, parts: set[str], scratch: bool) -> None:
     for step in STEPS:
         if step.spark and step.scratch == scratch and step.part in parts and \
                 bench.spark is not None:
-            step.run(bench, got)
+            _run_step(step, bench, got)
+
+
+def _run_step(step: _Step, bench: _Bench, got: _Figures) -> None:
+    bench.started.append(step.part)
+    step.run(bench, got)
 
 
 def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: bool,
@@ -411,10 +431,16 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     for run in runs:
         say(f"  {run.name:<52} {run.per_second:>12,.0f} records/s")
     result = _result(got, runs, records, hold_s, parts, bench.errors)
+    interrupted = INTERRUPTED in bench.errors.values()
+    if interrupted:
+        # The parts not begun, and one stopped before its first figure, keep their latest.
+        parts = {part for part in bench.started
+                 if part != bench.started[-1] or holds_figures(result, part)}
+        result["parts"] = sorted(parts)
     result["linear_road"]["network"] = linear_road_network
     result["measured_at"] = dict.fromkeys(sorted(parts), time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                         time.gmtime()))
-    if only and (out / "bench.json").exists():
+    if (only or interrupted) and (out / "bench.json").exists():
         result = keep_unmeasured(json.loads((out / "bench.json").read_text()), result, parts)
     write_json(out / "bench.json", result)
     _plot(out, got, runs, records, say)
@@ -530,6 +556,18 @@ PART_KEYS = {"producers": ("records", "value_size"), "sunion": ("sunion",),
              "failover": ("failover", "false_positives_under_load"), "bpm": ("bpm",)}
 """The keys of ``bench.json`` each part alone measures (``runs``, ``ratios`` and ``dpc``
 are shared, and merged finer)."""
+
+
+def holds_figures(result: dict[str, Any], part: str) -> bool:
+    """Whether ``result`` holds any figure of ``part`` (one stopped before its first holds
+    none)."""
+    def filled(value: Any) -> bool:
+        if isinstance(value, dict):
+            return any(filled(v) for v in value.values())
+        if isinstance(value, list):
+            return bool(value)
+        return value is not None
+    return any(filled(result.get(key)) for key in PART_KEYS.get(part, ()))
 
 
 def keep_unmeasured(previous: dict[str, Any], result: dict[str, Any], parts: set[str]

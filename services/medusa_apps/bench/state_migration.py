@@ -359,11 +359,13 @@ def _switch_gap(times_ms: list[int], done_ms: int, within_ms: int = 500) -> floa
 
 def measure(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSession,
             layout: StackLayout, runs: list[tuple[str, int, str]], say: Callable[[str], None],
-            failed: list[str] | None = None) -> list[Migration]:
+            failed: list[str] | None = None, into: list[Migration] | None = None
+            ) -> list[Migration]:
     """One move per (mode, state MB, ballast expiry), each on a network of its own. A
     move that fails is said and noted in ``failed`` (raised without it); the others
-    still run, and their figures are kept."""
-    results = []
+    still run, and their figures are kept (in ``into`` as each ends, if given: a run
+    stopped midway keeps those it has)."""
+    results = into if into is not None else []
     with CatalogClient(endpoints.catalog_url) as catalog:
         wanted = NODES + ((PARTNER_NODE,) if any(m == "partner" for m, _, _ in runs) else ())
         _clear_interrupted(endpoints, catalog, say)
