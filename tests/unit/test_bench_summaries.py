@@ -260,3 +260,19 @@ def test_ctrl_c_keeps_what_the_parts_begun_measured(monkeypatch) -> None:
     assert bench.started == ["producers", "sunion"]
     assert bench.errors == {"sunion": run.INTERRUPTED}
     assert said and "interrupted during sunion" in said[-1]
+
+
+def test_medusa_bench_stopped_with_ctrl_c_exits_130_and_says_where_its_figures_are(
+        monkeypatch, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from medusa_apps import cli
+    from medusa_apps.bench import run
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt  # run_all raises it again once it has written its figures
+
+    monkeypatch.setattr(run, "run_all", stopped)
+    invoked = CliRunner().invoke(cli.app, ["bench", "--only", "move", "--out", str(tmp_path)])
+    assert invoked.exit_code == 130, invoked.output
+    assert "what was measured is in" in invoked.output

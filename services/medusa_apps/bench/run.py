@@ -363,6 +363,10 @@ def _parts(only: Collection[str] | None, linear_road: bool, state_mb: list[int] 
     return parts
 
 
+INTERRUPTED = "interrupted (Ctrl-C)"
+"""The error of the part a run stopped with Ctrl-C was in."""
+
+
 def _measure(bench: _Bench, parts: set[str]) -> _Figures:
     """Runs the steps of ``parts``, in ``STEPS``' order; a failing one is recorded."""
     got = _Figures()
@@ -374,9 +378,6 @@ def _measure(bench: _Bench, parts: set[str]) -> _Figures:
         bench.errors[part] = INTERRUPTED
         bench.say(f"interrupted during {part}: the figures measured so far are kept")
     return got
-
-
-INTERRUPTED = "interrupted (Ctrl-C)"
 
 
 def _run_steps(bench: _Bench, got: _Figures, parts: set[str]) -> None:
@@ -445,6 +446,8 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     write_json(out / "bench.json", result)
     _plot(out, got, runs, records, say)
     _say_ratios(result["ratios"], got, parts, result["linear_road"]["l_rating"], say)
+    if interrupted:  # kept and written; the caller still learns the run was stopped
+        raise KeyboardInterrupt
     return result
 
 

@@ -343,11 +343,6 @@ def _longest_gap_without_move(times_ms: list[int], asked_ms: int, length_ms: int
     return round(statistics.median(longest), 2) if longest else None
 
 
-def _after(times_ms: list[int], done_ms: int) -> int:
-    """The first result after ``done_ms`` (the end of the pause's stretch), or ``done_ms``."""
-    return next((t for t in sorted(times_ms) if t > done_ms), done_ms)
-
-
 def _switch_gap(times_ms: list[int], done_ms: int, within_ms: int = 500) -> float | None:
     """The longest gap between the results just before the move was done (the old node's
     last) and the two bursts after it (the new node's catch-up, or first, and next)."""
@@ -458,9 +453,11 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
         # runs on the old node while its replica catches up, and hands over at its end).
         done_ms = asked_ms + int(moved.seconds * 1000)
         during = [t for t in written if t <= done_ms]
-        longest = _longest_gap([t for t in during if t >= asked_ms] +
-                               [t for t in written if t > done_ms][:1] +
+        first_after = [t for t in written if t > done_ms][:1]
+        longest = _longest_gap([t for t in during if t >= asked_ms] + first_after +
                                [t for t in during if t < asked_ms][-1:])
+        # The control's stretches are as long as the pause's: to the first result after.
+        stretch_ms = (first_after[0] if first_after else done_ms) - asked_ms
         pause = longest[0] if longest is not None else None
         gaps = _gaps([t for t in written if asked_ms - 120_000 <= t < asked_ms])
         switch = _switch_gap(written, done_ms)
@@ -473,8 +470,7 @@ def _one(endpoints: Endpoints, registry: SchemaRegistryClient, spark: SparkSessi
                            if longest is not None else None,
                            round((done_ms - asked_ms) / 1000, 1),
                            _gap_timeline(written, asked_ms, done_ms),
-                           _longest_gap_without_move(written, asked_ms,
-                                                     _after(written, done_ms) - asked_ms))
+                           _longest_gap_without_move(written, asked_ms, stretch_ms))
         say(f"  {mode} {asked_mb} MB ({expiry}): state {result.state_mb:7.1f} MB, hand-over "
             f"{moved.seconds:5.1f} s, output pause {pause if pause is not None else '-'} s, "
             f"beginning {result.pause_began_s} s after the request, at the switch "

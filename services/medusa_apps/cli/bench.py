@@ -38,7 +38,7 @@ def bench(
                         ] = True,
 ) -> None:
     """Benchmarks against the running federation, side by side in one run."""
-    from medusa_apps.bench.run import INTERRUPTED, PARTS, run_all
+    from medusa_apps.bench.run import PARTS, run_all
 
     try:
         sizes = [int(size) for size in state_mb.split(",") if size.strip()]
@@ -55,8 +55,11 @@ def bench(
     if linear_road_network not in (LINEAR_ROAD, LINEAR_ROAD_PARTITIONED):
         raise _fail(f"--linear-road-network: expected {LINEAR_ROAD} or "
                     f"{LINEAR_ROAD_PARTITIONED}, got {linear_road_network!r}", 2)
-    result = run_all(out, records, hold, max_xways, linear_road, console.print, sizes,
-                     failover, only=parts or None, linear_road_network=linear_road_network)
+    try:
+        run_all(out, records, hold, max_xways, linear_road, console.print, sizes, failover,
+                only=parts or None, linear_road_network=linear_road_network)
+    except KeyboardInterrupt:
+        # bench.json holds an earlier run's interruptions too: this run's is this one.
+        console.print(f"stopped; what was measured is in {out}/")
+        raise typer.Exit(130) from None
     console.print(f"results in {out}/")
-    if INTERRUPTED in (result.get("errors") or {}).values():
-        raise typer.Exit(130)
