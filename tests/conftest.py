@@ -164,11 +164,29 @@ def test_tracing(federation: Endpoints):  # type: ignore[no-untyped-def]
 def shared_nodes(federation: Endpoints, tmp_path_factory: pytest.TempPathFactory
                  ) -> Iterator[SharedNodes]:
     """The nodes e2e modules share (``SharedNodes``); none runs until a module asks."""
-    nodes = SharedNodes(federation, tmp_path_factory.mktemp("shared-nodes"))
+    global _shared_nodes
+    nodes = _shared_nodes = SharedNodes(federation, tmp_path_factory.mktemp("shared-nodes"))
     try:
         yield nodes
     finally:
         nodes.stop()
+        _shared_nodes = None
+
+
+_shared_nodes: SharedNodes | None = None
+"""The session's shared nodes, once started: a failing test's report shows their logs."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Iterator[None]:
+    """A test that fails beside the shared nodes (in its set-up too: a module's scenario
+    runs there) shows what they last said: CI keeps no node log."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed and call.when != "teardown" and _shared_nodes is not None and \
+            "shared_nodes" in getattr(item, "fixturenames", ()):
+        report.sections.append(("the shared nodes' last lines", _shared_nodes.narratives()))
 
 
 @pytest.fixture(scope="module")

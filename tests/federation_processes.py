@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -81,6 +82,10 @@ class CatalogProcess:
             self.process = None
 
 
+_OWN_LINE = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ medusa[.\w]* ")
+"""A line of a node's own logging (``medusa.node``, ``medusa.dpc`` and the like)."""
+
+
 class NodeProcess:
     """``medusa node`` as its own process, like a node on another machine."""
 
@@ -128,6 +133,15 @@ class NodeProcess:
         with self.log.open("rb") as log:
             log.seek(size)
             return log.read().decode(errors="replace")
+
+    def narrative(self, last: int = 25) -> list[str]:
+        """The last lines the node's own loggers wrote (what it ran, its DPC states, its
+        moves and takeovers), without the JVM's and the HTTP client's."""
+        if not self.log.exists():
+            return []
+        with self.log.open("rb") as log:
+            lines = log.read().decode(errors="replace").splitlines()
+        return [line for line in lines if _OWN_LINE.match(line)][-last:]
 
     def signal(self, sig: signal.Signals) -> None:
         assert self.process is not None, f"node {self.global_name} is not running"
@@ -211,6 +225,11 @@ class SharedNodes:
         for node in self.nodes.values():
             node.wait_registered()
         return self.nodes
+
+    def narratives(self, last: int = 25) -> str:
+        """Each started node's last lines of its own (``NodeProcess.narrative``)."""
+        return "\n".join(f"-- {name}\n" + "\n".join(node.narrative(last))
+                         for name, node in self.nodes.items() if node.log.exists())
 
     def stop(self) -> None:
         """Stops them all, side by side (a test that wants no node but its own on a

@@ -335,13 +335,19 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
                 fault.end()
             windows.append(FaultWindow(fault.label, began, _now_ms()))
         # The input flows until the fragment is STABLE again with nothing left to
-        # reconcile: a silent input is, to DPC, a failed one.
-        reconciled_by = time.monotonic() + settle_timeout_s
-        while time.monotonic() < reconciled_by:
+        # reconcile: a silent input is, to DPC, a failed one. One budget for both waits,
+        # so that a run which never settles says what it lacks within a test's timeout.
+        settle_by = time.monotonic() + settle_timeout_s
+        while True:
             view = stable_view(c.record for c in list(recorder.log.records))
             if states and states[-1][1] == "STABLE" and not view.reconciling \
                     and not view.tentative:
                 break
+            if time.monotonic() >= settle_by:
+                raise ScenarioUnsettled(_unsettled(
+                    f"the fragment {fragment} did not settle (STABLE, nothing tentative, "
+                    f"nothing left to reconcile) within {settle_timeout_s:.0f}s of the "
+                    f"last fault's end", recorder.log, None, states, input_started_ms))
             time.sleep(0.5)
         for steady in inputs.values():
             steady.end_in(tail_s)
@@ -351,20 +357,56 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
         sampler.join(5)
         expected = reference([*inputs["alpha"].sent, *inputs["beta"].sent])
         say("input done; waiting for the stable view to be complete")
-        deadline = time.monotonic() + settle_timeout_s
-        while time.monotonic() < deadline:
+        while True:
             view = stable_view(c.record for c in list(recorder.log.records))
             if {r.tuple_id for r in view.stable} >= set(expected) and not view.reconciling \
                     and not view.tentative:
                 break
+            if time.monotonic() >= settle_by:
+                raise ScenarioUnsettled(_unsettled(
+                    f"the stable view of {output_topic} was not complete within "
+                    f"{settle_timeout_s:.0f}s of the last fault's end", recorder.log,
+                    expected, states, input_started_ms))
             time.sleep(1.0)
         time.sleep(3.0)  # any duplicate would come now
         return ScenarioRun(output_topic, list(recorder.log.records), expected, windows,
                            list(states), input_started_ms)
     finally:
+        for steady in inputs.values():  # a run stopped early stops its input too
+            if not steady.finished.is_set():
+                steady.end_in(0)
         sampling.set()
         sampler.join(5)
         recorder.close()
+
+
+class ScenarioUnsettled(AssertionError):
+    """A scenario's output never came to its fault-free stable view."""
+
+
+def _unsettled(what: str, log: OutputLog, expected: dict[str, dict[str, Any]] | None,
+               states: list[tuple[int, str]], started_ms: int, last: int = 12) -> str:
+    """``what`` went wrong, with what the output and the fragment's states showed."""
+    records = list(log.records)
+    view = stable_view(c.record for c in records)
+    undo = "reconciling (an UNDO without its REC_DONE)" if view.reconciling else "no UNDO open"
+    lines = [f"{what}:",
+             "  DPC states: " + ", ".join(f"{state} at {(ms - started_ms) / 1000:.1f}s"
+                                          for ms, state in states),
+             f"  output: {len(records)} records, {len(view.stable)} stable, "
+             f"{len(view.tentative)} tentative after the last UNDO, "
+             f"{undo}"]
+    if expected is not None:
+        missing = sorted(set(expected) - {r.tuple_id for r in view.stable})
+        lines.append(f"  {len(missing)} of {len(expected)} expected results missing"
+                     + (f", e.g. {', '.join(missing[:5])}" if missing else ""))
+    if view.tentative:
+        lines.append("  tentative left: " + ", ".join(r.tuple_id for r in view.tentative[:5]))
+    marks = [c for c in records if c.record.type is not TupleType.BOUNDARY][-last:]
+    lines.append(f"  its last {len(marks)} records other than BOUNDARY:")
+    lines += [f"    {(c.timestamp_ms - started_ms) / 1000:7.1f}s p{c.partition} "
+              f"{c.record.type.value} {c.record.tuple_id}" for c in marks]
+    return "\n".join(lines)
 
 
 # -- the benchmark ---------------------------------------------------------------------
