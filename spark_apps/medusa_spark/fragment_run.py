@@ -31,14 +31,17 @@ from medusa_spark.realtime import (
 from medusa_spark.reconcile import DpcRecord, ReconcileRequired
 from medusa_spark.scheduler_pools import (
     forget_query,
+    jvm_thread_at,
     set_query_catching_up,
     set_query_priority,
     threads_started_in,
 )
 from medusa_spark.session import (
     QUERY_STOP_TIMEOUT_MS,
+    REBUILD_NICE,
     STATE_STORE_PROVIDER,
     STATE_STORE_PROVIDERS,
+    can_renice_back,
 )
 from medusa_spark.soutput import OutputFencedError, SOutput
 from medusa_spark.wiring import SUNION_PARTITIONS
@@ -279,8 +282,8 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
         return FragmentRun(wiring, query, writer, checkpoint, 0, execution, why, relay, slots,
                            plan.network.execution)
     # Building the frame analyses each box's plan on this thread's JVM thread: a
-    # rebuilding query's at the lowest priority, beside the queries serving here.
-    with threads_started_in(spark, standby and rebuild):
+    # rebuilding query's at a rebuild's priority, beside the queries serving here.
+    with jvm_thread_at(spark, REBUILD_NICE, standby and rebuild and can_renice_back()):
         frame = start_query_frame(spark, plan, wiring, skip_epoch)
     stream = (frame.writeStream.queryName(f"{wiring.topic_prefix}{wiring.global_name}{suffix}")
               .outputMode("append")

@@ -20,6 +20,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from medusa_spark.thread_priority import thread_at
+
 POOL_PROPERTY = "spark.scheduler.pool"
 REBUILD_PROPERTY = "medusa.rebuild"
 """Set on the jobs of a query rebuilding its state beside a serving one (RebuildPriority)."""
@@ -104,12 +106,28 @@ def forget_query(spark: SparkSession, query: str) -> None:
 
 
 @contextmanager
+def jvm_thread_at(spark: SparkSession, nice: int, allowed: bool = True) -> Iterator[None]:
+    """This thread's JVM thread (PySpark pins one to each Python thread) alone at ``nice``
+    meanwhile, unless not ``allowed``: a query's frame is analysed on it. Its nice value,
+    not its Java priority: a thread it starts meanwhile (a client's, a pool's, kept for
+    the node's life) takes the normal priority."""
+    if not allowed:
+        yield
+        return
+    jvm: Any = spark._jvm
+    tid = int(jvm.medusa.spark.RebuildPriority.currentThreadId())
+    if tid < 0:
+        yield
+        return
+    with thread_at(tid, nice):
+        yield
+
+
+@contextmanager
 def threads_started_in(spark: SparkSession, rebuilding: bool) -> Iterator[None]:
-    """This thread's JVM thread (PySpark pins one to each Python thread), and the threads
-    it starts meanwhile (a query's), at the lowest priority when ``rebuilding`` (a Java
-    thread takes its creator's): a query's frame is analysed on the caller's, and the
-    query plans and compiles its first batch before that batch's writer sets the
-    priority."""
+    """This thread's JVM thread, and the threads it starts meanwhile (a query's), at the
+    lowest priority when ``rebuilding`` (a Java thread takes its creator's): the query
+    plans and compiles its first batch before that batch's writer sets the priority."""
     if not rebuilding:  # the calling thread is at the normal priority (reset below)
         yield
         return

@@ -50,7 +50,14 @@ def this_thread_at(nice: int, allowed: bool = True) -> Iterator[None]:
     """The calling thread at ``nice`` meanwhile, then back at its own value; nothing
     unless ``allowed`` (where the value could not be lowered back). Threads and processes
     it starts meanwhile take the value too: keep it to work that starts none."""
-    tid = threading.get_native_id()
+    with thread_at(threading.get_native_id(), nice, allowed):
+        yield
+
+
+@contextmanager
+def thread_at(tid: int, nice: int, allowed: bool = True) -> Iterator[None]:
+    """Thread ``tid`` (of any process) at ``nice`` meanwhile, then back at its own value
+    (see ``this_thread_at``)."""
     try:
         before = os.getpriority(os.PRIO_PROCESS, tid)
     except OSError:

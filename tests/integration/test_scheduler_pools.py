@@ -4,6 +4,7 @@ preparing to take over (scale instances warming, moves, redos, active standbys) 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from pathlib import Path
@@ -76,6 +77,34 @@ def test_a_rebuild_runs_at_a_lower_priority(spark) -> None:
     assert pid is not None
     favoured = {name: value for name, value in _thread_nices(pid) if value < 0}
     assert not favoured, f"the JVM's own threads run ahead of the queries': {favoured}"
+
+
+def test_a_jvm_thread_niced_alone_starts_threads_at_the_normal_priority(spark) -> None:
+    """A frame analysed niced (a rebuilding query's) leaves no thread it happens to start
+    (a client's, a pool's, kept for the JVM's life) niced after it."""
+    from medusa_spark.scheduler_pools import jvm_thread_at
+    from medusa_spark.session import REBUILD_NICE, can_renice_back, jvm_pid
+    from medusa_spark.thread_priority import threads_of
+
+    if not can_renice_back():
+        pytest.skip("a nice value can be lowered again only as root with CAP_SYS_NICE")
+    jvm = spark._jvm
+    priority = jvm.medusa.spark.RebuildPriority
+    pid = jvm_pid(spark)
+    assert pid is not None
+    timer = None
+    try:
+        with jvm_thread_at(spark, REBUILD_NICE):
+            during = priority.currentNice()
+            timer = jvm.java.util.Timer("medusa-probe-timer", True)  # starts its thread
+        after = priority.currentNice()
+        started = threads_of(pid, ("medusa-probe-ti",))
+        assert len(started) == 1
+        assert (during, after) == (REBUILD_NICE, 0)
+        assert os.getpriority(os.PRIO_PROCESS, started[0]) == 0
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 def test_a_query_s_priority_set_in_the_middle_of_its_batch_holds_from_then_on(spark) -> None:

@@ -31,6 +31,7 @@ from medusa.catalog.model import Kind
 from medusa.consuming import ConsumedTuple, TupleConsumer
 from medusa.endpoints import Endpoints
 from medusa.envelope import TupleType
+from medusa.errors import MedusaError
 from medusa.sensor_windows import STIME_ORIGIN_MS, WINDOW_MS, SteadyInput
 from medusa.sensor_windows import reference as pair_reference
 from medusa.sensors import SensorReading
@@ -380,7 +381,7 @@ def run_scenario(endpoints: Endpoints, registry: SchemaRegistryClient, catalog_u
         recorder.close()
 
 
-class ScenarioUnsettled(AssertionError):
+class ScenarioUnsettled(MedusaError, AssertionError):
     """A scenario's output never came to its fault-free stable view."""
 
 

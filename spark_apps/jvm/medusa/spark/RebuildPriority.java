@@ -144,6 +144,20 @@ public class RebuildPriority implements SparkPlugin {
     }
   }
 
+  /**
+   * The calling thread's Linux thread id, or -1 where it cannot be read: its nice value
+   * can then be set for it alone, which a Java priority cannot (the threads it starts take
+   * its Java priority, and their nice value from it).
+   */
+  public static int currentThreadId() {
+    try {
+      String self = Files.readSymbolicLink(Paths.get("/proc/thread-self")).toString();
+      return Integer.parseInt(self.substring(self.lastIndexOf('/') + 1));
+    } catch (IOException | RuntimeException e) {
+      return -1;
+    }
+  }
+
   /** The calling thread's nice value (Linux), or 0 where it cannot be read. */
   public static int currentNice() {
     try {
