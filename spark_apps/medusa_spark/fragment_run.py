@@ -103,6 +103,7 @@ class FragmentRun:
     execution_asked: str = MICRO_BATCH
     """How its network asks its fragments to run (the network's ``execution``)."""
     _stop_timed_out: bool = False
+    _catching_up: bool = False
 
     @property
     def name(self) -> str:
@@ -148,9 +149,12 @@ class FragmentRun:
         return written
 
     def catch_up(self) -> None:
-        """A warm move's replica works off its lag before it takes over, its batch in
-        progress too, at a priority between a rebuild's and the normal one
-        (``session.CATCH_UP_NICE``)."""
+        """A rebuilding standby (a warm move's replica, a DPC redo with its corrections
+        done) works off its lag before it takes over, its batch in progress too, at a
+        priority between a rebuild's and the normal one (``session.CATCH_UP_NICE``)."""
+        if self._catching_up:
+            return
+        self._catching_up = True
         set_query_catching_up(SparkSession.active(), self.writer.query_key)
 
     def give_way(self) -> None:

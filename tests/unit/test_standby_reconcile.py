@@ -115,3 +115,31 @@ def test_a_primary_that_yielded_its_output_shows_stable_only_once_it_writes_it_a
     assert published_dpc_state(hosted) == "STABLE"
     # Fenced by the replica, before it has noticed: the catalog names the replica serving.
     assert published_dpc_state(hosted, replica_serves=True) == "STABILIZATION"
+
+
+def test_a_redo_with_its_corrections_done_catches_up_before_it_takes_over(monkeypatch
+                                                                        ) -> None:
+    """Once a redo has REC_DONE in its buffer, only the input that came meanwhile is left:
+    it goes on at the catch-up priority, not a rebuild's, which on a busy machine might
+    never close the gap; it takes over once caught up."""
+    hosting = Hosting.__new__(Hosting)
+    hosting.node = SimpleNamespace(global_name="alpha/n1", spark=None)
+    hosted = _hosted(_Run(standby=False, stopped=False))
+    redo = _Run(standby=True, stopped=False)
+    redo.writer.dpc = SimpleNamespace(skip_epoch=1, rec_done_epoch=0)
+    asked: list[str] = []
+    redo.catch_up = lambda: asked.append("catch up")  # type: ignore[attr-defined]
+    hosted.redo = redo  # type: ignore[assignment]
+    caught = [False]
+    monkeypatch.setattr(hosting_module, "caught_up", lambda run: caught[0])
+    monkeypatch.setattr(Hosting, "_switch_to_redo",
+                        lambda self, hosted, request: asked.append("switch"))
+
+    hosting._redo_beside(hosted, SimpleNamespace())
+    assert asked == []  # still redoing the period: a rebuild's priority
+    redo.writer.dpc.rec_done_epoch = 1
+    hosting._redo_beside(hosted, SimpleNamespace())
+    assert asked == ["catch up"]
+    caught[0] = True
+    hosting._redo_beside(hosted, SimpleNamespace())
+    assert asked == ["catch up", "switch"]

@@ -797,9 +797,13 @@ class Hosting:
             self._reconcile(hosted, network, request)
             return True
         old_stopped = not hosted.run.query.isActive
-        if old_stopped or (redo.writer.dpc.rec_done_epoch >= request.epoch and
-                           caught_up(redo)):
+        corrected = redo.writer.dpc.rec_done_epoch >= request.epoch
+        if old_stopped or (corrected and caught_up(redo)):
             self._switch_to_redo(hosted, request)
+        elif corrected:
+            # What is left is the input that came meanwhile: at a rebuild's priority, on
+            # a machine kept busy by the queries serving, it might never close that gap.
+            redo.catch_up()
         return True
 
     def _start_redo(self, hosted: HostedFragment, network: NetworkPlan,
