@@ -46,6 +46,14 @@ class CompilerPriority:
         self._ended_at: float | None = None
         """When (monotonic) the node's last rebuild ended."""
 
+    def redo_ended(self) -> None:
+        """A DPC redo (niced, though its compilers are not) has taken over or stopped:
+        threads it left at the rebuild's priority go back too, as after a rebuild. The
+        query's own thread starts niced, and a thread it starts for the query's life (its
+        Kafka admin client's) kept nice 10 after it took over."""
+        if self._pid is not None and not self._rebuilding:
+            self._ended_at = time.monotonic()
+
     def follow(self, rebuilding: bool) -> None:
         if self._pid is None:
             return

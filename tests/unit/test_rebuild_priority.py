@@ -88,6 +88,21 @@ def test_a_batch_a_rebuild_left_niced_runs_on_at_the_normal_priority_once_none_r
         os.setpriority(os.PRIO_PROCESS, task, 0)
 
 
+@pytest.mark.skipif(not can_renice_back(), reason="needs CAP_SYS_NICE to renice back")
+def test_a_thread_a_dpc_redo_left_niced_goes_back_once_the_redo_has_ended() -> None:
+    """A redo is niced but not followed as a rebuild (its compilers stay at 0): once it has
+    taken over, the admin client thread its query started niced goes back too."""
+    priority = CompilerPriority(os.getpid())
+    with thread_named("kafka-admin-cli") as admin, thread_named("C2 CompilerThre") as c2:
+        os.setpriority(os.PRIO_PROCESS, admin, REBUILD_NICE)
+        priority.follow(rebuilding=False)
+        assert os.getpriority(os.PRIO_PROCESS, admin) == REBUILD_NICE, "no rebuild ended"
+        priority.redo_ended()
+        priority.follow(rebuilding=False)
+        assert os.getpriority(os.PRIO_PROCESS, admin) == 0
+        assert os.getpriority(os.PRIO_PROCESS, c2) == 0
+
+
 def test_without_a_jvm_it_renices_nothing() -> None:
     with thread_named("C2 CompilerThre") as c2:
         before = os.getpriority(os.PRIO_PROCESS, c2)

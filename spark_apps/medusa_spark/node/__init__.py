@@ -102,6 +102,7 @@ class Node:
         self._reporting = Reporting(self.state)
         self._hosting = Hosting(self.state, self._membership, self._reporting)
         self._compilers = CompilerPriority(jvm_pid(spark))
+        self._redoing = False
 
     @property
     def global_name(self) -> str:
@@ -133,10 +134,15 @@ class Node:
         """The JIT compilers, and the SUnion of each fragment that rebuilds, at a rebuild's
         priority while a query here rebuilds state beside a serving instance: a warm move's
         replica or a scale step's instance catching up (``compiler_priority``,
-        ``SUnionProcess.follow_rebuild``). A DPC redo is left at the normal priority: its
-        first batch is what a reconciliation waits for."""
+        ``SUnionProcess.follow_rebuild``). A DPC redo's compilers and SUnion are left at
+        the normal priority (its first batch is what a reconciliation waits for), and what
+        its query left niced goes back once it has ended."""
         with self.state.lock:
             hosted = list(self.state.hosted.values())
+        redoing = any(h.redo is not None for h in hosted)
+        if self._redoing and not redoing:
+            self._compilers.redo_ended()
+        self._redoing = redoing
         self._compilers.follow(any(h.run.writer.rebuilding for h in hosted))
         for fragment in hosted:
             if fragment.sunion is not None:
