@@ -38,29 +38,28 @@ def compiler_threads(pid: int) -> list[int]:
 
 class CompilerPriority:
     """Follows whether the node rebuilds (``follow``): the compilers of ``jvm_pid`` at
-    ``REBUILD_NICE`` meanwhile, at 0 otherwise, with any thread a rebuild left niced."""
+    ``REBUILD_NICE`` meanwhile, at 0 otherwise, with any thread a rebuild or a DPC redo
+    left niced."""
 
     def __init__(self, jvm_pid: int | None) -> None:
         self._pid = jvm_pid if jvm_pid is not None and can_renice_back() else None
         self._rebuilding = False
+        self._redoing = False
         self._ended_at: float | None = None
-        """When (monotonic) the node's last rebuild ended."""
+        """When (monotonic) the node's last rebuild or DPC redo ended."""
 
-    def redo_ended(self) -> None:
-        """A DPC redo (niced, though its compilers are not) has taken over or stopped:
-        threads it left at the rebuild's priority go back too, as after a rebuild. The
-        query's own thread starts niced, and a thread it starts for the query's life (its
-        Kafka admin client's) kept nice 10 after it took over."""
-        if self._pid is not None and not self._rebuilding:
-            self._ended_at = time.monotonic()
-
-    def follow(self, rebuilding: bool) -> None:
+    def follow(self, rebuilding: bool, redoing: bool = False) -> None:
+        """``redoing``: a DPC redo runs here, niced, though its compilers are not. Once none
+        does (it has taken over or stopped), threads it left niced go back as after a
+        rebuild: its query's own thread starts niced, and a thread that starts for the
+        query's life (its Kafka admin client's) kept nice 10 after it took over."""
+        redo_ended, self._redoing = self._redoing and not redoing, redoing
         if self._pid is None:
             return
         if rebuilding:
             # Again on every pass: the JVM starts compiler threads as needed.
             renice(compiler_threads(self._pid), REBUILD_NICE)
-        elif self._rebuilding:
+        elif self._rebuilding or redo_ended:
             self._ended_at = time.monotonic()
         if rebuilding != self._rebuilding:
             log.info("JIT compiler threads at nice %d: %s", REBUILD_NICE if rebuilding else 0,

@@ -95,10 +95,10 @@ def test_a_thread_a_dpc_redo_left_niced_goes_back_once_the_redo_has_ended() -> N
     priority = CompilerPriority(os.getpid())
     with thread_named("kafka-admin-cli") as admin, thread_named("C2 CompilerThre") as c2:
         os.setpriority(os.PRIO_PROCESS, admin, REBUILD_NICE)
-        priority.follow(rebuilding=False)
-        assert os.getpriority(os.PRIO_PROCESS, admin) == REBUILD_NICE, "no rebuild ended"
-        priority.redo_ended()
-        priority.follow(rebuilding=False)
+        priority.follow(rebuilding=False, redoing=True)
+        assert os.getpriority(os.PRIO_PROCESS, admin) == REBUILD_NICE, "while it runs"
+        assert os.getpriority(os.PRIO_PROCESS, c2) == 0, "its compilers are not niced"
+        priority.follow(rebuilding=False, redoing=False)
         assert os.getpriority(os.PRIO_PROCESS, admin) == 0
         assert os.getpriority(os.PRIO_PROCESS, c2) == 0
 

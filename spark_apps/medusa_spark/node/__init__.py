@@ -102,7 +102,6 @@ class Node:
         self._reporting = Reporting(self.state)
         self._hosting = Hosting(self.state, self._membership, self._reporting)
         self._compilers = CompilerPriority(jvm_pid(spark))
-        self._redoing = False
 
     @property
     def global_name(self) -> str:
@@ -139,11 +138,8 @@ class Node:
         its query left niced goes back once it has ended."""
         with self.state.lock:
             hosted = list(self.state.hosted.values())
-        redoing = any(h.redo is not None for h in hosted)
-        if self._redoing and not redoing:
-            self._compilers.redo_ended()
-        self._redoing = redoing
-        self._compilers.follow(any(h.run.writer.rebuilding for h in hosted))
+        self._compilers.follow(any(h.run.writer.rebuilding for h in hosted),
+                               redoing=any(h.redo is not None for h in hosted))
         for fragment in hosted:
             if fragment.sunion is not None:
                 fragment.sunion.follow_rebuild(fragment.run.writer.rebuilding)
