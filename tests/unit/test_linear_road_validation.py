@@ -19,6 +19,7 @@ from medusa.linear_road.records import (
 from medusa.linear_road.run_records import RunRecords, input_record
 from medusa.linear_road.validation import (
     OUTPUT_KINDS,
+    READ_TIME,
     Published,
     Triggers,
     benchmark_lines,
@@ -184,6 +185,19 @@ def test_the_response_runs_from_the_inputs_publish_time() -> None:
     assert result.result(0).percentile(1.0) == pytest.approx(2.0)
     assert sorted(t.emit_s for t in result.result(0).timings) == pytest.approx([1.0, 32.0,
                                                                                   32.0])
+
+
+def test_the_response_may_end_when_a_reader_got_the_output() -> None:
+    # Emitted 1 s after its input, read 4.5 s later (the transaction's commit, the fetch):
+    # by the reader's time it is late; by the writer's, in time.
+    got = outputs()
+    got["daily_expenditures"] = [{**emitted(EXPENDITURES[0], 1.0),
+                                  READ_TIME: emitted(EXPENDITURES[0], 5.5)["emit_time"]}]
+    assert validate(INPUTS, got, reference()).passed
+    by_reader = validate(INPUTS, got, reference(), answered_at=READ_TIME)
+    assert counts(by_reader, 3) == (1, 1, 0, 0, 0, 1)
+    assert by_reader.result(3).percentile(1.0) == pytest.approx(5.5)
+    assert by_reader.correct  # the reader's time is left out of the comparison
 
 
 @pytest.mark.parametrize(("result_time", "balance", "accepted"), [

@@ -13,7 +13,9 @@ the reference's outputs, it counts per output type (SEMANTICS.md, last paragraph
   matches when its ``balance`` is the reference's balance at its ``result_time`` and
   that lies within the query's last 60 seconds.
 - response time of an output: ``emit_time`` minus the publish time of its input (the
-  position report with its ``(xway, vid, time)``, or the query with its ``qid``);
+  position report with its ``(xway, vid, time)``, or the query with its ``qid``), or,
+  where the outputs carry it, ``read_time`` (when a ``read_committed`` reader got the
+  output: the writer's transaction commit and the reader's fetch included);
   ``late``: outputs whose response time is above 5 s. The percentiles (nearest rank)
   count each missing output as infinitely late.
 
@@ -162,6 +164,12 @@ def _keep_earliest(index: dict[Any, int], key: Hashable, ms: int) -> None:
 # -- timings ----------------------------------------------------------------------------------
 
 
+EMIT_TIME = "emit_time"
+"""When the network's writer emitted an output (epoch ms), in the output itself."""
+READ_TIME = "read_time"
+"""When a ``read_committed`` reader got an output (epoch ms), added by the reader."""
+
+
 def emit_seconds(time: int, response_s: float) -> float:
     """An output's emit in simulation seconds: its input went out ``time`` seconds after
     second 0 (real time), so it was emitted ``time + response`` seconds in."""
@@ -180,17 +188,20 @@ class Timing:
         return emit_seconds(self.time, self.response_s)
 
 
-def response_s(row: Row, publish_ms: int) -> float:
-    return (int(row["emit_time"]) - publish_ms) / 1000.0
+def response_s(row: Row, publish_ms: int, answered_at: str = EMIT_TIME) -> float:
+    return (int(row[answered_at]) - publish_ms) / 1000.0
 
 
-def timings(kind: OutputKind, rows: Iterable[Row], triggers: Triggers) -> list[Timing]:
-    """The response of each output whose input is known (and that has an ``emit_time``)."""
+def timings(kind: OutputKind, rows: Iterable[Row], triggers: Triggers,
+            answered_at: str = EMIT_TIME) -> list[Timing]:
+    """The response of each output whose input is known (and that has its ``answered_at``
+    time: ``emit_time``, or ``read_time``)."""
     found = []
     for row in rows:
         published = triggers.publish_ms(kind, row)
-        if published is not None and row.get("emit_time") is not None:
-            found.append(Timing(int(row.get("time", 0)), response_s(row, published)))
+        if published is not None and row.get(answered_at) is not None:
+            found.append(Timing(int(row.get("time", 0)),
+                                response_s(row, published, answered_at)))
     return found
 
 
@@ -222,7 +233,7 @@ def benchmark_lines(outputs: Mapping[str, Sequence[Row]], triggers: Triggers) ->
 
 
 def without_emit(row: Row) -> dict[str, Any]:
-    return {name: value for name, value in row.items() if name != "emit_time"}
+    return {name: value for name, value in row.items() if name not in (EMIT_TIME, READ_TIME)}
 
 
 def output_key(kind: OutputKind, row: Row) -> Hashable:
@@ -448,17 +459,21 @@ class Validation:
 
 
 def validate_type(kind: OutputKind, reference: Reference, got: Sequence[Row],
-                  triggers: Triggers, late_after_s: float = LATE_AFTER_S) -> TypeResult:
+                  triggers: Triggers, late_after_s: float = LATE_AFTER_S,
+                  answered_at: str = EMIT_TIME) -> TypeResult:
     expected: Sequence[Row] = getattr(reference, kind.field)
     comparison = compare(kind, expected, got, matcher_for(kind, reference))
     return TypeResult(kind, len(expected), len(got), comparison,
-                      timings(kind, got, triggers), late_after_s)
+                      timings(kind, got, triggers, answered_at), late_after_s)
 
 
 def validate(inputs: Iterable[Published], outputs: Mapping[str, Sequence[Row]],
-             reference: Reference, late_after_s: float = LATE_AFTER_S) -> Validation:
+             reference: Reference, late_after_s: float = LATE_AFTER_S,
+             answered_at: str = EMIT_TIME) -> Validation:
     """The run's outputs (per ``OutputKind.field``, each with ``emit_time``) against the
-    reference computed from ``inputs``."""
+    reference computed from ``inputs``; response times end at ``answered_at``
+    (``READ_TIME``: as a ``read_committed`` reader saw them, where the outputs carry it)."""
     triggers = Triggers.of(inputs)
     return Validation([validate_type(kind, reference, outputs.get(kind.field, []), triggers,
-                                     late_after_s) for kind in OUTPUT_KINDS], late_after_s)
+                                     late_after_s, answered_at)
+                       for kind in OUTPUT_KINDS], late_after_s)

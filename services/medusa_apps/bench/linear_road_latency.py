@@ -25,7 +25,8 @@ record with its Kafka timestamp, i.e. when it was published), computes the
 independent reference from them and validates the collected outputs
 (``medusa.linear_road.validation``, the benchmark's validator): per output type
 expected, got, missing, wrong, duplicated and late (response above 5 s) outputs,
-and the response times, ``emit_time`` minus the publish time of the input the
+and the response times, the output's arrival at the collector (a ``read_committed``
+reader: the writer's transaction commit counts) minus the publish time of the input the
 output answers (a missing output counts as infinitely late). A step is met when
 the validation passes: every output correct, none missing or duplicated, every
 response within 5 s. The steps go L = 1, 2, 3, ... and stop at the first that is
@@ -66,6 +67,7 @@ from medusa.linear_road.traffic import PEAK_REPORTS_PER_S_PER_XWAY, TrafficProfi
 from medusa.linear_road.validation import (
     LATE_AFTER_S,
     OUTPUT_KINDS,
+    READ_TIME,
     OutputKind,
     TypeResult,
     Validation,
@@ -135,7 +137,7 @@ class StepResult:
     """Input records read back from the step's topics (all of them: ``sent``)."""
     delivery_s: list[float] = field(default_factory=list)
     """Per collected output: its arrival at the collector minus its ``emit_time`` (the
-    writer's transaction commit and the consumer's fetch, which the response leaves out)."""
+    writer's transaction commit and the consumer's fetch, the end of each response)."""
     breakdown: dict[str, Any] = field(default_factory=dict)
     drained: bool = True
     """False when the outputs were still coming when the step gave up waiting."""
@@ -148,7 +150,7 @@ class StepResult:
     @property
     def latencies_s(self) -> list[tuple[float, float]]:
         """(second of the report, response time) per toll notification timed by the
-        validator: its ``emit_time`` minus its report's Kafka timestamp."""
+        validator: its arrival at the collector minus its report's Kafka timestamp."""
         tolls = self.tolls
         if tolls is None:
             return []
@@ -402,10 +404,11 @@ class _Lines:
                 self.rows.append((arrived, name, value))
 
     def outputs(self) -> dict[str, list[dict[str, Any]]]:
-        """The collected outputs per name (each with its ``emit_time``)."""
+        """The collected outputs per name, each with its ``emit_time`` and its arrival at
+        the collector (``READ_TIME``)."""
         found: dict[str, list[dict[str, Any]]] = {name: [] for name in OUTPUTS}
-        for _, name, value in self.rows:
-            found.setdefault(name, []).append(value)
+        for arrived, name, value in self.rows:
+            found.setdefault(name, []).append({**value, READ_TIME: arrived})
         return found
 
 
@@ -452,7 +455,9 @@ def validate_step(result: StepResult, config: dict[str, Any], registry: SchemaRe
     with console.status(f"L={result.xways}: computing the reference from "
                         f"{len(run.inputs):,} inputs and validating"):
         reference = compute(run.reference_input())
-        result.validation = validate(run.inputs, outputs, reference, LATENCY_BOUND_S)
+        # Answered when a read_committed reader gets it: the transaction's commit counts.
+        result.validation = validate(run.inputs, outputs, reference, LATENCY_BOUND_S,
+                                     answered_at=READ_TIME)
 
 
 def _progress_dicts(query: Any) -> list[dict[str, Any]]:
@@ -500,12 +505,12 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
         live_latencies: list[float] = []
 
         def latencies() -> list[float]:
-            """Live, every output's emit minus the time its input second was due."""
+            """Live, every output's arrival at the collector minus the time its input
+            second was due."""
             seen = len(lines.rows)
             lines.read()
-            live_latencies.extend(int(value["emit_time"]) / 1000.0 - publisher.due(value["time"])
-                                  for _, _, value in lines.rows[seen:]
-                                  if value.get("emit_time") is not None)
+            live_latencies.extend(arrived / 1000.0 - publisher.due(value["time"])
+                                  for arrived, _, value in lines.rows[seen:])
             return live_latencies
 
         def observe() -> None:
