@@ -221,7 +221,7 @@ def benchmark_lines(outputs: Mapping[str, Sequence[Row]], triggers: Triggers) ->
     for kind in OUTPUT_KINDS:
         for row in outputs.get(kind.field, []):
             published = triggers.publish_ms(kind, row)
-            emit = (-1 if published is None or row.get("emit_time") is None else
+            emit = (-1 if published is None or row.get(EMIT_TIME) is None else
                     math.floor(emit_seconds(int(row["time"]), response_s(row, published))))
             values = {**row, "emit": emit}
             lines.append(",".join(str(v) for v in (kind.type, *(values[f] for f in
@@ -306,7 +306,7 @@ def compare(kind: OutputKind, expected: Sequence[Row], got: Sequence[Row],
             matches: Matcher) -> Comparison:
     """Per trigger (report or query): what matched, what is missing, wrong, duplicated."""
     wanted_by_key = grouped(kind, expected)
-    got_by_key = grouped(kind, sorted(got, key=lambda row: row.get("emit_time") or 0))
+    got_by_key = grouped(kind, sorted(got, key=lambda row: row.get(EMIT_TIME) or 0))
     result = Comparison()
     for key in wanted_by_key.keys() | got_by_key.keys():
         wanted, answers = wanted_by_key.get(key, []), got_by_key.get(key, [])
