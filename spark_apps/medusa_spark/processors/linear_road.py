@@ -193,8 +193,8 @@ class Road(Processor):
             for key in ended:
                 per_page = writable.pop(key)
                 merged = closing.setdefault(key, per_page)
-                if merged is not per_page:  # a car off its half minute's second
-                    for vid, (total, count) in per_page.items():
+                if merged is not per_page:  # the segment's cars of another second
+                    for vid, (total, count) in per_page.items():  # (or the same car)
                         had_total, had_count = merged.get(vid, (0, 0))
                         merged[vid] = (had_total + total, had_count + count)
             road.speeds.drop_empty(page_id)
