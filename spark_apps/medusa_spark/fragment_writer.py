@@ -376,7 +376,7 @@ class FragmentWriter:
         if self._encoding is None or self._encoding[0] != columns:
             # Built once: dozens of calls into the JVM, tens of ms a batch at a low rate.
             self._encoding = (columns, encoded_columns(
-                self.wiring, columns, wall_clock_ms()))
+                self.wiring, columns, F.unix_millis(F.current_timestamp())))
         return batch.select(*self._encoding[1]).toArrow()
 
     def write_table(self, table: pa.Table, batch_id: int, began: float | None = None) -> None:
@@ -751,13 +751,6 @@ class FragmentWriter:
 
 ENCODED_EXTRAS = (RAW, RAW_HEADERS, REASON, SOURCE, EPOCH, REDO)
 """The control rows' columns beside a result's (null on results)."""
-
-
-def wall_clock_ms() -> Column:
-    """The wall clock when each row is encoded, epoch milliseconds: ``current_timestamp``
-    is fixed when a batch's job is planned, before it computes the batch (a second or
-    more on a busy stateful fragment), and a real-time batch runs for seconds."""
-    return F.expr("CAST(reflect('java.lang.System', 'currentTimeMillis') AS BIGINT)")
 
 
 def encoded_columns(wiring: FragmentWiring, columns: Sequence[str], now: Column

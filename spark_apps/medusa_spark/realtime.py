@@ -39,7 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
@@ -52,7 +52,6 @@ from medusa_spark.fragment_writer import (
     FragmentHaltedError,
     FragmentWriter,
     encoded_columns,
-    wall_clock_ms,
 )
 from medusa_spark.network.execution import MICRO_BATCH, REAL_TIME, realtime_refusal
 from medusa_spark.network.validate import Plan
@@ -151,6 +150,12 @@ def staged_topic(wiring: FragmentWiring) -> str:
     return wiring.source.topic + STAGED_SUFFIX
 
 
+def _now_ms() -> Column:
+    """The wall clock per row: ``current_timestamp`` is fixed per batch, and a real-time
+    batch runs for seconds."""
+    return F.expr("CAST(reflect('java.lang.System', 'currentTimeMillis') AS BIGINT)")
+
+
 def _staged_rows(plan: Plan, wiring: FragmentWiring, spark: SparkSession) -> DataFrame:
     """The fragment's rows as Kafka records: the encoded value (an INVALID record's raw
     value), the envelope and the source offset in headers."""
@@ -158,7 +163,7 @@ def _staged_rows(plan: Plan, wiring: FragmentWiring, spark: SparkSession) -> Dat
         return read_source(spark, wiring.source).withColumn(_OFFSET, F.col("offset"))
 
     rows = build_fragment(plan, wiring, reader)
-    encoded = rows.select(*encoded_columns(wiring, rows.columns, wall_clock_ms()),
+    encoded = rows.select(*encoded_columns(wiring, rows.columns, _now_ms()),
                           F.col(_OFFSET), F.col(READER))
     headers = [F.struct(F.lit(name).alias("key"),
                         F.col(name).cast("string").cast("binary").alias("value"))

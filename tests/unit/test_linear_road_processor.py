@@ -4,7 +4,6 @@ independent reference: the road as one group (linear_road.yaml), and partitioned
 (linear_road_partitioned.yaml: the road by expressway and direction, its charges going on
 to the accounts by car)."""
 
-import dataclasses
 import json
 import pickle
 from collections import Counter
@@ -134,59 +133,3 @@ def test_a_road_state_saved_before_a_field_was_added_resumes_with_it_empty() -> 
     del older.__dict__["lavs"]
     resumed = pickle.loads(pickle.dumps(older, protocol=5))
     assert resumed.minute == 3 and resumed.lavs == {}
-
-
-def _unpaged(state: Any) -> Any:
-    """``state`` laid out as before pages: its cars and open minutes' speeds plain dicts."""
-    from medusa_spark.processors.linear_road import RoadState
-
-    cars = {vid: car for _, page in state.cars for vid, car in page.items()}
-    speeds: dict = {}
-    for _, page in state.speeds:
-        for key, per_car in page.items():
-            merged = speeds.setdefault(key, {})
-            for vid, (total, count) in per_car.items():
-                had = merged.get(vid, (0, 0))
-                merged[vid] = (had[0] + total, had[1] + count)
-    older = RoadState()
-    fields = {**state.__dict__, "cars": cars, "speeds": speeds}
-    del fields["car_pages"]
-    older.__dict__.clear()
-    older.__dict__.update(fields)
-    return older
-
-
-def _run_road(records: list, resume: Any = None) -> dict[str, list[dict]]:
-    """The one-group road over ``records`` in 7 s batches, its state pickled in between;
-    ``resume(state, batch_number)`` may replace the state after a batch."""
-    road, state = Road(), None
-    got: dict[str, list[dict]] = {port: [] for port in OUTPUTS}
-    for number, batch in enumerate(_batches(records, seconds=7)):
-        state, results = road.process(state, batch)
-        if resume is not None:
-            state = resume(state, number)
-        state = pickle.loads(pickle.dumps(state, protocol=5))
-        for port in OUTPUTS:
-            got[port] += results[port].drop(columns=["_id", "_stime"]).to_dict("records")
-    return got
-
-
-def test_a_road_state_from_before_pages_resumes_with_the_same_results() -> None:
-    """A checkpoint's state whose cars and speeds are plain dicts (before pages) resumes
-    mid-run, and the rest of the run still equals the reference."""
-    records = [r for _, rs in TrafficSimulation(PROFILE).run() for r in rs]
-    got = _run_road(records, lambda state, number: _unpaged(state) if number == 20 else state)
-    _assert_equal(got, compute(records))
-
-
-def test_cars_reporting_off_their_half_minute_second_are_followed() -> None:
-    """A car is held on the page of the second it reports in; one whose reports shift to
-    another second (not the benchmark's traffic) is found on its old page and moved."""
-    records = []
-    for record in (r for _, rs in TrafficSimulation(PROFILE).run() for r in rs):
-        if isinstance(record, lr.PositionReport) and record.vid % 3 == 0 \
-                and 150 <= record.time < PROFILE.duration_s - 2:
-            record = dataclasses.replace(record, time=record.time + 1 + record.vid % 2)
-        records.append(record)
-    records.sort(key=lambda r: r.time)
-    _assert_equal(_run_road(records), compute(records))

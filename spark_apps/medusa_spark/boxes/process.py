@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import importlib
 import pickle
-import uuid
 import warnings
 from abc import ABC, abstractmethod
-from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -217,47 +215,6 @@ def _results(processor_type: type[Processor], output: StructType,
     return pd.concat(parts, ignore_index=True).reindex(columns=[f.name for f in output.fields])
 
 
-VERSIONED_STATE = b"MDSv"
-"""How a group's state value begins when it carries the id of its version (16 bytes
-follow, then the pickled state); a plain pickle (from before) begins otherwise."""
-_KEPT_SIZE = 64 * 1024
-"""A state pickled this large or larger is kept in the worker for its next batch."""
-_KEPT_STATES = 16
-_ABSENT = object()
-_kept: OrderedDict[bytes, Any] = OrderedDict()
-"""Version id -> the state object of that version, as a process box returned it last in
-this Python worker (Spark reuses its workers across tasks and batches). When Spark hands
-that very version back with the group's next batch, the object is used as it is rather
-than unpickled again (a tenth of a second for Linear Road's one-group road at four
-expressways). A version is taken out when used, so an object changed by a call that
-failed, or whose batch Spark did not commit, is never taken for another version."""
-
-
-def saved_state(state: Any) -> bytes:
-    """A group's state as its state value, with a new version id; kept in the worker
-    when large enough that unpickling it costs."""
-    version = uuid.uuid4().bytes
-    data = pickle.dumps(state, protocol=5)
-    if len(data) >= _KEPT_SIZE:
-        # An object is kept for its newest version alone: it may have changed since.
-        for older in [v for v, kept in _kept.items() if kept is state]:
-            del _kept[older]
-        _kept[version] = state
-        while len(_kept) > _KEPT_STATES:
-            _kept.popitem(last=False)
-    return VERSIONED_STATE + version + data
-
-
-def restored_state(value: bytes) -> Any:
-    """The state a state value holds: the worker's own object of that version when it
-    kept one, else unpickled."""
-    if not value.startswith(VERSIONED_STATE):
-        return pickle.loads(value)
-    start = len(VERSIONED_STATE)
-    kept = _kept.pop(bytes(value[start:start + 16]), _ABSENT)
-    return kept if kept is not _ABSENT else pickle.loads(memoryview(value)[start + 16:])
-
-
 def _runner(processor_type: type[Processor], output: StructType) -> Any:
     """The function Spark calls per group; it builds its processor on first use."""
     order = {port: index for index, port in enumerate(processor_type.inputs)}
@@ -269,11 +226,11 @@ def _runner(processor_type: type[Processor], output: StructType) -> Any:
             _quiet_concat_warnings()
             instance.append(processor_type())
         rows = _ordered(frames, order)
-        saved, tentative = (restored_state(state.get[0]), bool(state.get[1])) \
-            if state.exists else (None, False)
+        saved, tentative = (pickle.loads(state.get[0]), bool(state.get[1])) if state.exists \
+            else (None, False)
         tentative = tentative or bool((rows[TYPE] == TENTATIVE).any())
         new_state, results = instance[0].process(saved, rows)
-        state.update((saved_state(new_state), tentative))
+        state.update((pickle.dumps(new_state, protocol=5), tentative))
         frame = _results(processor_type, output, results, tentative)
         if frame is not None:
             yield frame

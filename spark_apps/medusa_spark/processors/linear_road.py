@@ -37,7 +37,6 @@ import pandas as pd
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from medusa_spark.boxes.process import Processor
-from medusa_spark.processors.pages import Pages
 from medusa_spark.streams import ID, STIME
 
 EXIT_LANE = 4
@@ -48,12 +47,6 @@ LAV_MINUTES = 5
 TOLL_MAX_LAV = 40
 TOLL_MIN_CARS = 50
 ANSWER_WINDOW_S = 60
-REPORT_INTERVAL_S = 30
-"""A car reports every 30 s: its state is held on the page of its second of the half
-minute, so a batch changes the pages of the seconds it covers."""
-VIDS_A_PAGE = 1024
-UNPAGED = -1
-"""The page of what a state from before pages held (cars, open minutes' speeds)."""
 
 
 def _ints(*names: str) -> StructType:
@@ -109,16 +102,13 @@ class Accident:
 
 @dataclass
 class RoadState:
-    cars: Pages = field(default_factory=Pages)
-    """Page (the second of the half minute the car reports in) -> vid -> its ``Car`` as a
-    plain tuple."""
-    car_pages: Pages = field(default_factory=Pages)
-    """vid // VIDS_A_PAGE -> vid -> the page of ``cars`` it is on."""
+    cars: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """vid -> its ``Car`` as a plain tuple."""
     balances: dict[int, int] = field(default_factory=dict)
     """vid -> the tolls charged to it here (its balance, when the road is one group)."""
-    speeds: Pages = field(default_factory=Pages)
-    """Page (the second of the half minute reported in) -> (xway, dir, seg, minute) -> vid
-    -> (sum of speeds, reports): the open minutes."""
+    speeds: dict[tuple[int, int, int, int], dict[int, tuple[int, int]]] = field(
+        default_factory=dict)
+    """(xway, dir, seg, minute) -> vid -> (sum of speeds, reports): the open minutes."""
     statistics: dict[Segment, dict[int, tuple[int, Fraction]]] = field(default_factory=dict)
     """Segment -> minute -> (cars, mean of the cars' mean speeds), for closed minutes."""
     stopped: dict[Place, set[int]] = field(default_factory=dict)
@@ -130,17 +120,7 @@ class RoadState:
     whole minute (computed once, not per report: exact arithmetic costs)."""
 
     def __setstate__(self, saved: dict[str, Any]) -> None:
-        # State pickled before a field was added resumes with that field empty, and one
-        # from before pages with its cars and speeds on a page of their own.
-        saved = dict(saved)
-        if isinstance(saved.get("cars"), dict):
-            cars, saved["cars"], saved["car_pages"] = saved["cars"], Pages(), Pages()
-            saved["cars"].write(UNPAGED).update(cars)
-            for vid in cars:
-                saved["car_pages"].write(vid // VIDS_A_PAGE)[vid] = UNPAGED
-        if isinstance(saved.get("speeds"), dict):
-            speeds, saved["speeds"] = saved["speeds"], Pages()
-            saved["speeds"].write(UNPAGED).update(speeds)
+        # State pickled before a field was added resumes with that field empty.
         self.__dict__.update(RoadState().__dict__ | saved)
 
 
@@ -184,21 +164,8 @@ class Road(Processor):
         if m <= road.minute:
             return
         road.minute = m
-        closing: dict[tuple[int, int, int, int], dict[int, tuple[int, int]]] = {}
-        for page_id, page in road.speeds:
-            ended = [k for k in page if k[3] < m]
-            if not ended:
-                continue
-            writable = road.speeds.write(page_id)
-            for key in ended:
-                per_page = writable.pop(key)
-                merged = closing.setdefault(key, per_page)
-                if merged is not per_page:  # the segment's cars of another second
-                    for vid, (total, count) in per_page.items():  # (or the same car)
-                        had_total, had_count = merged.get(vid, (0, 0))
-                        merged[vid] = (had_total + total, had_count + count)
-            road.speeds.drop_empty(page_id)
-        for key, per_car in closing.items():
+        for key in [k for k in road.speeds if k[3] < m]:
+            per_car = road.speeds.pop(key)
             # The mean of the cars' mean speeds, exact: over the counts' common multiple
             # (a car reports once or twice a minute), one Fraction, not one per car.
             common = math.lcm(*(count for _, count in per_car.values()))
@@ -256,13 +223,11 @@ class Road(Processor):
                 time: int, vid: int, speed: int, xway: int, lane: int, direction: int,
                 seg: int, pos: int) -> None:
         m = minute(time)
-        page = time % REPORT_INTERVAL_S
-        speeds = road.speeds.write(page).setdefault((xway, direction, seg, m), {})
+        speeds = road.speeds.setdefault((xway, direction, seg, m), {})
         total, count = speeds.get(vid, (0, 0))
         speeds[vid] = (total + speed, count + 1)
 
-        held = road.car_pages.read(vid // VIDS_A_PAGE).get(vid)
-        saved = road.cars.read(held).get(vid) if held is not None else None
+        saved = road.cars.get(vid)
         last = Car._make(saved) if saved is not None else None
         new_trip = last is None or last.lane == EXIT_LANE or last.xway != xway
         same_place = (last is not None and not new_trip and
@@ -292,14 +257,10 @@ class Road(Processor):
                 road.balances[vid] = road.balances.get(vid, 0) + pending
                 out["charges"].append((f"lr/charge/{vid}/{time}", stime, vid, time, pending))
             pending = toll
-        if held is not None and (held != page or (lane == EXIT_LANE and not stopped)):
-            road.cars.write(held).pop(vid)
-            road.car_pages.write(vid // VIDS_A_PAGE).pop(vid)
-        if lane != EXIT_LANE or stopped:  # else its next report starts a trip
-            road.cars.write(page)[vid] = (xway, direction, lane, pos, seg, same, stopped,
-                                          pending)
-            if held != page:
-                road.car_pages.write(vid // VIDS_A_PAGE)[vid] = page
+        if lane == EXIT_LANE and not stopped:
+            road.cars.pop(vid, None)  # its next report starts a trip, whatever it kept
+        else:
+            road.cars[vid] = (xway, direction, lane, pos, seg, same, stopped, pending)
 
     def _stop(self, road: RoadState, place: Place, vid: int, m: int) -> None:
         cars = road.stopped.setdefault(place, set())
