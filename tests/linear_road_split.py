@@ -29,6 +29,7 @@ UNION = "position_reports"
 QUERY_STREAMS = ("account_balance_queries", "daily_expenditure_queries", "historical_tolls",
                  "daily_expenditures")
 """The union box takes the single stream's name, so the rest of the network is unchanged."""
+EXPENDITURE_BOXES = ("expenditures", "spent")
 
 
 def reports_topic(participant: str) -> str:
@@ -45,9 +46,10 @@ def split_network_yaml(name: str, topic_prefix: str, availability_bound: str,
     # Position reports only: no queries, so no historical tolls and no expenditures.
     for unfed in QUERY_STREAMS:
         del streams[unfed]
-    raw["boxes"] = {name: box for name, box in raw["boxes"].items() if name != "expenditures"}
+    raw["boxes"] = {name: box for name, box in raw["boxes"].items()
+                    if name not in EXPENDITURE_BOXES}
     raw["arrows"] = [a for a in raw["arrows"] if not {a["from"], a["to"].split(".")[0]}
-                     & {*QUERY_STREAMS, "expenditures"}]
+                     & {*QUERY_STREAMS, *EXPENDITURE_BOXES}]
     single = streams.pop(UNION)
     for stream in streams.values():
         stream["participant"] = host

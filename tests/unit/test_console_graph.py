@@ -103,7 +103,7 @@ def test_ports_and_participants_come_from_the_definition() -> None:
                                                                             "expenditures"}}
     assert ports == {("position_reports", "reports"), ("account_balance_queries",
                                                        "balance_queries"),
-                     ("daily_expenditure_queries", "left"), ("historical_tolls", "right")}
+                     ("daily_expenditure_queries", "queries"), ("historical_tolls", "history")}
     sensors = _by_id(network_graph("alpha/sensor-windows", SENSOR_WINDOWS, []))
     assert sensors["readings"]["participant"] == "alpha"
     assert sensors["plausible"]["participant"] == "beta"

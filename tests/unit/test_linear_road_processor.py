@@ -18,7 +18,7 @@ from medusa.linear_road.reference import compute
 from medusa.linear_road.traffic import TrafficProfile, TrafficSimulation
 from medusa_spark.boxes.keyed_state import EntryStore, KeyedState
 from medusa_spark.boxes.process import Processor
-from medusa_spark.processors.linear_road import Accounts, Road
+from medusa_spark.processors.linear_road import Accounts, Expenditures, Road
 
 pytestmark = pytest.mark.unit
 
@@ -133,3 +133,31 @@ def test_a_road_state_saved_before_a_field_was_added_resumes_with_it_empty() -> 
     del older.__dict__["lavs"]
     resumed = pickle.loads(pickle.dumps(older, protocol=5))
     assert resumed.minute == 3 and resumed.lavs == {}
+
+
+@pytest.mark.parametrize("buckets", [1, 4])
+def test_daily_expenditures_equal_the_reference_batch_by_batch(buckets: int) -> None:
+    """The expenditures box as the networks run it (one group, or the car's hash buckets):
+    every query answered in its own batch, from the history of that car and expressway."""
+    profile = TrafficProfile(xways=2, duration_s=300, peak_rate=300, ramp_s=30, seed=11)
+    records = [r for _, rs in TrafficSimulation(profile).run() for r in rs]
+    expected = compute(records).daily_expenditures
+    assert expected and any(row["expenditure"] > 0 for row in expected)
+    assert any(row["expenditure"] == 0 for row in expected)
+    ports = {lr.HistoricalTolls: "history", lr.DailyExpenditureQuery: "queries"}
+    rows = sorted(({"_in": ports[type(r)], "_id": r.tuple_id,
+                    "_stime": lr.STIME_ORIGIN_MS + r.time * 1000, **lr.to_dict(r)}
+                   for r in records if type(r) in ports),
+                  key=lambda row: (row["time"], row["_in"] != "history"))
+    box = KeyedBox(Expenditures(), ["vid"])
+    got: list[dict] = []
+    for start in range(0, profile.duration_s, 7):
+        chunk = [row for row in rows if start <= row["time"] < start + 7]
+        if chunk:
+            results = box.run(pd.DataFrame(chunk), buckets=buckets)
+            got += results["daily_expenditures"].drop(columns=["_id", "_stime"]).to_dict(
+                "records")
+    assert _records(got) == _records(expected)
+    entries = sum(len(entries) for entries in box.states.values())
+    histories = sum(type(r) is lr.HistoricalTolls for r in records)
+    assert entries < histories / 8, "a state entry holds the histories of many cars"
