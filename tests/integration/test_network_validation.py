@@ -61,11 +61,12 @@ def test_the_base_network_and_linear_road_are_valid(spark) -> None:
     assert plan.output_schemas["per_minute"].names == [
         "xway", "dir", "seg", "minute", "car_count", "avg_speed"]
     linear_road = validate(load_network(LINEAR_ROAD), spark)
-    assert sorted(linear_road.boxes) == ["alerts", "balances", "expenditures", "road", "tolls"]
+    assert sorted(linear_road.boxes) == ["alerts", "balances", "expenditures", "road", "spent",
+                                         "tolls"]
     partitioned = validate(load_network(LINEAR_ROAD.with_name("linear_road_partitioned.yaml")),
                            spark)
     assert sorted(partitioned.boxes) == ["accounts", "alerts", "balances", "charges",
-                                         "expenditures", "road", "tolls"]
+                                         "expenditures", "road", "spent", "tolls"]
     assert linear_road.output_schemas["tolls"].names == [
         "vid", "time", "xway", "dir", "seg", "lav", "toll"]
 

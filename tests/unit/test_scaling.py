@@ -137,6 +137,6 @@ def test_linear_road_scales_its_road_by_expressway_and_direction() -> None:
     assert fragment_key(spec, road, "road") == ["xway", "dir"]
     assert fragment_key(spec, ["accounts", "balances"], "accounts") == ["vid"]
     assert window_span_ms(spec, road) is None
-    assert window_span_ms(spec, ["expenditures"]) == 3 * 3600 * 1000, "the join's 3 hours"
+    assert window_span_ms(spec, ["expenditures", "spent"]) is None, "histories of the whole run"
     assert read_elsewhere(spec, road) == {"charges": "accounts"}
     assert read_elsewhere(spec, ["accounts", "balances"]) == {}
