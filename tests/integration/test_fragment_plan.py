@@ -45,8 +45,8 @@ def test_each_reader_of_the_linear_road_fragment_decodes_each_input_once(spark,
                                                                           tmp_path) -> None:
     boxes = parse_network(network_text(LINEAR_ROAD)).boxes
     plan, inputs = _optimized(spark, LINEAR_ROAD, tmp_path,
-                              {box: "expenditures" if box == "expenditures" else "road"
-                               for box in boxes}, "road")
+                              {box: "expenditures" if box in ("expenditures", "spent")
+                               else "road" for box in boxes}, "road")
     # The reports and the balance queries, each read apart, and the control rows.
     assert inputs == 2 and _readers(plan) == 3
     # Each input's reader decodes its own records; the control rows' reader, every input's.
