@@ -63,6 +63,11 @@ def _frames(outputs: dict[str, StructType], rows: dict[str, list[tuple[Any, ...]
             for port, found in rows.items()}
 
 
+def _column(rows: pd.DataFrame, name: str) -> Any:
+    """A field's values, or None for each row when no input of the batch has the field."""
+    return rows[name].to_numpy() if name in rows.columns else [None] * len(rows)
+
+
 def minute(time: int) -> int:
     return time // 60 + 1
 
@@ -142,7 +147,7 @@ class Road(Processor):
                 ) -> tuple[Any, dict[str, pd.DataFrame]]:
         road: RoadState = state if state is not None else RoadState()
         out: dict[str, list[tuple[Any, ...]]] = {port: [] for port in self.outputs}
-        columns = [rows[c].to_numpy() if c in rows.columns else [None] * len(rows) for c in
+        columns = [_column(rows, c) for c in
                    ("_in", STIME, "time", "vid", "speed", "xway", "lane", "dir", "seg",
                     "pos", "qid")]  # no qid column when no balance queries are wired
         for port, stime, *values in zip(*columns, strict=True):
@@ -298,11 +303,10 @@ class Accounts(Processor):
                 ) -> tuple[Any, dict[str, pd.DataFrame]]:
         balances: MutableMapping[int, int] = state if state is not None else {}
         answers: list[tuple[Any, ...]] = []
-        tolls = rows["toll"].to_numpy() if "toll" in rows.columns else [None] * len(rows)
-        qids = rows["qid"].to_numpy() if "qid" in rows.columns else [None] * len(rows)
         for port, stime, time, vid, toll, qid in zip(
                 rows["_in"].to_numpy(), rows[STIME].to_numpy(), rows["time"].to_numpy(),
-                rows["vid"].to_numpy(), tolls, qids, strict=True):
+                rows["vid"].to_numpy(), _column(rows, "toll"), _column(rows, "qid"),
+                strict=True):
             car = int(vid)
             if port == "charges":
                 balances[car] = balances.get(car, 0) + int(toll)
@@ -338,22 +342,21 @@ class Expenditures(Processor):
         blocks: MutableMapping[int, dict[tuple[int, int], bytes]] = \
             state if state is not None else {}
         answers: list[tuple[Any, ...]] = []
-        column = {name: rows[name].to_numpy() if name in rows.columns else [None] * len(rows)
-                  for name in ("tolls", "qid", "day")}
         for port, stime, time, vid, xway, tolls, qid, day in zip(
                 rows["_in"].to_numpy(), rows[STIME].to_numpy(), rows["time"].to_numpy(),
-                rows["vid"].to_numpy(), rows["xway"].to_numpy(), column["tolls"],
-                column["qid"], column["day"], strict=True):
-            car, block = (int(vid), int(xway)), int(vid) // HISTORY_BLOCK
+                rows["vid"].to_numpy(), rows["xway"].to_numpy(), _column(rows, "tolls"),
+                _column(rows, "qid"), _column(rows, "day"), strict=True):
+            car, road = int(vid), int(xway)
+            block = car // HISTORY_BLOCK
             if port == "history":
                 held = blocks.get(block, {})
-                held[car] = array("i", (int(toll) for toll in tolls)).tobytes()
+                held[(car, road)] = array("i", (int(toll) for toll in tolls)).tobytes()
                 blocks[block] = held  # set again: a changed entry is written back
                 continue
-            history = blocks.get(block, {}).get(car)
+            history = blocks.get(block, {}).get((car, road))
             spent = _day_toll(history, int(day)) if history is not None else 0
-            answers.append((f"lr/expenditure/{int(qid)}", stime, int(qid), car[0], int(time),
-                            car[1], int(day), spent))
+            answers.append((f"lr/expenditure/{int(qid)}", stime, int(qid), car, int(time),
+                            road, int(day), spent))
         return blocks, _frames(self.outputs, {"daily_expenditures": answers})
 
 
