@@ -16,10 +16,12 @@ from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from medusa_spark import eviction_hold
 from medusa_spark.durations import duration_ms
 from medusa_spark.fragment import FragmentWiring, start_query_frame
 from medusa_spark.fragment_writer import FragmentWriter, RecordSink
 from medusa_spark.network.execution import MICRO_BATCH, REAL_TIME
+from medusa_spark.network.fragments import Fragment, runs_transform_with_state
 from medusa_spark.network.validate import Plan
 from medusa_spark.realtime import (
     SLOTS,
@@ -37,6 +39,7 @@ from medusa_spark.scheduler_pools import (
     threads_started_in,
 )
 from medusa_spark.session import (
+    EVICTION_HOLDING_ROCKSDB,
     QUERY_STOP_TIMEOUT_MS,
     REBUILD_NICE,
     STATE_STORE_PROVIDER,
@@ -144,9 +147,17 @@ class FragmentRun:
         batch in progress, and the planning of its next, go on at the normal priority at
         once: its first batch after a warm move's switch was planned niced (390 to 640 ms
         against 60 to 120)."""
+        self._release_eviction()
         written = self.writer.promote(emit_from_ms)
         set_query_priority(SparkSession.active(), self.writer.query_key, rebuilding=False)
         return written
+
+    def _release_eviction(self) -> None:
+        """Its aggregations evict again (see ``eviction_hold``): released in the JVM
+        before the writer notes it, so a batch the writer takes as unheld is."""
+        if self.writer.eviction_held:
+            eviction_hold.release_eviction(SparkSession.active(), self.writer.query_key)
+            self.writer.eviction_held = False
 
     def catch_up(self) -> None:
         """A rebuilding standby (a warm move's replica, a DPC redo with its corrections
@@ -184,6 +195,7 @@ class FragmentRun:
         try:
             self.query.stop()
             forget_query(SparkSession.active(), self.writer.query_key)
+            self._release_eviction()
         except Exception as error:  # Spark's TimeoutException, through py4j
             if "stopTimeout" not in str(error) and "failed to stop" not in str(error):
                 raise
@@ -252,13 +264,15 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
                    trigger: str | None = None, standby: bool = False,
                    on_batch: Callable[[str, int], None] | None = None,
                    role: str | None = None, sinks: list[RecordSink] | None = None,
-                   rebuild: bool = True) -> FragmentRun:
+                   rebuild: bool = True, hold_eviction: bool = False) -> FragmentRun:
     """Starts a fragment's query, resuming from ``checkpoint`` when it holds one.
 
     A ``standby`` fragment (an active replica) computes everything and writes nothing
     until promoted (see ``soutput``); unless ``rebuild`` is false (an active or
     reader-side replica, which keeps pace with its primary), it does so at the lowest
-    priority (see ``scheduler_pools.run_jobs_in``). ``role`` names a query that runs beside the
+    priority (see ``scheduler_pools.run_jobs_in``); with ``hold_eviction`` (a warm move's
+    replica) its aggregations keep their closed windows until it is promoted (see
+    ``eviction_hold``). ``role`` names a query that runs beside the
     fragment's own in this session (a query's name is unique in it). ``sinks`` replace
     its writer's SOutputs (a benchmark meters them).
     """
@@ -298,8 +312,12 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     else:
         duration_ms(interval)  # fail early on a malformed trigger
         stream = stream.trigger(processingTime=interval)
-    query = _start(spark, stream, plan.network.state_partitions, wiring.fragment.state_store,
-                   rebuilding=standby and rebuild)
+    if hold_eviction and standby:
+        writer.eviction_held = True
+        eviction_hold.hold_eviction(spark, writer.query_key)
+    query = start_stream(spark, stream, plan.network.state_partitions,
+                         state_store_provider(plan, wiring.fragment),
+                         rebuilding=standby and rebuild)
     for output in writer.outputs if standby else ():
         if isinstance(output, SOutput):
             output.follow()  # so that a promotion reads back only the last moments
@@ -316,13 +334,22 @@ _STARTING = threading.Lock()
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
-def _start(spark: SparkSession, stream: DataStreamWriter, partitions: int | None,
-           state_store: str = "rocksdb", rebuilding: bool = False) -> StreamingQuery:
+def state_store_provider(plan: Plan, fragment: Fragment) -> str:
+    """The state store class of the fragment's query: its ``state_store``, RocksDB the one
+    whose aggregations' eviction a move's replica can hold where Spark allows it."""
+    if fragment.state_store == "rocksdb" and \
+            not runs_transform_with_state(plan, fragment.boxes):
+        return EVICTION_HOLDING_ROCKSDB
+    return STATE_STORE_PROVIDERS[fragment.state_store]
+
+
+def start_stream(spark: SparkSession, stream: DataStreamWriter, partitions: int | None,
+                 state_store_class: str, rebuilding: bool = False) -> StreamingQuery:
     """Starts the query with ``partitions`` state partitions, if given, and its state in
-    ``state_store``: a query takes the session's settings when it starts (and keeps them
-    in its checkpoint, which wins when it resumes), so the node's defaults are set aside
-    only meanwhile. A ``rebuilding`` query's thread starts at the lowest priority."""
-    settings: dict[str, str] = {STATE_STORE_PROVIDER: STATE_STORE_PROVIDERS[state_store]}
+    a ``state_store_class`` store: a query takes the session's settings when it starts
+    (and keeps them in its checkpoint, which wins when it resumes), so the node's defaults
+    are set aside only meanwhile. A ``rebuilding`` query's thread starts at the lowest priority."""
+    settings: dict[str, str] = {STATE_STORE_PROVIDER: state_store_class}
     if partitions is not None:
         settings[SHUFFLE_PARTITIONS] = str(partitions)
     with _STARTING:

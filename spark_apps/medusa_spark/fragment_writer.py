@@ -239,6 +239,10 @@ class FragmentWriter:
         """Tentative results left out in the stream: their period's REDO had begun."""
         self._encoding: tuple[tuple[str, ...], list[Column]] | None = None
         """The batch's columns and the columns that encode them (``_encoded``)."""
+        self.eviction_held = False
+        """Its query's aggregations keep their closed windows (a move's replica catching
+        up, ``eviction_hold``): a batch begun so promises nothing behind a window."""
+        self._batch_held = False
 
     @property
     def halted(self) -> bool:
@@ -388,6 +392,8 @@ class FragmentWriter:
 
     def _write_batch(self, batch: DataFrame, batch_id: int) -> None:
         began = time.perf_counter()
+        # Read before the batch's job runs: the hold is lifted in the JVM first.
+        self._batch_held = self.eviction_held
         self._write_table(self._encoded(batch), batch_id, began)
 
     def _write_table(self, table: pa.Table, batch_id: int, began: float) -> None:
@@ -644,7 +650,7 @@ class FragmentWriter:
         for box in self.wiring.outputs:
             lag = self._lag_ms[box]
             base = newest if lag is None else two_back
-            if base is None:
+            if base is None or (lag is not None and self._batch_held):
                 continue
             records += self._promise(box, base - (lag or 0))
         return records

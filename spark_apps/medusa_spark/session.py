@@ -100,13 +100,18 @@ def rebuild_priority_options() -> list[str]:
 # Checkpoints on a local disk through java.nio (see LocalCheckpointFileManager.java);
 # Spark's own manager elsewhere (HDFS, S3A).
 CHECKPOINT_FILE_MANAGER = "medusa.spark.LocalCheckpointFileManager"
-QUERY_STOP_TIMEOUT_MS = 60_000
 STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 STATE_STORE_PROVIDERS = {
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "memory": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
 }
-"""Spark's state store for each of a network's ``state_store`` settings; RocksDB by default."""
+"""Spark's state store for each of a network's ``state_store`` settings; RocksDB by default.
+A query keeps the one it started with in its checkpoint."""
+EVICTION_HOLDING_ROCKSDB = "medusa.spark.MedusaStateStoreProvider"
+"""Spark's RocksDB store, whose aggregations' eviction a move's replica holds
+(``eviction_hold``): a fragment's, unless Spark's ``transformWithState`` runs in it, which
+accepts Spark's own class only."""
+QUERY_STOP_TIMEOUT_MS = 60_000
 """How long a query's stop waits for its thread (Spark's ``stopTimeout``; its default
 waits forever). A stop can hang in Spark (its thread misses the interrupt), and a node
 whose loop waits on it runs nothing else; past this the stop raises and the node goes on,

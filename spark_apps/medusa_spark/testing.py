@@ -44,6 +44,7 @@ from medusa.schemas import load_schema
 from medusa_spark.avro_types import record_schema, struct_of
 from medusa_spark.boxes.process import Processor
 from medusa_spark.fragment import FragmentOutput, FragmentWiring, build_fragment
+from medusa_spark.fragment_run import start_stream, state_store_provider
 from medusa_spark.fragment_writer import FragmentWriter
 from medusa_spark.network.fragments import Fragment, fragments_of
 from medusa_spark.network.model import NetworkSpec, parse_network
@@ -213,10 +214,13 @@ class FragmentHarness:
             writer = FragmentWriter(self.plan, self.wiring, sinks=[sink])
             if prepare is not None:
                 prepare(writer)
-            query = (build_fragment(self.plan, self.wiring, raw).writeStream
-                     .foreachBatch(writer)
-                     .option("checkpointLocation", str(Path(scratch) / "checkpoint"))
-                     .trigger(availableNow=True).start())
+            stream = (build_fragment(self.plan, self.wiring, raw).writeStream
+                      .foreachBatch(writer)
+                      .option("checkpointLocation", str(Path(scratch) / "checkpoint"))
+                      .trigger(availableNow=True))
+            # In the state store a node gives the fragment's query.
+            query = start_stream(self.spark, stream, None,
+                                 state_store_provider(self.plan, self.fragment))
             query.awaitTermination()
             error = query.exception()
             if error is not None:

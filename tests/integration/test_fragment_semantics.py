@@ -23,6 +23,7 @@ from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
 from medusa.settings import kafka_config
 from medusa.topics import dead_letter_topic
+from medusa_spark.eviction_hold import hold_eviction, release_eviction
 from medusa_spark.fragment_writer import FragmentWriter
 from medusa_spark.local_run import LocalNetworkRun
 from medusa_spark.network.model import NetworkSpec
@@ -103,6 +104,39 @@ def test_a_scale_steps_cut_leaves_the_later_results_to_the_new_instances(spark) 
     assert data(found) and all(r.stime < cut for r in data(found))
     assert counts(found)[0] == (0, 1)
     assert max(r.stime for r in found if r.type == "BOUNDARY") == cut
+
+
+def test_a_held_aggregation_keeps_its_closed_windows_until_released(spark) -> None:
+    """A warm move's replica (``eviction_hold``): held, its windows stay in its state and
+    its boundaries promise nothing behind them; released, its next batch emits every
+    window closed meanwhile, each once, and promises past them only after them."""
+    released_after: list[int] = []
+
+    def held_until_batch_2(writer: FragmentWriter) -> None:
+        writer.eviction_held = True
+        hold_eviction(spark, writer.query_key)
+
+        def release(_fragment: str, batch_id: int) -> None:
+            if batch_id == 2 and writer.eviction_held:
+                release_eviction(spark, writer.query_key)
+                writer.eviction_held = False
+                released_after.append(len(writer.outputs[0].records))
+        writer.on_batch = release
+    found = run_network(spark, COUNT_PER_MINUTE, [
+        [report(10, 1), report(30, 2)],
+        [report(70, 3), boundary(80)],    # closes [0, 60): held
+        [report(130, 4), boundary(140)],  # closes [60, 120): held
+        [report(150, 5), boundary(150)],  # released: both come out
+        [boundary(250)],
+    ], prepare=held_until_batch_2)["per_minute"]
+    [held_records] = released_after
+    assert not data(found[:held_records]), "nothing closed while held"
+    assert counts(found) == [(0, 2), (60, 1), (120, 2)]
+    assert len({r.id for r in data(found)}) == 3
+    for index, result in enumerate(found):
+        if result.type != "BOUNDARY":
+            assert all(b.stime < result.stime for b in found[:index] if b.type == "BOUNDARY"), \
+                "no boundary before a result promised past it"
 
 
 def test_empty_windows_give_nothing_and_open_windows_wait(spark) -> None:

@@ -199,7 +199,7 @@ def _check_rocksdb_only(name: str, boxes: tuple[str, ...], plan: Plan) -> None:
     timers``) live in Spark's RocksDB state store only."""
     for box in boxes:
         processor = getattr(plan.boxes[box], "processor", None)
-        if processor is not None and processor.keyed_state:
+        if _keyed(plan, box) and processor is not None:
             raise NetworkError(f"box {box!r}, field 'state_store': fragment {name!r} keeps its "
                                f"state in memory, and {processor.__name__} keeps its state as "
                                "entries, which need the RocksDB store; drop 'state_store: "
@@ -209,6 +209,17 @@ def _check_rocksdb_only(name: str, boxes: tuple[str, ...], plan: Plan) -> None:
                                "state in memory, and an aggregate with 'expiry: timers' needs "
                                "the RocksDB store; drop 'state_store: memory' or give the box "
                                "a fragment of its own")
+
+
+def runs_transform_with_state(plan: Plan, boxes: tuple[str, ...]) -> bool:
+    """Whether a box among ``boxes`` runs on Spark's ``transformWithState``: a processor
+    keeping entries, or an aggregate expiring by timers."""
+    return any(_keyed(plan, box) or _timed(plan, box) for box in boxes)
+
+
+def _keyed(plan: Plan, box: str) -> bool:
+    processor = getattr(plan.boxes[box], "processor", None)
+    return processor is not None and bool(processor.keyed_state)
 
 
 def _timed(plan: Plan, box: str) -> bool:

@@ -128,10 +128,10 @@ class Moves:
                                                 rebuilding=warm)
             sunion.go()
             run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True,
-                                 rebuild=warm)
+                                 rebuild=warm, hold_eviction=warm)
         else:
             run = start_fragment(self.node.spark, network.plan, wiring, mine, standby=True,
-                                 rebuild=warm)
+                                 rebuild=warm, hold_eviction=warm)
             # Its SUnion is started and waits, to go at the takeover (the process's
             # start-up is then off the takeover's path, and niced beside a warm move's).
             sunion = self._hosting.start_sunion(name, wiring, wait_for_go=True,
