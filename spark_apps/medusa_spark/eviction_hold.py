@@ -5,9 +5,9 @@ the watermark closed. A replica rebuilding beside the instance it replaces does 
 and at a gigabyte two such scans at once slowed the serving instance's batches (on two
 cores, its output paused 3 to 3.5 s during the replica's rebuild). Held, the replica's
 aggregations skip the scan and keep their closed windows until the replica takes the
-input over, a batch or two before its promotion; its next scan evicts and emits them
-all, the outputs dropping by tuple id those the old instance wrote
-(``MedusaStateStoreProvider.java``). Its writer promises no
+input over, a batch or two before its promotion (``FragmentRun.catch_up``); its next
+scan evicts and emits them all, the outputs dropping by tuple id those the old instance
+wrote (``MedusaStateStoreProvider.java``). Its writer promises no
 boundary behind a window for a batch that ran held: it has not emitted those windows.
 """
 

@@ -220,6 +220,17 @@ def test_joins_with_and_without_a_match(spark) -> None:
     assert matched.stime == at(30), "a join result carries its left tuple's stime"
 
 
+def test_a_held_query_holds_its_aggregations_scan_only(spark) -> None:
+    """A join evicts its unmatched rows by a scan of its own: held or not, the same."""
+    def held(writer: FragmentWriter) -> None:
+        writer.eviction_held = True
+        hold_eviction(spark, writer.query_key)
+    batches = [[report(10, 2, seg=4, input_="right"), report(50, 2, seg=5, input_="left")],
+               [boundary(200)], [boundary(300)]]
+    outer = data(run_network(spark, _join("left_outer"), batches, prepare=held)["pair"])
+    assert [(r.value["vid"], r.value["before"]) for r in outer if r.value] == [(2, None)]
+
+
 def test_undecodable_input_goes_to_the_dead_letter_topic(spark, federation, registry,
                                                          tmp_path) -> None:
     prefix = f"frag{uuid.uuid4().hex[:8]}."
