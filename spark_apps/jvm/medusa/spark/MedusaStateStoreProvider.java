@@ -28,8 +28,10 @@ import scala.Option;
  * after {@link #releaseEviction} evicts and emits all of them at once; the outputs drop
  * those the old instance wrote, by tuple id.
  *
- * Only the scan of {@code StateStoreSaveExec} is held: the other operators' full scans
- * (timeouts, joins, deduplication) run as they are. Whether a store's task belongs to a
+ * Only the scans of {@code StateStoreSaveExec} (and of its session-window kin) are held:
+ * the other operators' full scans (timeouts, joins, deduplication) run as they are. A
+ * fragment's query runs in append mode; in complete mode, whose output is such a scan of
+ * the whole store, a held query would output nothing. Whether a store's task belongs to a
  * held query comes from its job's {@value RebuildPriority#QUERY} property. The class's
  * name is kept in each query's checkpoint: it stays.
  */
