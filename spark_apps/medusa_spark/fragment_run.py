@@ -283,9 +283,9 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     reader-side replica, which keeps pace with its primary), it does so at the lowest
     priority (see ``scheduler_pools.run_jobs_in``); with ``hold_eviction`` (a warm move's
     replica) its aggregations keep their closed windows until it catches up to take over
-    (``catch_up``, see ``eviction_hold``). ``role`` names a query that runs beside the
-    fragment's own in this session (a query's name is unique in it). ``sinks`` replace
-    its writer's SOutputs (a benchmark meters them).
+    (``catch_up``, see ``eviction_hold``), where its state store allows it. ``role``
+    names a query that runs beside the fragment's own in this session (a query's name is
+    unique in it). ``sinks`` replace its writer's SOutputs (a benchmark meters them).
     """
     skip_epoch = DpcRecord.load(checkpoint).skip_epoch
     interval = trigger or plan.network.trigger
@@ -323,11 +323,11 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     else:
         duration_ms(interval)  # fail early on a malformed trigger
         stream = stream.trigger(processingTime=interval)
-    if hold_eviction and standby:
+    store = state_store_provider(plan, wiring.fragment)
+    if hold_eviction and standby and store == EVICTION_HOLDING_ROCKSDB:
         writer.eviction_held = True
         eviction_hold.hold_eviction(spark, writer.query_key)
-    query = start_stream(spark, stream, plan.network.state_partitions,
-                         state_store_provider(plan, wiring.fragment),
+    query = start_stream(spark, stream, plan.network.state_partitions, store,
                          rebuilding=standby and rebuild)
     for output in writer.outputs if standby else ():
         if isinstance(output, SOutput):
@@ -359,7 +359,8 @@ def start_stream(spark: SparkSession, stream: DataStreamWriter, partitions: int 
     """Starts the query with ``partitions`` state partitions, if given, and its state in
     a ``state_store_class`` store: a query takes the session's settings when it starts
     (and keeps them in its checkpoint, which wins when it resumes), so the node's defaults
-    are set aside only meanwhile. A ``rebuilding`` query's thread starts at the lowest priority."""
+    are set aside only meanwhile. A ``rebuilding`` query's thread starts at the lowest
+    priority."""
     settings: dict[str, str] = {STATE_STORE_PROVIDER: state_store_class}
     if partitions is not None:
         settings[SHUFFLE_PARTITIONS] = str(partitions)
