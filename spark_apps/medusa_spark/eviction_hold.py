@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 def hold_eviction(spark: SparkSession, query: str) -> None:
     """The named query's aggregations (``FragmentWriter.query_key``) keep their closed
-    windows from its next batch on."""
+    windows from its next batch on (``FragmentWriter.hold_eviction``, which notes it)."""
     jvm: Any = spark._jvm
     jvm.medusa.spark.MedusaStateStoreProvider.holdEviction(query)
 

@@ -16,7 +16,6 @@ from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from medusa_spark import eviction_hold
 from medusa_spark.durations import duration_ms
 from medusa_spark.fragment import FragmentWiring, start_query_frame
 from medusa_spark.fragment_writer import FragmentWriter, RecordSink
@@ -147,17 +146,10 @@ class FragmentRun:
         batch in progress, and the planning of its next, go on at the normal priority at
         once: its first batch after a warm move's switch was planned niced (390 to 640 ms
         against 60 to 120)."""
-        self._release_eviction()
+        self.writer.release_eviction(SparkSession.active())
         written = self.writer.promote(emit_from_ms)
         set_query_priority(SparkSession.active(), self.writer.query_key, rebuilding=False)
         return written
-
-    def _release_eviction(self) -> None:
-        """Its aggregations evict again (see ``eviction_hold``): released in the JVM
-        before the writer notes it, so a batch the writer takes as unheld is."""
-        if self.writer.eviction_held:
-            eviction_hold.release_eviction(SparkSession.active(), self.writer.query_key)
-            self.writer.eviction_held = False
 
     def catch_up(self) -> None:
         """A rebuilding standby (a warm move's replica, a DPC redo with its corrections
@@ -175,7 +167,7 @@ class FragmentRun:
             set_query_priority(SparkSession.active(), self.writer.query_key, rebuilding=False)
             # Released here, not at the promotion: the batch then in progress had often
             # scanned held already, and the closed windows came a batch later (4.0 s).
-            self._release_eviction()
+            self.writer.release_eviction(SparkSession.active())
         else:
             set_query_catching_up(SparkSession.active(), self.writer.query_key)
 
@@ -206,7 +198,7 @@ class FragmentRun:
         try:
             self.query.stop()
             forget_query(SparkSession.active(), self.writer.query_key)
-            self._release_eviction()
+            self.writer.release_eviction(SparkSession.active())
         except Exception as error:  # Spark's TimeoutException, through py4j
             if "stopTimeout" not in str(error) and "failed to stop" not in str(error):
                 raise
@@ -325,8 +317,7 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
         stream = stream.trigger(processingTime=interval)
     store = state_store_provider(plan, wiring.fragment)
     if hold_eviction and standby and store == EVICTION_HOLDING_ROCKSDB:
-        writer.eviction_held = True
-        eviction_hold.hold_eviction(spark, writer.query_key)
+        writer.hold_eviction(spark)
     query = start_stream(spark, stream, plan.network.state_partitions, store,
                          rebuilding=standby and rebuild)
     for output in writer.outputs if standby else ():

@@ -66,7 +66,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Producer
 from opentelemetry import trace
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import to_avro
 
@@ -85,6 +85,7 @@ from medusa.envelope import (
 from medusa.errors import MedusaError
 from medusa.settings import kafka_config
 from medusa.tracing import context_of, traceparent
+from medusa_spark import eviction_hold
 from medusa_spark.durations import duration_ms
 from medusa_spark.fragment import (
     EMIT_TIME,
@@ -241,7 +242,7 @@ class FragmentWriter:
         """The batch's columns and the columns that encode them (``_encoded``)."""
         self.eviction_held = False
         """Its query's aggregations keep their closed windows (a move's replica catching
-        up, ``eviction_hold``): a batch begun so promises nothing behind a window."""
+        up, ``hold_eviction``): a batch begun so promises nothing behind a window."""
         self._batch_held = False
 
     @property
@@ -257,6 +258,19 @@ class FragmentWriter:
         """Whether its batches rebuild state beside a serving instance, niced: a standby
         rebuilding (a move's replica, a scale step's instance) until ``keep_pace``."""
         return self.standby and self.rebuild
+
+    def hold_eviction(self, spark: SparkSession) -> None:
+        """Its query's aggregations keep their closed windows from its next batch on
+        (``eviction_hold``)."""
+        self.eviction_held = True
+        eviction_hold.hold_eviction(spark, self.query_key)
+
+    def release_eviction(self, spark: SparkSession) -> None:
+        """Its query's aggregations evict again, if held: released in the JVM before it is
+        noted here, so a batch begun as unheld (``_write_batch``) is."""
+        if self.eviction_held:
+            eviction_hold.release_eviction(spark, self.query_key)
+            self.eviction_held = False
 
     def halt(self) -> int | None:
         """No batch is written after this returns; says the last one that was."""

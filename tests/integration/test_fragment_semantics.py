@@ -23,7 +23,6 @@ from medusa.producing import TupleProducer
 from medusa.schemas import load_schema
 from medusa.settings import kafka_config
 from medusa.topics import dead_letter_topic
-from medusa_spark.eviction_hold import hold_eviction, release_eviction
 from medusa_spark.fragment_writer import FragmentWriter
 from medusa_spark.local_run import LocalNetworkRun
 from medusa_spark.network.model import NetworkSpec
@@ -113,13 +112,11 @@ def test_a_held_aggregation_keeps_its_closed_windows_until_released(spark) -> No
     released_after: list[int] = []
 
     def held_until_batch_2(writer: FragmentWriter) -> None:
-        writer.eviction_held = True
-        hold_eviction(spark, writer.query_key)
+        writer.hold_eviction(spark)
 
         def release(_fragment: str, batch_id: int) -> None:
             if batch_id == 2 and writer.eviction_held:
-                release_eviction(spark, writer.query_key)
-                writer.eviction_held = False
+                writer.release_eviction(spark)
                 released_after.append(len(writer.outputs[0].records))
         writer.on_batch = release
     found = run_network(spark, COUNT_PER_MINUTE, [
@@ -223,8 +220,7 @@ def test_joins_with_and_without_a_match(spark) -> None:
 def test_a_held_query_holds_its_aggregations_scan_only(spark) -> None:
     """A join evicts its unmatched rows by a scan of its own: held or not, the same."""
     def held(writer: FragmentWriter) -> None:
-        writer.eviction_held = True
-        hold_eviction(spark, writer.query_key)
+        writer.hold_eviction(spark)
     batches = [[report(10, 2, seg=4, input_="right"), report(50, 2, seg=5, input_="left")],
                [boundary(200)], [boundary(300)]]
     outer = data(run_network(spark, _join("left_outer"), batches, prepare=held)["pair"])

@@ -118,6 +118,6 @@ def test_a_rebuilding_querys_thread_starts_at_the_lowest_priority() -> None:
         def start(self) -> str:
             spark.started = "started"  # type: ignore[attr-defined]
             return "query"
-    fragment_run.start_stream(spark, _Started(spark), None, EVICTION_HOLDING_ROCKSDB,  # type: ignore[arg-type]
-                        rebuilding=True)
+    fragment_run.start_stream(spark, _Started(spark), None,  # type: ignore[arg-type]
+                              EVICTION_HOLDING_ROCKSDB, rebuilding=True)
     assert priority.calls == [(True, None), (False, "started")]

@@ -50,10 +50,6 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
     HELD.remove(query);
   }
 
-  public static boolean evictionHeld(String query) {
-    return HELD.contains(query);
-  }
-
   @Override
   public StateStore getStore(long version, Option<String> uniqueId,
                              boolean forceSnapshotOnCommit, boolean loadEmpty) {
