@@ -46,7 +46,9 @@ class SUnionProcess:
         of CPU), where ``follow_rebuild`` may renice it back."""
         self.folder.mkdir(parents=True, exist_ok=True)
         dump_config(self.config, self.config_path)
-        command = [sys.executable, "-m", "medusa.sunion", "--config", str(self.config_path)]
+        # It goes with the node: a node killed, or stopped by Ctrl-C, left it running.
+        command = [sys.executable, "-m", "medusa.sunion", "--config", str(self.config_path),
+                   "--parent-pid", str(os.getpid())]
         nice = REBUILD_NICE if rebuilding and can_renice_back() else 0
         if nice:
             command = ["nice", "-n", str(nice), *command]

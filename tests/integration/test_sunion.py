@@ -486,6 +486,59 @@ def test_a_new_instance_fences_the_old_one(clusters, topic) -> None:
     assert [r.tuple_id for r in _tuples(records)] == ["t1"]
 
 
+_NODE_SCRIPT = """
+import sys, time
+from pathlib import Path
+from medusa.sunion.config import load_config
+from medusa_spark.sunion_process import SUnionProcess
+sunion = SUnionProcess(load_config(sys.argv[1]), Path(sys.argv[2])).start()
+print(sunion.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    return "\nState:\tZ" in status  # ended, not yet reaped by whoever adopted it
+
+
+def test_a_sunion_stops_when_its_node_is_killed(clusters, topic, tmp_path) -> None:
+    """The node starts its SUnions as processes of their own: killed (or stopped by
+    Ctrl-C before it could stop them), it must not leave them running."""
+    alpha, _ = clusters
+    topic_a = f"{topic}.a"
+    ensure_topics(kafka_config(alpha), [topic_a], partitions=1)
+    config = SUnionConfig(fragment="alpha/test/orphan", output_topic=f"{topic}.out",
+                          output_bootstrap=alpha,
+                          inputs=[SUnionInput(name="a", topic=topic_a, bootstrap=alpha)])
+    path = tmp_path / "sunion.json"
+    dump_config(config, path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO_ROOT / "services"), str(REPO_ROOT / "spark_apps"),
+         os.environ.get("PYTHONPATH", "")])}
+    node = subprocess.Popen([sys.executable, "-c", _NODE_SCRIPT, str(path), str(tmp_path)],
+                            stdout=subprocess.PIPE, env=env, cwd=REPO_ROOT)
+    sunion_pid = 0
+    try:
+        assert node.stdout is not None
+        sunion_pid = int(node.stdout.readline())
+        state = tmp_path / "state.json"
+        _wait_for(lambda: _state(state).get("opened_at") is not None, "the SUnion's start")
+        node.send_signal(signal.SIGKILL)
+        node.wait(30)
+        _wait_for(lambda: _gone(sunion_pid), "the SUnion's stop after its node's kill")
+        assert "has gone; stopping" in (tmp_path / "sunion.log").read_text()
+    finally:
+        if node.poll() is None:
+            node.kill()
+            node.wait(10)
+        if sunion_pid and not _gone(sunion_pid):
+            os.kill(sunion_pid, signal.SIGKILL)
+
+
 def test_a_partition_added_to_an_input_is_followed(clusters, topic) -> None:
     alpha, _ = clusters
     topic_a, output = f"{topic}.a", f"{topic}.out"
