@@ -4,10 +4,10 @@ Spark's windowed aggregation goes through its whole state each batch to find the
 the watermark closed. A replica rebuilding beside the instance it replaces does that too,
 and at a gigabyte two such scans at once slowed the serving instance's batches (on two
 cores, its output paused 3 to 3.5 s during the replica's rebuild). Held, the replica's
-aggregations skip the scan and keep their closed windows until the replica takes the
-input over, a batch or two before its promotion (``FragmentRun.catch_up``); its next
-scan evicts and emits them all, the outputs dropping by tuple id those the old instance
-wrote (``MedusaStateStoreProvider.java``). Its writer promises no
+aggregations skip the scan and keep their closed windows until its promotion (released
+at the input switch instead, the two instances scanned side by side for the 4 to 5 s
+before it); its next scan evicts and emits them all, the outputs dropping by tuple id
+those the old instance wrote (``MedusaStateStoreProvider.java``). Its writer promises no
 boundary behind a window for a batch that ran held: it has not emitted those windows.
 """
 

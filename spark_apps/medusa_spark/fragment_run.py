@@ -155,19 +155,17 @@ class FragmentRun:
         """A rebuilding standby (a warm move's replica, a DPC redo with its corrections
         done) works off its lag before it takes over, its batch in progress too, at a
         priority between a rebuild's and the normal one (``session.CATCH_UP_NICE``).
-        A replica whose eviction was held (``eviction_hold``) has kept pace and has no lag
-        to work off: it evicts again, at the normal priority."""
+        A replica whose eviction is held (``eviction_hold``) has kept pace and has no lag
+        to work off: it goes on at the normal priority, held until its promotion."""
         if self._catching_up:
             return
         self._catching_up = True
         if self.writer.eviction_held:
-            # At nice 5 its scanning batches took 2.5 to 3.6 s beside the old node's, and
-            # promoted a batch behind, its first result came 2.7 to 3.3 s after the old
-            # node's last (1.7 to 1.9 s at the normal priority; output every 2 s).
+            # At nice 5 its batches took 2.5 to 3.6 s beside the old node's, and promoted
+            # a batch behind, its first result came 2.7 to 3.3 s after the old node's last.
+            # Released here, both instances scanned the state at one priority until the
+            # output switch, 4 to 5 s, and the old node's output paused 2.6 to 3.1 s there.
             set_query_priority(SparkSession.active(), self.writer.query_key, rebuilding=False)
-            # Released here, not at the promotion: the batch then in progress had often
-            # scanned held already, and the closed windows came a batch later (4.0 s).
-            self.writer.release_eviction(SparkSession.active())
         else:
             set_query_catching_up(SparkSession.active(), self.writer.query_key)
 
@@ -274,8 +272,8 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
     until promoted (see ``soutput``); unless ``rebuild`` is false (an active or
     reader-side replica, which keeps pace with its primary), it does so at the lowest
     priority (see ``scheduler_pools.run_jobs_in``); with ``hold_eviction`` (a warm move's
-    replica) its aggregations keep their closed windows until it catches up to take over
-    (``catch_up``, see ``eviction_hold``), where its state store allows it. ``role``
+    replica) its aggregations keep their closed windows until it is promoted (see
+    ``eviction_hold``), where its state store allows it. ``role``
     names a query that runs beside the fragment's own in this session (a query's name is
     unique in it). ``sinks`` replace its writer's SOutputs (a benchmark meters them).
     """

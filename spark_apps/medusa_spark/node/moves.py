@@ -232,7 +232,8 @@ class Moves:
         """A warm move takes the input over first: the replica's SUnion goes (fencing the
         old node's, whose query reads the same topic and goes on writing); one from another
         cluster has its own SUnion running already. From then on the replica works off its
-        lag at nice 5 (``FragmentRun.catch_up``). The output follows once a
+        lag at nice 5, or, held (``eviction_hold``), keeps pace at the normal priority
+        (``FragmentRun.catch_up``). The output follows once a
         batch of the replica has read what the new SUnion released (it is current), just
         after the old node's next result (``JUST_WRITTEN_S``), or at once if it holds a
         result the old node has not written (a batch ahead). Without a result of the old
@@ -506,7 +507,8 @@ def state_load(progress: dict[str, Any]) -> str:
 
 def recent_batches(run: FragmentRun, within_s: float) -> str:
     """The query's batches that started in the last ``within_s``: start (wall clock),
-    duration and rows, to lay the two sides of a warm move side by side."""
+    duration and rows (and where its state operators' time went), to lay the two sides of
+    a warm move side by side."""
     since = time.time() - within_s
     shown = []
     for progress in run.query.recentProgress:
@@ -514,8 +516,16 @@ def recent_batches(run: FragmentRun, within_s: float) -> str:
         started = progress_time(detail)
         if started is None or started < since:
             continue
+        operators = detail.get("stateOperators") or []
+
+        def total(metric: str, ops: list[dict[str, Any]] = operators) -> int:
+            return sum(int(op.get(metric) or 0) for op in ops)
+        addition = (f" (add {(detail.get('durationMs') or {}).get('addBatch')}: state update "
+                    f"{total('allUpdatesTimeMs')}, removal {total('allRemovalsTimeMs')}, "
+                    f"commit {total('commitTimeMs')})") if operators else ""
         shown.append(f"{detail.get('batchId')} at {_clock(started)} "
-                     f"{detail.get('batchDuration')} ms/{detail.get('numInputRows')} rows")
+                     f"{detail.get('batchDuration')} ms/{detail.get('numInputRows')} rows"
+                     f"{addition}")
     return ", ".join(shown) or "none"
 
 
