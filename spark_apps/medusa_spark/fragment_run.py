@@ -169,6 +169,10 @@ class FragmentRun:
         else:
             set_query_catching_up(SparkSession.active(), self.writer.query_key)
 
+    def release_eviction(self) -> None:
+        """Its aggregations evict again, from their next scan on (``eviction_hold``)."""
+        self.writer.release_eviction(SparkSession.active())
+
     def give_way(self) -> None:
         """Another instance has taken the outputs over: the batch in progress here, which
         writes nothing now, leaves the CPU to it. Its tasks go to the lowest priority (one

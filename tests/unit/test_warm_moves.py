@@ -109,6 +109,7 @@ class _SwitchQuery:
 class _SwitchWriter:
     def __init__(self) -> None:
         self.wrote_at: float | None = None
+        self.eviction_held = False
 
     def is_ahead(self) -> bool:
         return False
@@ -142,6 +143,41 @@ def test_a_replica_takes_the_output_over_just_after_the_old_node_s_result() -> N
                                       "timestamp": _stamp(time.time() - 0.2)}
     assert moves.ready_to_take_over(replica)  # mid-batch all the same
     assert "after the old node's result" in (replica.switch_reason or "")
+
+
+def test_a_held_replica_is_released_after_a_result_and_takes_over_after_its_batch() -> None:
+    # Its batch in progress may have passed its held scan: promoted at once, the windows
+    # it held would come a batch later.
+    moves = _moves()
+    replica = _switching(0.5)
+    writer = replica.run.writer
+    writer.eviction_held = True
+    released: list[bool] = []
+
+    def release() -> None:
+        released.append(True)
+        writer.eviction_held = False
+    replica.run.release_eviction = release
+    writer.wrote_at = time.time() - 0.1
+    replica.run.query.lastProgress = {**replica.run.query.lastProgress, "batchId": 41,
+                                      "timestamp": _stamp(time.time() - 0.2)}
+    assert not moves.ready_to_take_over(replica)  # released; its batch in progress ran held
+    assert released == [True]
+    writer.wrote_at = None
+    assert not moves.ready_to_take_over(replica)  # that batch still runs
+    replica.run.query.lastProgress = {**replica.run.query.lastProgress, "batchId": 42}
+    assert moves.ready_to_take_over(replica)
+    assert released == [True]
+    assert "after the old node's result" in (replica.switch_reason or "")
+    assert "its held batch ended" in (replica.switch_reason or "")
+    between = _switching(0.5)
+    between.run.writer.eviction_held = True
+    between.run.release_eviction = lambda: None
+    between.run.writer.wrote_at = time.time() - 0.1
+    between.run.query.lastProgress = {**between.run.query.lastProgress, "batchId": 41,
+                                      "timestamp": _stamp(time.time() - 0.2)}
+    between.run.query.status = {"isTriggerActive": False}
+    assert moves.ready_to_take_over(between)  # no batch in progress: at once
 
 
 def test_without_a_result_of_the_old_node_a_replica_takes_over_at_a_batch_boundary() -> None:
