@@ -237,10 +237,10 @@ class Moves:
         batch of the replica has read what the new SUnion released (it is current), just
         after the old node's next result (``JUST_WRITTEN_S``), or at once if it holds a
         result the old node has not written (a batch ahead). A replica whose eviction is
-        held is released just after the old node's result and takes over once its batch
-        then in progress has ended. Without a result of the old node within
-        ``RESULT_WAIT_S``, at the replica's next batch boundary; at the latest
-        ``OUTPUT_SWITCH_LIMIT_S`` after the input.
+        held is released just after one result of the old node and takes over, once the
+        batch it then ran held has ended, just after the next (or a batch ahead). Without
+        a result of the old node within ``RESULT_WAIT_S``, at the replica's next batch
+        boundary; at the latest ``OUTPUT_SWITCH_LIMIT_S`` after the input.
 
         Just after a result, the old node's next is furthest off: switched later, the old
         node's batch computing it was fenced and the replica computed it again from the
@@ -275,27 +275,31 @@ class Moves:
             hosted.switch_reason = f"at the limit, {waited_s:.1f}s after the input"
             return True
         progress: dict[str, Any] = hosted.run.query.lastProgress or {}
-        if hosted.released_after_batch is not None:
-            return self._held_batch_ended(hosted, progress)
+        if not self._held_batch_ended(hosted, progress):
+            return False
         batch_started = progress_time(progress)
         fed = batch_started is not None and batch_started > running_since and \
             int(progress.get("numInputRows") or 0) > 0
+        released = "" if hosted.released_at is None else \
+            f", released {time.time() - hosted.released_at:.1f}s before"
         if fed and hosted.run.writer.is_ahead():
-            hosted.switch_reason = f"a batch ahead, {waited_s:.1f}s after the input"
+            hosted.switch_reason = f"a batch ahead, {waited_s:.1f}s after the input{released}"
             return True
         wrote_at = hosted.run.writer.primary_wrote_at()
-        if fed and wrote_at is not None and time.time() - wrote_at <= JUST_WRITTEN_S:
-            hosted.switch_reason = (f"{time.time() - wrote_at:.2f}s after the old node's "
-                                    f"result, {waited_s:.1f}s after the input")
+        if fed and wrote_at is not None and time.time() - wrote_at <= JUST_WRITTEN_S and \
+                (hosted.released_at is None or wrote_at > hosted.released_at):
             if hosted.run.writer.eviction_held:
-                # Promoted at once, a held batch in progress that had passed its scan
-                # emitted nothing, and the windows came with the next (3.0 s at the
-                # switch, where 1.9 to 2.2 s otherwise): released now, it takes over once
-                # that batch ends, the old node writing on meanwhile.
+                # Promoted here, a held batch in progress that had passed its scan emitted
+                # nothing, and the windows came with the next (3.0 s at the switch, where
+                # 1.9 to 2.2 s otherwise); released here and promoted once that batch had
+                # ended, it fenced the old node just before its next result (4.1 s). So it
+                # scans from here, and takes over just after the old node's next result.
                 hosted.run.release_eviction()
                 hosted.released_after_batch = int(progress.get("batchId", -1))
                 hosted.released_at = time.time()
-                return self._held_batch_ended(hosted, progress)
+                return False
+            hosted.switch_reason = (f"{time.time() - wrote_at:.2f}s after the old node's "
+                                    f"result, {waited_s:.1f}s after the input{released}")
             return True
         if waited_s < RESULT_WAIT_S:
             return False
@@ -303,23 +307,20 @@ class Moves:
             # Its next batch reads all the old node has, and runs without it once it is
             # fenced. Mid-batch, the rest of a batch whose results the old node had
             # mostly written came first (a 1.4 GB replica's take 3 s).
-            hosted.switch_reason = f"at a batch boundary, {waited_s:.1f}s after the input"
+            hosted.switch_reason = (f"at a batch boundary, {waited_s:.1f}s after the "
+                                    f"input{released}")
             return True
         return False
 
     @staticmethod
     def _held_batch_ended(hosted: HostedFragment, progress: dict[str, Any]) -> bool:
-        """Whether the batch a released replica ran held has ended (or none ran): its
-        next one scans and emits what it held."""
-        status: dict[str, Any] = hosted.run.query.status or {}
+        """Whether a replica released for the switch has ended the batch it then ran
+        held (or was between batches); true for one never released."""
         released = hosted.released_after_batch
-        if released is None or int(progress.get("batchId", -1)) > released or \
-                not status.get("isTriggerActive", False):
-            since_s = time.time() - (hosted.released_at or time.time())
-            hosted.switch_reason = (f"released {hosted.switch_reason}; its held batch ended "
-                                    f"{since_s:.2f}s later")
+        if released is None or int(progress.get("batchId", -1)) > released:
             return True
-        return False
+        status: dict[str, Any] = hosted.run.query.status or {}
+        return not status.get("isTriggerActive", False)
 
     @staticmethod
     def _at_batch_boundary(hosted: HostedFragment, progress: dict[str, Any]) -> bool:
