@@ -260,12 +260,16 @@ class Moves:
             if hosted.switch_asked_at is None:
                 hosted.switch_asked_at = time.time()
                 hosted.run.catch_up()
+                log.info("%s: its replica is asked to take the output over (eviction %s)",
+                         hosted.name, "held" if hosted.run.writer.eviction_held else "not held")
             running_since: float | None = hosted.switch_asked_at
         else:
             if sunion.went_at is None:
                 sunion.follow_rebuild(False)  # it feeds the old node's query too from now on
                 sunion.go()
                 hosted.run.catch_up()
+                log.info("%s: its replica takes the input over (eviction %s)", hosted.name,
+                         "held" if hosted.run.writer.eviction_held else "not held")
                 return False
             running_since = sunion.running_since()
         if running_since is None:
@@ -297,6 +301,9 @@ class Moves:
                 hosted.run.release_eviction()
                 hosted.released_after_batch = int(progress.get("batchId", -1))
                 hosted.released_at = time.time()
+                log.info("%s: its replica's eviction released %.2fs after the old node's "
+                         "result, %.1fs after the input (after batch %d)", hosted.name,
+                         time.time() - wrote_at, waited_s, hosted.released_after_batch)
                 return False
             hosted.switch_reason = (f"{time.time() - wrote_at:.2f}s after the old node's "
                                     f"result, {waited_s:.1f}s after the input{released}")
