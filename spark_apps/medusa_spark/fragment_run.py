@@ -146,7 +146,7 @@ class FragmentRun:
         batch in progress, and the planning of its next, go on at the normal priority at
         once: its first batch after a warm move's switch was planned niced (390 to 640 ms
         against 60 to 120)."""
-        self.writer.release_eviction(SparkSession.active())
+        self.release_eviction()
         written = self.writer.promote(emit_from_ms)
         set_query_priority(SparkSession.active(), self.writer.query_key, rebuilding=False)
         return written
@@ -200,7 +200,7 @@ class FragmentRun:
         try:
             self.query.stop()
             forget_query(SparkSession.active(), self.writer.query_key)
-            self.writer.release_eviction(SparkSession.active())
+            self.release_eviction()
         except Exception as error:  # Spark's TimeoutException, through py4j
             if "stopTimeout" not in str(error) and "failed to stop" not in str(error):
                 raise

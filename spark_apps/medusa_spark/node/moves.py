@@ -529,15 +529,18 @@ def state_load(progress: dict[str, Any]) -> str:
     empty when it did neither. (Spark's own load latency is left out: it said 6 ms for a
     first batch that copied 1 GB.)"""
     metrics = [op.get("customMetrics") or {} for op in progress.get("stateOperators", [])]
-
-    def total(name: str) -> int:
-        return sum(int(m.get(name) or 0) for m in metrics)
-    replayed, copied = total("rocksdbNumReplayChangelogFiles"), total("rocksdbBytesCopied")
+    replayed = _summed(metrics, "rocksdbNumReplayChangelogFiles")
+    copied = _summed(metrics, "rocksdbBytesCopied")
     if not replayed and not copied:
         return ""
     return (f"; state: {replayed} changelog(s) replayed in "
-            f"{total('rocksdbReplayChangeLogLatencyMs')} ms, {copied / 1e6:.0f} MB copied "
-            "from the checkpoint")
+            f"{_summed(metrics, 'rocksdbReplayChangeLogLatencyMs')} ms, {copied / 1e6:.0f} MB "
+            "copied from the checkpoint")
+
+
+def _summed(rows: list[dict[str, Any]], key: str) -> int:
+    """``key`` summed over a batch's state operators (or their custom metrics)."""
+    return sum(int(row.get(key) or 0) for row in rows)
 
 
 def recent_batches(run: FragmentRun, within_s: float) -> str:
@@ -552,12 +555,10 @@ def recent_batches(run: FragmentRun, within_s: float) -> str:
         if started is None or started < since:
             continue
         operators = detail.get("stateOperators") or []
-
-        def total(metric: str, ops: list[dict[str, Any]] = operators) -> int:
-            return sum(int(op.get(metric) or 0) for op in ops)
         addition = (f" (add {(detail.get('durationMs') or {}).get('addBatch')}: state update "
-                    f"{total('allUpdatesTimeMs')}, removal {total('allRemovalsTimeMs')}, "
-                    f"commit {total('commitTimeMs')})") if operators else ""
+                    f"{_summed(operators, 'allUpdatesTimeMs')}, removal "
+                    f"{_summed(operators, 'allRemovalsTimeMs')}, commit "
+                    f"{_summed(operators, 'commitTimeMs')})") if operators else ""
         shown.append(f"{detail.get('batchId')} at {_clock(started)} "
                      f"{detail.get('batchDuration')} ms/{detail.get('numInputRows')} rows"
                      f"{addition}")

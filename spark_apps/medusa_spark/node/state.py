@@ -95,12 +95,12 @@ class HostedFragment:
     switch_batch: int | None = None
     """The replica's newest batch when it was first asked to take the output over."""
     switch_reason: str | None = None
+    """Why a warm move's replica took the output over when it did (``ready_to_take_over``)."""
     released_after_batch: int | None = None
     """A held replica's newest batch when its eviction was released for the switch: it
     takes the output over once the batch then in progress has ended."""
     released_at: float | None = None
     """When (wall clock) it was released."""
-    """Why a warm move's replica took the output over when it did (``ready_to_take_over``)."""
     replaced: bool = False
     """A redeploy replaces it by instances of a new definition, beside it (``deploy``)."""
     pace_batch: int = -1
