@@ -136,6 +136,34 @@ def test_a_held_aggregation_keeps_its_closed_windows_until_released(spark) -> No
                 "no boundary before a result promised past it"
 
 
+def test_an_aggregations_eviction_scan_goes_through_its_index(spark) -> None:
+    """Spark scans a windowed aggregation's whole state every batch for the windows the
+    watermark closed; Medusa's state store keeps the keys ordered by window end and goes
+    through the closed ones only (``EvictionIndex.java``). Windows of several segments
+    closing over many batches: each comes out once, as the reference has it."""
+    def scans() -> list[int]:
+        return list(spark._jvm.medusa.spark.MedusaStateStoreProvider.evictionScans())
+
+    batches: list[list[Tuple]] = []
+    expected: dict[tuple[int, int], set[int]] = {}
+    for batch in range(8):
+        reports = []
+        for k in range(12):
+            seconds, seg, vid = batch * 25 + k * 2, k % 4, (k * 7 + batch) % 9
+            reports.append(report(seconds, vid, seg=seg))
+            expected.setdefault((seconds // 60 * 60, seg), set()).add(vid)
+        batches.append([*reports, boundary(batch * 25 + 24)])
+    batches.append([boundary(400)])
+    indexed_before, built_before = scans()
+    found = data(run_network(spark, COUNT_PER_MINUTE, batches)["per_minute"])
+    indexed, built = scans()
+    assert sorted((r.value["start_s"], r.value["seg"], r.value["cars"]) for r in found) == \
+        sorted((start, seg, len(vids)) for (start, seg), vids in expected.items())
+    assert len({r.id for r in found}) == len(found)
+    assert built > built_before and indexed - indexed_before >= 3 * (built - built_before), \
+        "after one whole scan per state partition, the batches' evictions go through the index"
+
+
 def test_empty_windows_give_nothing_and_open_windows_wait(spark) -> None:
     found = run_network(spark, COUNT_PER_MINUTE,
                         [[report(5, 1), report(200, 2), boundary(250)]])["per_minute"]

@@ -1,0 +1,147 @@
+package medusa.spark;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.NoSuchElementException;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.function.ToLongFunction;
+
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.types.TimestampNTZType$;
+
+/**
+ * The keys of one streaming aggregation's state (one partition of it) ordered by the time
+ * at which the watermark evicts them: their window's end, or their event time.
+ *
+ * Spark evicts a key when that time is at most the watermark ({@code WatermarkSupport}),
+ * so the keys it evicts in a batch are a prefix of this order, and a scan in this order can
+ * stop at the first key it does not evict. The index holds a copy of every key (about a
+ * hundred bytes each beside the state's values); past {@link #MAX_KEYS} it gives up.
+ */
+final class EvictionIndex {
+  /** More keys than this, and the store scans the whole state again, as Spark does. */
+  static final long MAX_KEYS = 4_000_000L;
+  /** Spark's mark of a query's event-time column ({@code EventTimeWatermark.delayKey}). */
+  static final String EVENT_TIME_MARK = "spark.watermarkDelayMs";
+  /** A key without an eviction time (a null window): Spark never evicts it either. */
+  private static final long NEVER = Long.MAX_VALUE;
+
+  private final ToLongFunction<UnsafeRow> evictionTime;
+  private final TreeMap<Long, Set<UnsafeRow>> byTime = new TreeMap<>();
+  private long size;
+
+  EvictionIndex(ToLongFunction<UnsafeRow> evictionTime) {
+    this.evictionTime = evictionTime;
+  }
+
+  /**
+   * How to read a key's eviction time from keys of this schema; null unless exactly one of
+   * its columns is the event time (a window, or a timestamp).
+   */
+  static ToLongFunction<UnsafeRow> evictionTimeOf(StructType keySchema) {
+    StructField[] fields = keySchema.fields();
+    int column = -1;
+    for (int i = 0; i < fields.length; i++) {
+      if (fields[i].metadata().contains(EVENT_TIME_MARK)) {
+        if (column >= 0) {
+          return null;
+        }
+        column = i;
+      }
+    }
+    if (column < 0) {
+      return null;
+    }
+    final int at = column;
+    DataType type = fields[at].dataType();
+    if (isTimestamp(type)) {
+      return key -> key.isNullAt(at) ? NEVER : key.getLong(at);
+    }
+    if (type instanceof StructType window && window.fields().length == 2 &&
+        isTimestamp(window.fields()[1].dataType())) {
+      return key -> {
+        if (key.isNullAt(at)) {
+          return NEVER;
+        }
+        InternalRow bounds = key.getStruct(at, 2);
+        return bounds.isNullAt(1) ? NEVER : bounds.getLong(1);
+      };
+    }
+    return null;
+  }
+
+  private static boolean isTimestamp(DataType type) {
+    return type.equals(DataTypes.TimestampType) || type.equals(TimestampNTZType$.MODULE$);
+  }
+
+  long size() {
+    return size;
+  }
+
+  boolean contains(UnsafeRow key) {
+    Set<UnsafeRow> bucket = byTime.get(evictionTime.applyAsLong(key));
+    return bucket != null && bucket.contains(key);
+  }
+
+  /** Notes {@code key} (a copy of it: Spark reuses its rows), unless it is already here. */
+  void add(UnsafeRow key) {
+    Set<UnsafeRow> bucket = byTime.computeIfAbsent(evictionTime.applyAsLong(key),
+                                                   time -> new HashSet<>());
+    if (!bucket.contains(key)) {
+      bucket.add(key.copy());
+      size++;
+    }
+  }
+
+  void remove(UnsafeRow key) {
+    long time = evictionTime.applyAsLong(key);
+    Set<UnsafeRow> bucket = byTime.get(time);
+    if (bucket != null && bucket.remove(key)) {
+      size--;
+      if (bucket.isEmpty()) {
+        byTime.remove(time);
+      }
+    }
+  }
+
+  /**
+   * The keys, earliest eviction time first. Keys may be removed while it runs (the scan
+   * evicts them): it goes through a copy of one time's keys at a time.
+   */
+  Iterator<UnsafeRow> inEvictionOrder() {
+    return new Iterator<>() {
+      private Long time;
+      private Iterator<UnsafeRow> keys = Collections.emptyIterator();
+
+      @Override
+      public boolean hasNext() {
+        while (!keys.hasNext()) {
+          Long next = time == null ? (byTime.isEmpty() ? null : byTime.firstKey())
+                                   : byTime.higherKey(time);
+          if (next == null) {
+            return false;
+          }
+          time = next;
+          keys = new ArrayList<>(byTime.get(next)).iterator();
+        }
+        return true;
+      }
+
+      @Override
+      public UnsafeRow next() {
+        if (!hasNext()) {
+          throw new NoSuchElementException();
+        }
+        return keys.next();
+      }
+    };
+  }
+}
