@@ -68,6 +68,11 @@ def counts(results: list[Result]) -> list[tuple[int, int]]:
     return sorted((r.value["start_s"], r.value["cars"]) for r in data(results) if r.value)
 
 
+def eviction_scans(spark) -> list[int]:  # type: ignore[no-untyped-def]
+    """This JVM's aggregation eviction scans so far: [through an index, building one]."""
+    return list(spark._jvm.medusa.spark.MedusaStateStoreProvider.evictionScans())
+
+
 def test_window_edges_and_boundary_driven_closing(spark) -> None:
     found = run_network(spark, COUNT_PER_MINUTE, [[
         report(0, 1), report(59.999, 2),  # first window [0, 60)
@@ -110,6 +115,7 @@ def test_a_held_aggregation_keeps_its_closed_windows_until_released(spark) -> No
     its boundaries promise nothing behind them; released, its next batch emits every
     window closed meanwhile, each once, and promises past them only after them."""
     released_after: list[int] = []
+    built_at_release: list[int] = []
 
     def held_until_batch_2(writer: FragmentWriter) -> None:
         writer.hold_eviction(spark)
@@ -118,6 +124,7 @@ def test_a_held_aggregation_keeps_its_closed_windows_until_released(spark) -> No
             if batch_id == 2 and writer.eviction_held:
                 writer.release_eviction(spark)
                 released_after.append(len(writer.outputs[0].records))
+                built_at_release.append(eviction_scans(spark)[1])
         writer.on_batch = release
     found = run_network(spark, COUNT_PER_MINUTE, [
         [report(10, 1), report(30, 2)],
@@ -130,6 +137,8 @@ def test_a_held_aggregation_keeps_its_closed_windows_until_released(spark) -> No
     assert not data(found[:held_records]), "nothing closed while held"
     assert counts(found) == [(0, 2), (60, 1), (120, 2)]
     assert len({r.id for r in data(found)}) == 3
+    assert eviction_scans(spark)[1] == built_at_release[0], \
+        "the held batches built the eviction index: no whole scan after the release"
     for index, result in enumerate(found):
         if result.type != "BOUNDARY":
             assert all(b.stime < result.stime for b in found[:index] if b.type == "BOUNDARY"), \
@@ -141,9 +150,6 @@ def test_an_aggregations_eviction_scan_goes_through_its_index(spark) -> None:
     watermark closed; Medusa's state store keeps the keys ordered by window end and goes
     through the closed ones only (``EvictionIndex.java``). Windows of several segments
     closing over many batches: each comes out once, as the reference has it."""
-    def scans() -> list[int]:
-        return list(spark._jvm.medusa.spark.MedusaStateStoreProvider.evictionScans())
-
     batches: list[list[Tuple]] = []
     expected: dict[tuple[int, int], set[int]] = {}
     for batch in range(8):
@@ -154,9 +160,9 @@ def test_an_aggregations_eviction_scan_goes_through_its_index(spark) -> None:
             expected.setdefault((seconds // 60 * 60, seg), set()).add(vid)
         batches.append([*reports, boundary(batch * 25 + 24)])
     batches.append([boundary(400)])
-    indexed_before, built_before = scans()
+    indexed_before, built_before = eviction_scans(spark)
     found = data(run_network(spark, COUNT_PER_MINUTE, batches)["per_minute"])
-    indexed, built = scans()
+    indexed, built = eviction_scans(spark)
     assert sorted((r.value["start_s"], r.value["seg"], r.value["cars"]) for r in found) == \
         sorted((start, seg, len(vids)) for (start, seg), vids in expected.items())
     assert len({r.id for r in found}) == len(found)

@@ -48,10 +48,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * version loaded, or a count of keys that differs from the store's, and the next scan
  * builds it again.
  *
- * Held, a replica's aggregations skip the scan and keep their closed windows a while
+ * Held, a replica's aggregations evict nothing and keep their closed windows a while
  * longer (input below the watermark is dropped before it reaches the state, as always),
  * and its first batch after {@link #releaseEviction} evicts and emits all of them at once;
- * the outputs drop those the old instance wrote, by tuple id.
+ * the outputs drop those the old instance wrote, by tuple id. Its first held batch builds
+ * the index, so that the batch after the release does not scan the whole state.
  *
  * Only the scans of {@code StateStoreSaveExec} (and, for the hold, of its session-window
  * kin) change: the other operators' full scans (timeouts, joins, deduplication) run as
@@ -208,6 +209,9 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
       if (name.equals("iterator")) {
         Scan scan = scanOf(method, args);
         if (scan != Scan.OTHER && query != null && HELD.contains(query)) {
+          if (scan == Scan.AGGREGATION_EVICTION && index != null && !complete) {
+            buildHeld(call(method, args));
+          }
           return new StateStoreIterator<>(scala.collection.Iterator$.MODULE$.empty(),
                                           StateStoreIterator.$lessinit$greater$default$2());
         }
@@ -303,6 +307,25 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
       };
       return new StateStoreIterator<>(CollectionConverters.asScala(scan),
                                       StateStoreIterator.$lessinit$greater$default$2());
+    }
+
+    /**
+     * A held replica's first batch goes through the whole state once, evicting nothing, to
+     * build the index: at the replica's low priority, while it catches up, rather than in
+     * the batch after its release, beside the instance it replaces.
+     */
+    private void buildHeld(Object whole) {
+      BUILDING_SCANS.incrementAndGet();
+      @SuppressWarnings("unchecked")
+      StateStoreIterator<UnsafeRowPair> all = (StateStoreIterator<UnsafeRowPair>) whole;
+      try {
+        while (all.hasNext()) {
+          index.add(all.next().key());
+        }
+        complete = true;
+      } finally {
+        all.close();
+      }
     }
 
     /** Spark's whole scan, noting every key it passes; complete once it has ended. */
