@@ -1,14 +1,14 @@
 """A move's replica holds its aggregations' eviction while it catches up.
 
-Spark's windowed aggregation goes through its whole state each batch to find the windows
-the watermark closed. A replica rebuilding beside the instance it replaces does that too,
-and at a gigabyte two such scans at once slowed the serving instance's batches (on two
-cores, its output paused 3 to 3.5 s during the replica's rebuild). Held, the replica's
-aggregations skip the scan and keep their closed windows until its promotion (released
-at the input switch instead, the two instances scanned side by side for the 4 to 5 s
-before it); its next scan evicts and emits them all, the outputs dropping by tuple id
-those the old instance wrote (``MedusaStateStoreProvider.java``). Its writer promises no
-boundary behind a window for a batch that ran held: it has not emitted those windows.
+Held, the replica's aggregations evict nothing and keep their closed windows until its
+release, just before its promotion; its next batch evicts and emits them all, the outputs
+dropping by tuple id those the old instance wrote (``MedusaStateStoreProvider.java``).
+Its first held batch builds the store's index of keys by window end (one whole scan, at
+the replica's low priority), so that the batch after the release goes through the closed
+windows only. Before that index, Spark's eviction went through the whole state every
+batch, and at a gigabyte a replica doing it beside the serving instance paused that
+instance's output 3 to 3.5 s. Its writer promises no boundary behind a window for a
+batch that ran held: it has not emitted those windows.
 """
 
 from __future__ import annotations

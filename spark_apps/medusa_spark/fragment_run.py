@@ -38,7 +38,7 @@ from medusa_spark.scheduler_pools import (
     threads_started_in,
 )
 from medusa_spark.session import (
-    EVICTION_HOLDING_ROCKSDB,
+    INDEXED_ROCKSDB,
     QUERY_STOP_TIMEOUT_MS,
     REBUILD_NICE,
     STATE_STORE_PROVIDER,
@@ -318,7 +318,7 @@ def start_fragment(spark: SparkSession, plan: Plan, wiring: FragmentWiring, chec
         duration_ms(interval)  # fail early on a malformed trigger
         stream = stream.trigger(processingTime=interval)
     store = state_store_provider(plan, wiring.fragment)
-    if hold_eviction and standby and store == EVICTION_HOLDING_ROCKSDB:
+    if hold_eviction and standby and store == INDEXED_ROCKSDB:
         writer.hold_eviction(spark)
     query = start_stream(spark, stream, plan.network.state_partitions, store,
                          rebuilding=standby and rebuild)
@@ -340,10 +340,11 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 def state_store_provider(plan: Plan, fragment: Fragment) -> str:
     """The state store class of the fragment's query: its ``state_store``, RocksDB the one
-    whose aggregations' eviction a move's replica can hold where Spark allows it."""
+    whose aggregations evict through an index and can be held by a move's replica, where
+    Spark allows it."""
     if fragment.state_store == "rocksdb" and \
             not runs_transform_with_state(plan, fragment.boxes):
-        return EVICTION_HOLDING_ROCKSDB
+        return INDEXED_ROCKSDB
     return STATE_STORE_PROVIDERS[fragment.state_store]
 
 

@@ -107,8 +107,9 @@ STATE_STORE_PROVIDERS = {
 }
 """Spark's state store for each of a network's ``state_store`` settings; RocksDB by default.
 A query keeps the one it started with in its checkpoint."""
-EVICTION_HOLDING_ROCKSDB = "medusa.spark.MedusaStateStoreProvider"
-"""Spark's RocksDB store, whose aggregations' eviction a move's replica holds
+INDEXED_ROCKSDB = "medusa.spark.MedusaStateStoreProvider"
+"""Spark's RocksDB store, whose aggregations evict through an index of their keys by
+window end (not a scan of the whole state) and whose eviction a move's replica holds
 (``eviction_hold``): a fragment's, unless Spark's ``transformWithState`` runs in it, which
 accepts Spark's own class only."""
 QUERY_STOP_TIMEOUT_MS = 60_000

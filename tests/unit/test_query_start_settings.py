@@ -15,7 +15,7 @@ from medusa_spark.network.fragments import group
 from medusa_spark.network.model import parse_network
 from medusa_spark.network.validate import check_structure
 from medusa_spark.session import (
-    EVICTION_HOLDING_ROCKSDB,
+    INDEXED_ROCKSDB,
     STATE_STORE_PROVIDER,
     STATE_STORE_PROVIDERS,
 )
@@ -67,9 +67,9 @@ def test_a_query_starts_with_its_networks_state_store_and_partitions() -> None:
 def test_without_partitions_a_query_keeps_the_nodes() -> None:
     spark = _Spark()
     stream = _Stream(spark)
-    fragment_run.start_stream(spark, stream, None, EVICTION_HOLDING_ROCKSDB)  # type: ignore[arg-type]
+    fragment_run.start_stream(spark, stream, None, INDEXED_ROCKSDB)  # type: ignore[arg-type]
     assert stream.seen == {fragment_run.SHUFFLE_PARTITIONS: "4",
-                           STATE_STORE_PROVIDER: EVICTION_HOLDING_ROCKSDB}
+                           STATE_STORE_PROVIDER: INDEXED_ROCKSDB}
 
 
 def _store_of(box: dict[str, Any], state_store: str | None = None) -> str:
@@ -89,7 +89,7 @@ WINDOW = {"type": "aggregate", "params": {
 
 
 def test_a_fragment_keeps_its_state_where_a_replica_can_hold_its_eviction() -> None:
-    assert _store_of(WINDOW) == EVICTION_HOLDING_ROCKSDB
+    assert _store_of(WINDOW) == INDEXED_ROCKSDB
     assert _store_of(WINDOW, "memory") == STATE_STORE_PROVIDERS["memory"]
     # Spark's transformWithState accepts its own RocksDB class only.
     timed = {**WINDOW, "key": ["sensor_id"],
@@ -119,5 +119,5 @@ def test_a_rebuilding_querys_thread_starts_at_the_lowest_priority() -> None:
             spark.started = "started"  # type: ignore[attr-defined]
             return "query"
     fragment_run.start_stream(spark, _Started(spark), None,  # type: ignore[arg-type]
-                              EVICTION_HOLDING_ROCKSDB, rebuilding=True)
+                              INDEXED_ROCKSDB, rebuilding=True)
     assert priority.calls == [(True, None), (False, "started")]
