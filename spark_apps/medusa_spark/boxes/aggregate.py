@@ -82,8 +82,10 @@ class AggregateParams(BoxParams):
     fields: dict[str, str] | None = None
     """Output fields as expressions over the results; group fields + aggregates by default."""
     expiry: Literal["scan", "timers"] = "scan"
-    """How closed windows leave the state. ``scan``: Spark's own aggregation, which goes
-    through the whole state every batch the watermark moves. ``timers``: each window's
+    """How closed windows leave the state. ``scan``: Spark's own aggregation; with the
+    RocksDB state store its eviction goes through the windows the watermark closed only
+    (an index of the keys by window end), with ``state_store: memory`` through the whole
+    state every batch the watermark moves. ``timers``: each window's
     end is an event-time timer, so a batch costs what it brings and closes, whatever the
     state holds, at a Python call per group with rows or closing windows in a batch
     (about a millisecond: for a large state kept by few groups a batch, not by many new

@@ -7,6 +7,7 @@ import java.util.Iterator;
 import java.util.NoSuchElementException;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.ToLongFunction;
 
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -23,12 +24,17 @@ import org.apache.spark.sql.types.TimestampNTZType$;
  *
  * Spark evicts a key when that time is at most the watermark ({@code WatermarkSupport}),
  * so the keys it evicts in a batch are a prefix of this order, and a scan in this order can
- * stop at the first key it does not evict. The index holds a copy of every key (about a
- * hundred bytes each beside the state's values); past {@link #MAX_KEYS} it gives up.
+ * stop at the first key it does not evict. The index holds a copy of every key in the
+ * JVM's heap (about {@value #BYTES_PER_KEY} bytes each, beside the state's values, which
+ * RocksDB keeps off it); all indexes together may take an eighth of the heap, and an index
+ * that would go past that is given up ({@link #overBudget}).
  */
 final class EvictionIndex {
-  /** More keys than this, and the store scans the whole state again, as Spark does. */
-  static final long MAX_KEYS = 4_000_000L;
+  /** A key's copy and its place in the index, about (a window and a short group key). */
+  static final long BYTES_PER_KEY = 160;
+  /** The keys all of this JVM's indexes may hold together. */
+  static final long BUDGET_KEYS = Runtime.getRuntime().maxMemory() / 8 / BYTES_PER_KEY;
+  private static final AtomicLong INDEXED_KEYS = new AtomicLong();
   /** Spark's mark of a query's event-time column ({@code EventTimeWatermark.delayKey}). */
   static final String EVENT_TIME_MARK = "spark.watermarkDelayMs";
   /** A key without an eviction time (a null window): Spark never evicts it either. */
@@ -37,6 +43,7 @@ final class EvictionIndex {
   private final ToLongFunction<UnsafeRow> evictionTime;
   private final TreeMap<Long, Set<UnsafeRow>> byTime = new TreeMap<>();
   private long size;
+  private boolean overBudget;
 
   EvictionIndex(ToLongFunction<UnsafeRow> evictionTime) {
     this.evictionTime = evictionTime;
@@ -86,6 +93,18 @@ final class EvictionIndex {
     return size;
   }
 
+  /** Whether adding keys took this JVM's indexes past their budget: this one is given up. */
+  boolean overBudget() {
+    return overBudget;
+  }
+
+  /** Gives this index's keys back to the budget: it is no longer used. */
+  void release() {
+    INDEXED_KEYS.addAndGet(-size);
+    byTime.clear();
+    size = 0;
+  }
+
   boolean contains(UnsafeRow key) {
     Set<UnsafeRow> bucket = byTime.get(evictionTime.applyAsLong(key));
     return bucket != null && bucket.contains(key);
@@ -98,6 +117,9 @@ final class EvictionIndex {
     if (!bucket.contains(key)) {
       bucket.add(key.copy());
       size++;
+      if (INDEXED_KEYS.incrementAndGet() > BUDGET_KEYS) {
+        overBudget = true;
+      }
     }
   }
 
@@ -106,6 +128,7 @@ final class EvictionIndex {
     Set<UnsafeRow> bucket = byTime.get(time);
     if (bucket != null && bucket.remove(key)) {
       size--;
+      INDEXED_KEYS.decrementAndGet();
       if (bucket.isEmpty()) {
         byTime.remove(time);
       }

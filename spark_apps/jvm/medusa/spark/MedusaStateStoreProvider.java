@@ -74,7 +74,7 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
   private static final AtomicLong BUILDING_SCANS = new AtomicLong();
 
   /** How this store's keys give their eviction time; null if they cannot be indexed. */
-  private ToLongFunction<UnsafeRow> evictionTime;
+  private volatile ToLongFunction<UnsafeRow> evictionTime;
   /** The index as of {@link #indexedVersion}, while no batch has this store open. */
   private EvictionIndex committedIndex;
   private long indexedVersion = -1;
@@ -146,10 +146,35 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
 
   /** The committed index if it is of {@code version}; a batch owns it until it commits. */
   private synchronized EvictionIndex takeIndex(long version) {
-    EvictionIndex index = indexedVersion == version ? committedIndex : null;
+    EvictionIndex index = committedIndex;
+    if (index != null && indexedVersion != version) {
+      index.release();
+      index = null;
+    }
     committedIndex = null;
     indexedVersion = -1;
     return index;
+  }
+
+  /** The keys took this JVM's indexes past their budget: this store scans as Spark does. */
+  private synchronized void giveUpIndexing(StateStoreId store) {
+    if (evictionTime != null) {
+      LOG.warn("Eviction index of {} given up: this JVM's indexes hold {} keys or more " +
+               "(an eighth of its heap); its aggregation scans its whole state each batch",
+               store, EvictionIndex.BUDGET_KEYS);
+    }
+    evictionTime = null;
+  }
+
+  @Override
+  public void close() {
+    synchronized (this) {
+      if (committedIndex != null) {
+        committedIndex.release();
+        committedIndex = null;
+      }
+    }
+    super.close();
   }
 
   private synchronized void keepIndex(EvictionIndex index, long version) {
@@ -195,6 +220,8 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
     private final EvictionIndex index;
     /** Whether the index holds every key of the store (else a whole scan builds it). */
     private boolean complete;
+    /** Whether the provider keeps the index for the next batch (this one committed). */
+    private boolean kept;
 
     Handler(StateStore store, String query, EvictionIndex index, boolean complete) {
       this.store = store;
@@ -230,6 +257,8 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
       }
       if (index != null && name.equals("commit")) {
         committed((Long) result);
+      } else if (index != null && name.equals("abort") && !kept) {
+        index.release();
       }
       return result;
     }
@@ -244,7 +273,13 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
 
     /** Keeps the index for the next batch if it holds exactly the committed keys. */
     private void committed(long version) {
+      if (index.overBudget()) {
+        index.release();
+        giveUpIndexing(store.id());
+        return;
+      }
       if (!complete) {
+        index.release();
         return;
       }
       long keys = store.metrics().numKeys();
@@ -252,11 +287,10 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
         LOG.warn("Eviction index of {} has {} keys where the store has {} at version {}: " +
                  "the next batch scans the whole state to build it again",
                  store.id(), index.size(), keys, version);
+        index.release();
         return;
       }
-      if (index.size() > EvictionIndex.MAX_KEYS) {
-        return;
-      }
+      kept = true;
       keepIndex(index, version);
     }
 
