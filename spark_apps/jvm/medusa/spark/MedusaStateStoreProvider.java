@@ -4,6 +4,7 @@ import java.lang.reflect.InvocationHandler;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.lang.reflect.Proxy;
+import java.util.Collections;
 import java.util.Iterator;
 import java.util.NoSuchElementException;
 import java.util.Set;
@@ -182,6 +183,12 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
     indexedVersion = version;
   }
 
+  /** A store's iterator over {@code rows}, with nothing to close. */
+  private static StateStoreIterator<UnsafeRowPair> storeIterator(Iterator<UnsafeRowPair> rows) {
+    return new StateStoreIterator<>(CollectionConverters.asScala(rows),
+                                    StateStoreIterator.$lessinit$greater$default$2());
+  }
+
   /** What a store's caller is scanning it for. */
   private enum Scan { AGGREGATION_EVICTION, SAVE, OTHER }
 
@@ -239,8 +246,7 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
           if (scan == Scan.AGGREGATION_EVICTION && index != null && !complete) {
             buildHeld(call(method, args));
           }
-          return new StateStoreIterator<>(scala.collection.Iterator$.MODULE$.empty(),
-                                          StateStoreIterator.$lessinit$greater$default$2());
+          return storeIterator(Collections.emptyIterator());
         }
         if (scan == Scan.AGGREGATION_EVICTION && index != null) {
           return complete ? indexedScan() : buildingScan(call(method, args));
@@ -339,8 +345,7 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
           return next;
         }
       };
-      return new StateStoreIterator<>(CollectionConverters.asScala(scan),
-                                      StateStoreIterator.$lessinit$greater$default$2());
+      return storeIterator(scan);
     }
 
     /**
