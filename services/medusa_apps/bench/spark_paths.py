@@ -7,6 +7,10 @@ output holds every record:
 
 - the passthrough copies key, value and headers, reading to the end once
   (``availableNow``);
+- the two-hop passthrough does so twice at once, into a middle topic and on from it into
+  another (two queries): the Kafka traffic of a fragment behind its SUnion (the input
+  read, the SUnion's topic written and read, the output written), and so the most a
+  design with that hop could reach here, with no Python, Avro or transaction in it;
 - the filter fragment runs as it does on a node: its SUnion (a process of its
   own) orders the topic into 1 s buckets on the fragment's input topic, one
   transaction per bucket, while the fragment's query reads that topic
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -120,6 +125,58 @@ def passthrough(spark: SparkSession, bootstrap: str, source: str, count: int,
     query.awaitTermination()
     elapsed = time.perf_counter() - started
     return Throughput("Spark passthrough (Kafka to Kafka)", count, elapsed, _phases(query))
+
+
+def two_hop_passthrough(spark: SparkSession, bootstrap: str, source: str, count: int,
+                        checkpoints: Path, timeout_s: float = 900.0) -> Throughput:
+    """Records copied as they are into a middle topic and, by a second query running at the
+    same time, on from it into the target; timed until the target holds every record of
+    ``source`` (its BOUNDARY records too)."""
+    middle = f"bench.hop.{uuid.uuid4().hex[:8]}"
+    target = f"bench.two-hop.{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka_config(bootstrap), [middle, target], partitions=4)
+    kafka = spark_kafka_options(bootstrap)
+    ends = Consumer(kafka_config(bootstrap, group_id=f"bench.ends.{uuid.uuid4().hex[:6]}"))
+    expected = _records_in(ends, source)
+
+    def copy(from_topic: str, to_topic: str, to_the_end: bool) -> StreamingQuery:
+        frame = (spark.readStream.format("kafka").options(**kafka)
+                 .option("subscribe", from_topic).option("startingOffsets", "earliest")
+                 .option("includeHeaders", "true").load()
+                 .select("key", "value", "headers"))
+        writer = (frame.writeStream.format("kafka").options(**kafka).option("topic", to_topic)
+                  .option("checkpointLocation", str(checkpoints / to_topic)))
+        return writer.trigger(availableNow=True).start() if to_the_end else \
+            writer.trigger(processingTime="0 seconds").start()
+
+    started = time.perf_counter()
+    second = copy(middle, target, to_the_end=False)
+    first = copy(source, middle, to_the_end=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while (copied := _records_in(ends, target)) < expected:
+            for query in (first, second):
+                if query.exception() is not None:
+                    raise RuntimeError(f"the two-hop passthrough stopped: {query.exception()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the two-hop passthrough copied {copied:,} of "
+                                   f"{expected:,} records in {timeout_s:.0f}s")
+            time.sleep(0.02)
+        elapsed = time.perf_counter() - started
+    finally:
+        second.stop()
+        first.stop()
+        ends.close()
+    return Throughput("Spark passthrough through a second topic (Kafka to Kafka to Kafka)",
+                      count, elapsed)
+
+
+def _records_in(consumer: Consumer, topic: str) -> int:
+    """The records a topic holds (none is compacted or trimmed here): its partitions' end
+    offsets, summed."""
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+               for p in partitions)
 
 
 @dataclass
