@@ -83,6 +83,7 @@ from medusa.envelope import (
     boundary,
 )
 from medusa.errors import MedusaError
+from medusa.gc_pauses import collector_held_off
 from medusa.settings import kafka_config
 from medusa.tracing import context_of, traceparent
 from medusa_spark import eviction_hold
@@ -411,6 +412,11 @@ class FragmentWriter:
         self._write_table(self._encoded(batch), batch_id, began)
 
     def _write_table(self, table: pa.Table, batch_id: int, began: float) -> None:
+        # Its pass builds a few small objects per result, none in a cycle (``gc_pauses``).
+        with collector_held_off():
+            self._write_rows(table, batch_id, began)
+
+    def _write_rows(self, table: pa.Table, batch_id: int, began: float) -> None:
         encoded = time.perf_counter()
         in_stream = self.in_stream
         if in_stream:
@@ -698,6 +704,9 @@ class FragmentWriter:
         """Each record through the SOutput of its topic's cluster, one transaction per
         output (and an empty one for outputs without records when ``every_output``);
         returns how many were written."""
+        if len(self.outputs) == 1:  # most fragments: no record to sort
+            (output,) = self.outputs
+            return output.write(records) if records or every_output else 0
         by_output: dict[int, list[OutRecord]] = {}
         for record in records:
             by_output.setdefault(id(self._output_of_topic[record.topic]), []).append(record)

@@ -259,30 +259,29 @@ class SOutput:
         fresh = []
         seen = self._seen
         # A relayed batch can hold a result twice: staged by a failed node's query and
-        # again by its successor's, both read after the last write.
-        in_batch: set[tuple[str, str]] = set()
+        # again by its successor's, both read after the last write. Kept in order, to be
+        # remembered once the transaction commits.
+        fresh_ids: dict[tuple[str, str], None] = {}
         for record in records:
             if record.tuple_id and not record.tentative:
                 written = (record.topic, record.tuple_id)
-                if written in seen or written in in_batch:
+                if written in seen or written in fresh_ids:
                     self.stats.duplicates_dropped += 1
                     continue
-                in_batch.add(written)
+                fresh_ids[written] = None
             fresh.append(record)
         if not fresh:
             return 0
         try:
             producer.begin_transaction()
-            produce = producer.produce
-            for index, record in enumerate(fresh):
-                if record.partition is None:
-                    produce(record.topic, value=record.value, key=record.key,
-                            headers=record.headers)
-                else:
-                    produce(record.topic, value=record.value, key=record.key,
-                            headers=record.headers, partition=record.partition)
-                if index % 1000 == 999:
-                    producer.poll(0)
+            produce, poll = producer.produce, producer.poll
+            # Positional arguments, -1 leaving the partition to the partitioner: a few
+            # hundred nanoseconds less per record than keywords.
+            for index, (topic, _, value, headers, key, partition, _) in enumerate(fresh):
+                produce(topic, value, key, -1 if partition is None else partition,
+                        headers=headers)
+                if index % 10_000 == 9_999:
+                    poll(0)
             committing = time.perf_counter()
             producer.commit_transaction(60)
             self.stats.transaction_commit_ms += (time.perf_counter() - committing) * 1000
@@ -298,9 +297,9 @@ class SOutput:
                     f"output {self.owner}: another node has taken over this fragment "
                     f"({kafka_error.str()})") from None
             raise
-        for record in fresh:
-            if not record.tentative:
-                self._remember(record.topic, record.tuple_id)
+        seen.update(fresh_ids)
+        while len(seen) > self._max_ids:
+            seen.popitem(last=False)
         first = self.stats.first_write_at is None
         self.stats.written += len(fresh)
         if first:

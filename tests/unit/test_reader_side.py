@@ -76,8 +76,9 @@ class _Producer:
     def begin_transaction(self) -> None:
         pass
 
-    def produce(self, topic: str, value: Any = None, key: Any = None, headers: Any = None,
-                partition: int | None = None) -> None:
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                on_delivery: Any = None, timestamp: int = 0, headers: Any = None) -> None:
+        """In confluent-kafka's order of arguments."""
         self.produced.append(dict(headers)["medusa.id"] if headers else "")
 
     def poll(self, timeout: float) -> None:
