@@ -44,6 +44,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from medusa.consuming import take
+from medusa.gc_pauses import collector_held_off
 from medusa.settings import kafka_config, spark_kafka_options
 from medusa.topics import ensure_topics
 from medusa_spark.fragment import KEY, OUTPUT, FragmentWiring, build_fragment, read_source
@@ -296,15 +297,17 @@ class StagedRelay:
                     self._drain_end = self._consumer.get_watermark_offsets(
                         TopicPartition(self.topic, 0), timeout=10, cached=False)[1]
                 messages = take(self._consumer, 10_000, RELAY_IDLE_POLL_S)
-                rows, last = self._rows(messages)
-                if last is not None:
-                    self._position = last + 1
-                released = self._released_boundaries()
-                rows += released
-                if rows:
-                    began = time.perf_counter()
-                    self.writer.write_table(_table(rows), self._batch_id(last), began)
-                    self._busy.append((time.monotonic(), time.perf_counter() - began))
+                # A dict per record and the writer's pass, none in a cycle (``gc_pauses``).
+                with collector_held_off():
+                    rows, last = self._rows(messages)
+                    if last is not None:
+                        self._position = last + 1
+                    released = self._released_boundaries()
+                    rows += released
+                    if rows:
+                        began = time.perf_counter()
+                        self.writer.write_table(_table(rows), self._batch_id(last), began)
+                        self._busy.append((time.monotonic(), time.perf_counter() - began))
                 if released:  # every result below them is written: promise them now
                     self.writer.write_idle_boundaries(None)
                 if last is not None:
