@@ -68,9 +68,17 @@ def counts(results: list[Result]) -> list[tuple[int, int]]:
     return sorted((r.value["start_s"], r.value["cars"]) for r in data(results) if r.value)
 
 
+MAX_INDEXED_KEYS = "spark.sql.streaming.stateStore.medusa.evictionIndexMaxKeys"
+
+
 def eviction_scans(spark) -> list[int]:  # type: ignore[no-untyped-def]
     """This JVM's aggregation eviction scans so far: [through an index, building one]."""
     return list(spark._jvm.medusa.spark.MedusaStateStoreProvider.evictionScans())
+
+
+def indexes_given_up(spark) -> int:  # type: ignore[no-untyped-def]
+    """How many of this JVM's state stores gave their eviction index up, past the budget."""
+    return int(spark._jvm.medusa.spark.MedusaStateStoreProvider.indexesGivenUp())
 
 
 def test_window_edges_and_boundary_driven_closing(spark) -> None:
@@ -168,6 +176,27 @@ def test_an_aggregations_eviction_scan_goes_through_its_index(spark) -> None:
     assert len({r.id for r in found}) == len(found)
     assert built > built_before and indexed - indexed_before >= 3 * (built - built_before), \
         "after one whole scan per state partition, the batches' evictions go through the index"
+
+
+def test_an_aggregation_past_the_index_budget_scans_as_spark_does_and_loses_nothing(
+        spark) -> None:
+    """A JVM's eviction indexes share a budget of keys (an eighth of its heap, or the
+    session's setting); a store whose index would go past it gives the index up and scans
+    its whole state each batch, as Spark does, from then on: no window missed or repeated."""
+    batches = [[*(report(batch * 25 + k * 2, (k * 7 + batch) % 9, seg=k % 4)
+                  for k in range(12)), boundary(batch * 25 + 24)] for batch in range(6)]
+    batches.append([boundary(300)])
+    unlimited = data(run_network(spark, COUNT_PER_MINUTE, batches)["per_minute"])
+    given_up_before = indexes_given_up(spark)
+    spark.conf.set(MAX_INDEXED_KEYS, "0")
+    try:
+        found = data(run_network(spark, COUNT_PER_MINUTE, batches)["per_minute"])
+    finally:
+        spark.conf.unset(MAX_INDEXED_KEYS)
+    assert indexes_given_up(spark) > given_up_before, "the stores holding keys give theirs up"
+    assert sorted((r.value["start_s"], r.value["seg"], r.value["cars"]) for r in found) == \
+        sorted((r.value["start_s"], r.value["seg"], r.value["cars"]) for r in unlimited)
+    assert len({r.id for r in found}) == len(found)
 
 
 def test_empty_windows_give_nothing_and_open_windows_wait(spark) -> None:

@@ -26,14 +26,19 @@ import org.apache.spark.sql.types.TimestampNTZType$;
  * so the keys it evicts in a batch are a prefix of this order, and a scan in this order can
  * stop at the first key it does not evict. The index holds a copy of every key in the
  * JVM's heap (about {@value #BYTES_PER_KEY} bytes each, beside the state's values, which
- * RocksDB keeps off it); all indexes together may take an eighth of the heap, and an index
- * that would go past that is given up ({@link #overBudget}).
+ * RocksDB keeps off it); all indexes together may take an eighth of the heap (or the keys
+ * {@value #MAX_KEYS_CONF} says), and an index that would go past that is given up
+ * ({@link #overBudget}).
  */
 final class EvictionIndex {
   /** A key's copy and its place in the index, about (a window and a short group key). */
   static final long BYTES_PER_KEY = 160;
-  /** The keys all of this JVM's indexes may hold together. */
-  static final long BUDGET_KEYS = Runtime.getRuntime().maxMemory() / 8 / BYTES_PER_KEY;
+  /** The keys all of a JVM's indexes may hold together unless a session says otherwise. */
+  static final long DEFAULT_BUDGET_KEYS = Runtime.getRuntime().maxMemory() / 8 / BYTES_PER_KEY;
+  /** The session setting of the budget, in keys, read as each store opens. */
+  static final String MAX_KEYS_CONF = "spark.sql.streaming.stateStore.medusa.evictionIndexMaxKeys";
+  /** The budget set by the store opened last (see {@link #budgetKeys(long)}). */
+  private static volatile long budgetKeys = DEFAULT_BUDGET_KEYS;
   private static final AtomicLong INDEXED_KEYS = new AtomicLong();
   /** Spark's mark of a query's event-time column ({@code EventTimeWatermark.delayKey}). */
   static final String EVENT_TIME_MARK = "spark.watermarkDelayMs";
@@ -89,6 +94,16 @@ final class EvictionIndex {
     return type.equals(DataTypes.TimestampType) || type.equals(TimestampNTZType$.MODULE$);
   }
 
+  /** The keys all of this JVM's indexes may hold together. */
+  static long budgetKeys() {
+    return budgetKeys;
+  }
+
+  /** Sets the budget of this JVM's indexes: an index past it is given up at its commit. */
+  static void budgetKeys(long keys) {
+    budgetKeys = keys;
+  }
+
   long size() {
     return size;
   }
@@ -117,7 +132,7 @@ final class EvictionIndex {
     if (!bucket.contains(key)) {
       bucket.add(key.copy());
       size++;
-      if (INDEXED_KEYS.incrementAndGet() > BUDGET_KEYS) {
+      if (INDEXED_KEYS.incrementAndGet() > budgetKeys) {
         overBudget = true;
       }
     }

@@ -73,6 +73,8 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
   /** Eviction scans that went through an index, and whole scans that built one. */
   private static final AtomicLong INDEXED_SCANS = new AtomicLong();
   private static final AtomicLong BUILDING_SCANS = new AtomicLong();
+  /** Stores that gave their index up, past the budget. */
+  private static final AtomicLong GIVEN_UP = new AtomicLong();
 
   /** How this store's keys give their eviction time; null if they cannot be indexed. */
   private volatile ToLongFunction<UnsafeRow> evictionTime;
@@ -95,6 +97,11 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
     return new long[] {INDEXED_SCANS.get(), BUILDING_SCANS.get()};
   }
 
+  /** How many of this JVM's stores gave their eviction index up, past the budget. */
+  public static long indexesGivenUp() {
+    return GIVEN_UP.get();
+  }
+
   @Override
   public void init(StateStoreId stateStoreId, StructType keySchema, StructType valueSchema,
                    KeyStateEncoderSpec keyStateEncoderSpec, boolean useColumnFamilies,
@@ -102,9 +109,24 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
                    boolean useMultipleValuesPerKey, Option<StateSchemaProvider> schemas) {
     super.init(stateStoreId, keySchema, valueSchema, keyStateEncoderSpec, useColumnFamilies,
                storeConfs, hadoopConf, useMultipleValuesPerKey, schemas);
+    EvictionIndex.budgetKeys(budgetKeys(storeConfs));
     boolean plainKeys = keyStateEncoderSpec instanceof NoPrefixKeyStateEncoderSpec &&
         !useColumnFamilies && !useMultipleValuesPerKey;
     evictionTime = plainKeys ? EvictionIndex.evictionTimeOf(keySchema) : null;
+  }
+
+  /** The eviction indexes' budget a session sets, or the default. */
+  private static long budgetKeys(StateStoreConf storeConfs) {
+    Option<String> setting = storeConfs.sqlConfs().get(EvictionIndex.MAX_KEYS_CONF);
+    if (setting.isEmpty()) {
+      return EvictionIndex.DEFAULT_BUDGET_KEYS;
+    }
+    try {
+      return Long.parseLong(setting.get().trim());
+    } catch (NumberFormatException error) {
+      throw new IllegalArgumentException(EvictionIndex.MAX_KEYS_CONF +
+          " must be a whole number of keys, not '" + setting.get() + "'", error);
+    }
   }
 
   @Override
@@ -160,9 +182,10 @@ public class MedusaStateStoreProvider extends RocksDBStateStoreProvider {
   /** The keys took this JVM's indexes past their budget: this store scans as Spark does. */
   private synchronized void giveUpIndexing(StateStoreId store) {
     if (evictionTime != null) {
+      GIVEN_UP.incrementAndGet();
       LOG.warn("Eviction index of {} given up: this JVM's indexes hold {} keys or more " +
-               "(an eighth of its heap); its aggregation scans its whole state each batch",
-               store, EvictionIndex.BUDGET_KEYS);
+               "(an eighth of its heap, or {}); its aggregation scans its whole state each " +
+               "batch", store, EvictionIndex.budgetKeys(), EvictionIndex.MAX_KEYS_CONF);
     }
     evictionTime = null;
   }
