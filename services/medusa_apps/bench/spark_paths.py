@@ -108,20 +108,28 @@ def fill_topic(bootstrap: str, registry: SchemaRegistryClient, topic: str, count
         producer.emit_boundaries(STIME_ORIGIN_MS + (last + 2) * 1000)
 
 
-def passthrough(spark: SparkSession, bootstrap: str, source: str, count: int,
-                checkpoints: Path) -> Throughput:
-    """Records copied as they are: key, value and headers."""
-    target = f"bench.passthrough.{uuid.uuid4().hex[:8]}"
-    ensure_topics(kafka_config(bootstrap), [target], partitions=4)
+def _copy(spark: SparkSession, bootstrap: str, source: str, target: str, checkpoints: Path,
+          to_the_end: bool) -> StreamingQuery:
+    """Plain Spark copying ``source``'s records as they are (key, value and headers) into
+    ``target``: reading to the end once (``availableNow``), or on as records come."""
     kafka = spark_kafka_options(bootstrap)
     frame = (spark.readStream.format("kafka").options(**kafka)
              .option("subscribe", source).option("startingOffsets", "earliest")
              .option("includeHeaders", "true").load()
              .select("key", "value", "headers"))
+    writer = (frame.writeStream.format("kafka").options(**kafka).option("topic", target)
+              .option("checkpointLocation", str(checkpoints / target)))
+    return writer.trigger(availableNow=True).start() if to_the_end else \
+        writer.trigger(processingTime="0 seconds").start()
+
+
+def passthrough(spark: SparkSession, bootstrap: str, source: str, count: int,
+                checkpoints: Path) -> Throughput:
+    """Records copied as they are: key, value and headers."""
+    target = f"bench.passthrough.{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka_config(bootstrap), [target], partitions=4)
     started = time.perf_counter()
-    query = (frame.writeStream.format("kafka").options(**kafka)
-             .option("topic", target).option("checkpointLocation", str(checkpoints / target))
-             .trigger(availableNow=True).start())
+    query = _copy(spark, bootstrap, source, target, checkpoints, to_the_end=True)
     query.awaitTermination()
     elapsed = time.perf_counter() - started
     return Throughput("Spark passthrough (Kafka to Kafka)", count, elapsed, _phases(query))
@@ -135,23 +143,12 @@ def two_hop_passthrough(spark: SparkSession, bootstrap: str, source: str, count:
     middle = f"bench.hop.{uuid.uuid4().hex[:8]}"
     target = f"bench.two-hop.{uuid.uuid4().hex[:8]}"
     ensure_topics(kafka_config(bootstrap), [middle, target], partitions=4)
-    kafka = spark_kafka_options(bootstrap)
     ends = Consumer(kafka_config(bootstrap, group_id=f"bench.ends.{uuid.uuid4().hex[:6]}"))
     expected = _records_in(ends, source)
 
-    def copy(from_topic: str, to_topic: str, to_the_end: bool) -> StreamingQuery:
-        frame = (spark.readStream.format("kafka").options(**kafka)
-                 .option("subscribe", from_topic).option("startingOffsets", "earliest")
-                 .option("includeHeaders", "true").load()
-                 .select("key", "value", "headers"))
-        writer = (frame.writeStream.format("kafka").options(**kafka).option("topic", to_topic)
-                  .option("checkpointLocation", str(checkpoints / to_topic)))
-        return writer.trigger(availableNow=True).start() if to_the_end else \
-            writer.trigger(processingTime="0 seconds").start()
-
     started = time.perf_counter()
-    second = copy(middle, target, to_the_end=False)
-    first = copy(source, middle, to_the_end=True)
+    second = _copy(spark, bootstrap, middle, target, checkpoints, to_the_end=False)
+    first = _copy(spark, bootstrap, source, middle, checkpoints, to_the_end=True)
     try:
         deadline = time.monotonic() + timeout_s
         while (copied := _records_in(ends, target)) < expected:
