@@ -23,7 +23,9 @@ echo "[install] spark extensions: compiling against pyspark $spark_version"
 staging="$(mktemp -d)"
 trap 'rm -rf "$staging"' EXIT
 mapfile -t files < <(find "$sources" -name '*.java' | LC_ALL=C sort)
-javac -nowarn -Xlint:-path --release 17 -cp "$pyspark_jars/*" -d "$staging/classes" "${files[@]}"
+# The connectors' jars too: the SUnion source reads Kafka with their kafka-clients.
+connector_jars="$cache/spark-jars/$spark_version"
+javac -nowarn -Xlint:-path --release 17 -cp "$pyspark_jars/*:$connector_jars/*" -d "$staging/classes" "${files[@]}"
 mkdir -p "$dest"
 jar --create --file "$staging/extensions.jar" -C "$staging/classes" .
 mv "$staging/extensions.jar" "$jar"
