@@ -121,6 +121,9 @@ class FragmentWiring:
     """DPC's delay D for this fragment's SUnion; None: no tentative releases."""
     instance: Instance | None = None
     """Set when this is one instance of a scaled-out fragment."""
+    sunion_in_query: bool = False
+    """Its SUnion is its query's source (``medusa.spark.sunion``): no SUnion process, and
+    ``source`` is not written; see ``read_fragment_input``."""
 
     @property
     def name(self) -> str:
@@ -170,6 +173,24 @@ def read_source(spark: SparkSession, source: KafkaStream, max_per_batch: int | N
             .option("kafka.fetch.max.wait.ms", str(SOURCE_FETCH_WAIT_MS))
             .option("failOnDataLoss", "true")
             .load())
+
+
+SUNION_SOURCE = "medusa.spark.sunion.SUnionSource"
+
+
+def read_fragment_input(spark: SparkSession, wiring: FragmentWiring) -> DataFrame:
+    """The fragment's merged input: its SUnion's topic, or, with the SUnion in the query,
+    its inputs read and released bucket by bucket by the SUnion source. Both give the
+    rows of Spark's Kafka source, each tuple tagged with its input and each release closed
+    by a BOUNDARY, so the query is built alike from either."""
+    if not wiring.sunion_in_query:
+        return read_source(spark, wiring.source)
+    reader = spark.readStream.format(SUNION_SOURCE).option(
+        "config", wiring.sunion_config().model_dump_json(exclude_none=True))
+    for key, value in spark_kafka_options(wiring.source.bootstrap).items():
+        if key != "kafka.bootstrap.servers":  # each input names its own cluster
+            reader = reader.option(key, value)
+    return reader.load()
 
 
 def build_fragment(plan: Plan, wiring: FragmentWiring, raw: DataFrame | Callable[[], DataFrame],
@@ -320,4 +341,4 @@ def _port_rows(plan: Plan, results: DataFrame, outputs: dict[str, FragmentOutput
 
 def start_query_frame(spark: SparkSession, plan: Plan, wiring: FragmentWiring,
                       skip_epoch: int = 0) -> DataFrame:
-    return build_fragment(plan, wiring, read_source(spark, wiring.source), skip_epoch)
+    return build_fragment(plan, wiring, read_fragment_input(spark, wiring), skip_epoch)

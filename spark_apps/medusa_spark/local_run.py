@@ -68,7 +68,8 @@ class LocalNetworkRun:
     def start(self, on_batch: Callable[[str, int], None] | None = None) -> LocalNetworkRun:
         for name, wiring in self.wiring.items():
             folder = Path(self._scratch.name) / name
-            self.sunions.append(SUnionProcess(wiring.sunion_config(), folder).start())
+            if not wiring.sunion_in_query:
+                self.sunions.append(SUnionProcess(wiring.sunion_config(), folder).start())
             checkpoint = checkpoint_location(str(self.checkpoint_root), wiring)
             self.runs.append(start_fragment(self.spark, self.plan, wiring, checkpoint,
                                             self.trigger, on_batch=on_batch))

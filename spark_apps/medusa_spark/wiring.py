@@ -138,7 +138,10 @@ def fragment_wiring(topics: NetworkTopics, network_name: str, fragment: Fragment
     ``fragments.fragment_delays``)."""
     plan = topics.plan
     source_topic = sunion_topic(topics, fragment) + (instance.suffix if instance else "")
-    ensure_topics(kafka_config(node_bootstrap), [source_topic], partitions=SUNION_PARTITIONS)
+    in_query = plan.network.sunion == "in-query"
+    if not in_query:
+        ensure_topics(kafka_config(node_bootstrap), [source_topic],
+                      partitions=SUNION_PARTITIONS)
     outputs = {}
     shared = read_elsewhere(plan.network, fragment.boxes) if instance else {}
     for box in fragment.outputs:
@@ -156,7 +159,7 @@ def fragment_wiring(topics: NetworkTopics, network_name: str, fragment: Fragment
         inputs={name: topics.streams[name] for name in fragment.inputs},
         outputs=outputs, bucket_ms=duration_ms(plan.network.bucket),
         fingerprint=fragment.fingerprint(plan, topics.prefix), topic_prefix=topics.prefix,
-        max_delay_ms=max_delay_ms, instance=instance)
+        max_delay_ms=max_delay_ms, instance=instance, sunion_in_query=in_query)
 
 
 def _registered(registry: SchemaRegistryClient, topic: str, bootstrap: str,

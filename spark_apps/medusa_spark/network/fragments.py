@@ -52,6 +52,8 @@ class Fragment:
             "arrows": [(a.source, a.target) for a in network.arrows
                        if a.target_box in self.boxes],
         }
+        if network.sunion != "process":  # another source, other offsets
+            described["sunion"] = network.sunion
         if realtime_refusal(plan, self) is None:
             described["execution"] = network.execution  # another query, another checkpoint
         if self.state_store != "rocksdb":  # Spark keeps a checkpoint's store for good

@@ -6,7 +6,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from medusa.errors import MedusaError
 from medusa_spark.durations import duration_ms
@@ -85,6 +92,12 @@ class NetworkSpec(BaseModel):
     Real-time Mode (stateless boxes, no active standby; see ``medusa_spark.realtime``),
     each record passed on as it is read; the rest run on micro-batches of ``trigger``, and
     ``medusa status`` says why."""
+    sunion: Literal["process", "in-query"] = "process"
+    """Where each fragment's SUnion runs: ``process``, a process of its own writing the
+    merged buckets to a topic the query reads; ``in-query``, inside the query as its Spark
+    source (``medusa.spark.sunion``), reading the inputs directly, one Kafka hop and no
+    Python per record fewer. ``in-query`` does not yet support DPC (``availability_bound``),
+    ``execution: real-time``, ``ha: active``, moves or scale steps."""
     bucket: str = "1 second"
     """The SUnion's bucket in stime: a fragment's input is released bucket by bucket once
     every input partition's BOUNDARY has passed it (the producers' BOUNDARY interval)."""
@@ -104,6 +117,23 @@ class NetworkSpec(BaseModel):
         if value is not None:
             duration_ms(value)
         return value
+
+    @model_validator(mode="after")
+    def _sunion_in_query_supports(self) -> NetworkSpec:
+        """What the in-query SUnion does not do yet is refused here, not met at run time."""
+        if self.sunion != "in-query":
+            return self
+        if self.availability_bound is not None:
+            raise ValueError("sunion 'in-query' does not support DPC yet: leave "
+                             "'availability_bound' out, or use sunion 'process'")
+        if self.execution != "micro-batch":
+            raise ValueError("sunion 'in-query' runs on micro-batches only so far: use "
+                             "execution 'micro-batch', or sunion 'process'")
+        active = sorted(name for name, box in self.boxes.items() if box.ha == "active")
+        if active:
+            raise ValueError(f"sunion 'in-query' does not support ha 'active' yet (box "
+                             f"{active[0]!r}): use ha 'passive', or sunion 'process'")
+        return self
 
     def intermediate_topic(self, box: str) -> str:
         return f"medusa.{self.name}.{box}"
@@ -129,6 +159,8 @@ def parse_network(text: str, origin: str = "<network>") -> NetworkSpec:
 def _describe(location: tuple[int | str, ...]) -> str:
     # The location's parts, not its dotted text: a box or stream name may contain a dot.
     parts = [str(part) for part in location]
+    if not parts:  # a rule over several fields, which its message names
+        return "network"
     if len(parts) >= 2 and parts[0] in ("boxes", "streams"):
         kind = "box" if parts[0] == "boxes" else "stream"
         rest = ".".join(parts[2:])
