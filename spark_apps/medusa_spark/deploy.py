@@ -649,6 +649,7 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
     node = catalog.get(Kind.NODES, target)
     if node is None or node.spec.get("status") != "up":
         raise CatalogError(f"--to: {target} is not a running node in the catalog")
+    refuse_sunion_in_query(catalog, entry.spec["network"], "moved")
     source = entry.spec["node"]
     if source == target:
         raise CatalogError(f"fragment {entry.name} runs on {target} already")
@@ -688,6 +689,19 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
         time.sleep(0.2)
     raise TimeoutError(f"fragment {entry.name} did not run on {target} within {timeout_s:.0f}s "
                        f"(phase {last_phase}); see the nodes' logs")
+
+
+def refuse_sunion_in_query(catalog: CatalogClient, network: str, what: str) -> None:
+    """Moves and scale steps do not yet hand a fragment over with its SUnion in the query
+    (``sunion: in-query``): refused before anything changes."""
+    entry = catalog.get(Kind.NETWORKS, network)
+    if entry is None:
+        return
+    spec = parse_network(entry.spec["definition"], origin=f"network {network}")
+    if spec.sunion == "in-query":
+        raise CatalogError(f"network {network} runs its SUnions in the query (sunion: "
+                           f"in-query): its fragments cannot be {what} yet; redeploy it "
+                           "with sunion: process to do so")
 
 
 def _runs_real_time(catalog: CatalogClient, entry: Entry) -> bool:

@@ -50,6 +50,7 @@ from medusa_spark.streams import (
     envelope_of,
     without_redone,
 )
+from medusa_spark.sunion_source import SUNION_SOURCE
 
 OUTPUT = "_output"
 KEY = "_key"
@@ -175,9 +176,6 @@ def read_source(spark: SparkSession, source: KafkaStream, max_per_batch: int | N
             .load())
 
 
-SUNION_SOURCE = "medusa.spark.sunion.SUnionSource"
-
-
 def read_fragment_input(spark: SparkSession, wiring: FragmentWiring) -> DataFrame:
     """The fragment's merged input: its SUnion's topic, or, with the SUnion in the query,
     its inputs read and released bucket by bucket by the SUnion source. Both give the
@@ -185,8 +183,11 @@ def read_fragment_input(spark: SparkSession, wiring: FragmentWiring) -> DataFram
     by a BOUNDARY, so the query is built alike from either."""
     if not wiring.sunion_in_query:
         return read_source(spark, wiring.source)
-    reader = spark.readStream.format(SUNION_SOURCE).option(
-        "config", wiring.sunion_config().model_dump_json(exclude_none=True))
+    reader = (spark.readStream.format(SUNION_SOURCE)
+              .option("config", wiring.sunion_config().model_dump_json(exclude_none=True))
+              # A release is read in as many tasks as the session has cores (at most one
+              # per input partition).
+              .option("parallelism", str(spark.sparkContext.defaultParallelism)))
     for key, value in spark_kafka_options(wiring.source.bootstrap).items():
         if key != "kafka.bootstrap.servers":  # each input names its own cluster
             reader = reader.option(key, value)

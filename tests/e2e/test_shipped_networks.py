@@ -80,12 +80,17 @@ def _reading(value: dict) -> SensorReading:
     return SensorReading(**{**value, "measured_at": at})
 
 
+@pytest.mark.parametrize("sunion", ["process", "in-query"])
 @pytest.mark.parametrize("network_file", sorted(INPUTS))
 def test_a_shipped_network_deploys_with_default_placement_and_answers(
-        network_file, alpha_beta_nodes, federation, registry, tmp_path) -> None:
+        network_file, sunion, alpha_beta_nodes, federation, registry, tmp_path) -> None:
+    """As shipped, and with its SUnions in the queries (``sunion: in-query``): beta's
+    fragment then reads alpha's readings across the link itself."""
     raw = yaml.safe_load((SHIPPED / network_file).read_text())
     prefix = f"shipped{uuid.uuid4().hex[:6]}."
     raw["topic_prefix"] = prefix  # the run's own topics; the network is as shipped
+    if sunion != raw.get("sunion", "process"):
+        raw["sunion"] = sunion
     network = tmp_path / network_file
     network.write_text(yaml.safe_dump(raw, sort_keys=False))
     env = {**federation_env(federation, tmp_path), "COLUMNS": "200"}

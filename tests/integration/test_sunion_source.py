@@ -26,9 +26,9 @@ from medusa.schemas import load_schema
 from medusa.settings import kafka_config, spark_kafka_options
 from medusa.sunion.config import SUnionConfig, SUnionInput
 from medusa.topics import dead_letter_topic, ensure_topics
-from medusa_spark.fragment import SUNION_SOURCE
 from medusa_spark.local_run import LocalNetworkRun
 from medusa_spark.network.model import NetworkSpec, parse_network
+from medusa_spark.sunion_source import SUNION_SOURCE, in_query_state
 from medusa_spark.testing import BASE_MS, at, network_of
 from tests.waiting import wait_for
 
@@ -112,8 +112,9 @@ def test_a_fragment_reads_its_inputs_through_the_sunion_in_its_query(
     reasons = sorted(letter["medusa.dlq.reason"].decode() for letter in letters)
     assert reasons[0].startswith("stime ") and "already released" in reasons[0]
     assert "magic byte" in reasons[1]
-    metrics = progress["sources"][0]["metrics"]
-    assert int(metrics["deadLettered"]) == 2 and metrics["dpcState"] == "STABLE"
+    state = in_query_state(progress, "t")
+    assert state["dead_lettered"] == 2 and state["dpc_state"] == "STABLE"
+    assert state["records_in"] >= 24 and state["lag"] == 0
 
 
 def _source_config(topic: str, bootstrap: str, fragment: str) -> str:

@@ -127,6 +127,8 @@ class _Figures:
     filtered: Throughput | None = None
     filtered_realtime: Throughput | None = None
     """The same filter fragment in Real-time Mode (where Spark has it)."""
+    in_query: Throughput | None = None
+    """The same filter fragment with its SUnion in the query (mean of two runs)."""
     direct: Throughput | None = None
     low_rate: Any = None
     latency: Any = None
@@ -225,6 +227,10 @@ def _spark_paths(bench: _Bench, got: _Figures) -> None:
             got.filtered = spark_paths.filter_fragment(
                 spark, endpoints, registry, source, records, checkpoints,
                 on_progress=lambda n: progress.update(n, 0, completed=float(n)))
+        # A B B A: the in-query path between two runs of the others, the mean its figure.
+        say("Spark: the filter fragment with its SUnion in the query")
+        in_query = [spark_paths.filter_fragment(spark, endpoints, registry, source, records,
+                                                checkpoints, sunion_in_query=True)]
         if realtime_supported():
             say("Spark: the filter fragment with its SUnion, in Real-time Mode")
             got.filtered_realtime = spark_paths.filter_fragment_realtime(
@@ -232,6 +238,10 @@ def _spark_paths(bench: _Bench, got: _Figures) -> None:
         say("Spark: the filter fragment without its SUnion")
         got.direct = spark_paths.filter_fragment_without_sunion(
             spark, endpoints, registry, source, records, checkpoints)
+        say("Spark: the filter fragment with its SUnion in the query, again")
+        in_query.append(spark_paths.filter_fragment(spark, endpoints, registry, source,
+                                                    records, checkpoints, sunion_in_query=True))
+        got.in_query = replace(producers.mean_of(*in_query), name=in_query[0].name)
         say("Spark: passthrough again")
         got.passthrough_again = replace(
             spark_paths.passthrough(spark, bootstrap, source, records, checkpoints),
@@ -469,7 +479,7 @@ def _runs(got: _Figures, records: int) -> list[Throughput]:
     """The throughputs measured, in the order the report lists them."""
     return [run for run in (got.perf, got.bare, got.avro_client, got.medusa, got.consumer_perf,
                             got.passthrough, got.passthrough_again, got.two_hop, got.filtered,
-                            got.filtered_realtime, got.direct)
+                            got.in_query, got.filtered_realtime, got.direct)
             if run is not None]
 
 
@@ -484,6 +494,9 @@ def _ratios(got: _Figures, records: int) -> dict[str, float | None]:
         # Spark copy through two topics is the most that path could reach here.
         "filter_over_two_hop_passthrough": _ratio(got.filtered, got.two_hop),
         "two_hop_passthrough_over_passthrough": _ratio(got.two_hop, passthrough_mean),
+        # With the SUnion in the query there is one Kafka hop and no SUnion process.
+        "filter_in_query_over_passthrough": _ratio(got.in_query, passthrough_mean),
+        "filter_in_query_over_filter": _ratio(got.in_query, got.filtered),
         # The stateless fragment's throughput in Real-time Mode against micro-batches: its
         # latency is not bought with throughput.
         "realtime_filter_over_passthrough": _ratio(got.filtered_realtime, passthrough_mean),

@@ -16,6 +16,9 @@ output holds every record:
   transaction per bucket, while the fragment's query reads that topic
   (``read_committed``), filters (keeping every report), and writes each
   micro-batch through the FragmentWriter and the SOutput as one transaction;
+- the same fragment with its SUnion in the query (``sunion: in-query``): its Spark source
+  reads the pre-filled topic and releases it in the same 1 s buckets, with no topic
+  between them and no SUnion process;
 - the same fragment without its SUnion reads the pre-filled topic directly
   (``availableNow``; each record tagged as the fragment's input, as the SUnion
   would): what the SUnion's ordering costs on top of the query.
@@ -47,7 +50,11 @@ from medusa.schemas import schema_for_topic
 from medusa.settings import kafka_config, spark_kafka_options
 from medusa.topics import ensure_topics
 from medusa_apps.bench.producers import Throughput, position_reports
-from medusa_spark.fragment import FragmentWiring, build_fragment, read_source
+from medusa_spark.fragment import (
+    FragmentWiring,
+    build_fragment,
+    read_fragment_input,
+)
 from medusa_spark.fragment_writer import FragmentWriter
 from medusa_spark.network.fragments import group
 from medusa_spark.network.model import parse_network
@@ -204,12 +211,13 @@ def bench_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaRe
 
 
 def _filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
-                     source: str, execution: str = "micro-batch") -> BenchFragment:
+                     source: str, execution: str = "micro-batch",
+                     sunion: str = "process") -> BenchFragment:
     """A network of one filter that keeps every report, onto a fresh topic."""
     run = uuid.uuid4().hex[:8]
     text = yaml.safe_dump({
         "name": NETWORK_NAME, "participant": "alpha", "partitions": 4,
-        "execution": execution,
+        "execution": execution, "sunion": sunion,
         "streams": {
             "reports": {"topic": source, "participant": "alpha", "schema": "position_report"},
             "kept": {"topic": f"bench.kept.{run}", "participant": "alpha",
@@ -223,20 +231,22 @@ def _filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: Schema
 def filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
                     source: str, count: int, checkpoints: Path,
                     on_progress: Callable[[int], None] | None = None,
-                    timeout_s: float = 900.0) -> Throughput:
-    """The filter fragment with its SUnion in front, both started at once; timed until the
-    fragment's output holds ``count`` records."""
-    fragment = _filter_fragment(spark, endpoints, registry, source)
+                    timeout_s: float = 900.0, sunion_in_query: bool = False) -> Throughput:
+    """The filter fragment with its SUnion in front (a process, or its query's source),
+    both started at once; timed until the fragment's output holds ``count`` records."""
+    fragment = _filter_fragment(spark, endpoints, registry, source,
+                                sunion="in-query" if sunion_in_query else "process")
     wiring = fragment.wiring
     config = wiring.sunion_config()
     writer = fragment.writer()
     with tempfile.TemporaryDirectory(prefix="medusa-bench-sunion-") as folder:
         started = time.perf_counter()
-        sunion = SUnionProcess(config, Path(folder)).start()
-        query = (build_fragment(fragment.plan, wiring, read_source(spark, wiring.source))
+        sunion = None if sunion_in_query else SUnionProcess(config, Path(folder)).start()
+        query = (build_fragment(fragment.plan, wiring, read_fragment_input(spark, wiring))
                  .writeStream.queryName(f"bench-filter-sunion-{uuid.uuid4().hex[:6]}")
                  .outputMode("append").foreachBatch(writer)
-                 .option("checkpointLocation", str(checkpoints / wiring.source.topic))
+                 .option("checkpointLocation",
+                         str(checkpoints / f"{wiring.source.topic}-{uuid.uuid4().hex[:6]}"))
                  .trigger(processingTime=fragment.plan.network.trigger).start())
         try:
             _wait_written(fragment.sink, count, "the filter fragment",
@@ -255,9 +265,11 @@ def filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaR
             phases = _phases(query)
             query.stop()
             writer.close()
-            sunion.stop()
-    return Throughput("Medusa filter fragment (SUnion + query + SOutput)", count, elapsed,
-                      {**fragment.sink.details(), **phases})
+            if sunion is not None:
+                sunion.stop()
+    name = ("Medusa filter fragment, SUnion in the query (query + SOutput)" if sunion_in_query
+            else "Medusa filter fragment (SUnion + query + SOutput)")
+    return Throughput(name, count, elapsed, {**fragment.sink.details(), **phases})
 
 
 def filter_fragment_realtime(spark: SparkSession, endpoints: Endpoints,
@@ -292,7 +304,8 @@ def filter_fragment_realtime(spark: SparkSession, endpoints: Endpoints,
 
 
 def _wait_written(sink: MeteredSink, count: int, what: str,
-                  failure: Callable[[], str | None], sunion: SUnionProcess, timeout_s: float,
+                  failure: Callable[[], str | None], sunion: SUnionProcess | None,
+                  timeout_s: float,
                   on_progress: Callable[[int], None] | None = None) -> None:
     """Until ``sink`` has written ``count`` data records; raises if the fragment (``failure``
     says why it stopped) or its SUnion stops first, or the time is up."""
@@ -301,7 +314,7 @@ def _wait_written(sink: MeteredSink, count: int, what: str,
         stopped = failure()
         if stopped is not None:
             raise RuntimeError(f"{what} stopped: {stopped}")
-        if not sunion.alive():
+        if sunion is not None and not sunion.alive():
             raise RuntimeError(f"{what}'s SUnion exited; see {sunion.log_path}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} wrote {sink.data_records:,} of {count:,} records in "

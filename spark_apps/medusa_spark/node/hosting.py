@@ -88,6 +88,11 @@ node calls it an error: a deploy writes the definition first, then its new fragm
 entries (a deploy that stopped half-way shows after this)."""
 
 
+class SUnionInQueryError(MedusaError, RuntimeError):
+    """A fragment with its SUnion in the query asked for something only a SUnion process
+    does so far (a replica's or a moved instance's own SUnion)."""
+
+
 class NetworkPending(NetworkError):
     """A network's definition names boxes whose fragment entries a deploy is still
     writing; its fragments here wait (or run the plan they have) for a pass."""
@@ -256,6 +261,8 @@ class Hosting:
             raise network
         wiring = self.wiring(network, entry.name, entry)  # makes topics: once a pass
         self.rehearsals.start(entry.name, network.plan, wiring)
+        if wiring.sunion_in_query:  # its takeover's query reads the inputs itself
+            raise SUnionInQueryError(f"{entry.name}: its SUnion runs in its query")
         return (self.sunion_config(wiring),
                 partial(self.start_sunion, entry.name, wiring, wait_for_go=True))
 
@@ -448,7 +455,10 @@ class Hosting:
         before = str(entry.spec.get("released_by") or "").split("/")[0]
         rebased = bool(source and before and
                        self.node.endpoints.bootstrap(before) != self.node.bootstrap)
-        sunion = None if rebased else self._sunion_for_takeover(name, wiring)
+        # With the SUnion in the query its positions are in the checkpoint: nothing to open
+        # or rebase (the offsets name the inputs' own clusters, not this node's).
+        in_query = wiring.sunion_in_query
+        sunion = None if rebased or in_query else self._sunion_for_takeover(name, wiring)
         if source and source != mine:
             stats = sync_checkpoint(source, mine)
             log.info("%s: %s: copied %s more of its checkpoint",
@@ -463,7 +473,7 @@ class Hosting:
                 "medusa.checkpoint.offsets_replayed_from":
                     (batch_offsets(mine, restored) if restored is not None else None) or
                     "the earliest offsets"})
-        if sunion is None:
+        if sunion is None and not in_query:
             resume = self.rebase(name, mine, wiring, self.node.endpoints.bootstrap(before))
             sunion = self.start_sunion(name, wiring, resume)
         drop_uncommitted(mine)  # a batch begun after the hand-over: planned anew here
@@ -620,6 +630,10 @@ class Hosting:
                      rebuilding: bool = False) -> SUnionProcess:
         """The fragment's SUnion, started (``rebuilding``: for a fragment that rebuilds its
         state beside a serving instance, niced from its start; see ``Node``)."""
+        if wiring.sunion_in_query:
+            raise SUnionInQueryError(
+                f"fragment {name}: its SUnion runs in its query (sunion: in-query); moves, "
+                "scale steps and replicas of such a fragment are not supported yet")
         config = self.sunion_config(wiring, resume)
         folder = self.node.work_dir / "sunion" / f"{wiring.topic_prefix}{name}".replace("/", "_")
         return SUnionProcess(config, folder).start(wait_for_go, rebuilding)

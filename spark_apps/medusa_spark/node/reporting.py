@@ -21,6 +21,7 @@ from medusa_spark.node.state import (
     offsets_behind,
     published_dpc_state,
 )
+from medusa_spark.sunion_source import in_query_state
 
 log = logging.getLogger("medusa.node")
 
@@ -51,7 +52,8 @@ class Reporting:
                           "removal_ms": op.get("allRemovalsTimeMs"),
                           "commit_ms": op.get("commitTimeMs")}
                          for op in progress.get("stateOperators", [])]
-            sunion = hosted.sunion.state() if hosted.sunion is not None else {}
+            sunion = hosted.sunion.state() if hosted.sunion is not None else \
+                in_query_state(progress, hosted.name) if run.wiring.sunion_in_query else {}
             recent = [json.loads(p.json) for p in run.query.recentProgress]
             samples = [BatchSample.of(p) for p in recent]
             load = fragment_load([s for s in samples if s is not None], int(time.time() * 1000),

@@ -29,18 +29,36 @@ import org.slf4j.LoggerFactory;
 public final class BatchReader implements PartitionReader<InternalRow> {
   private static final Logger LOG = LoggerFactory.getLogger(BatchReader.class);
 
-  /** One release to read. */
+  /** One slice of a release to read: the input partitions that {@link #sliceOf} puts in
+   * it (so that a batch's tasks share the cores); the first slice carries the BOUNDARY. */
   static final class Batch implements InputPartition {
     private static final long serialVersionUID = 1L;
     final String sourceKey;
     final SourceConfig config;
     final String offset;
+    final int slice;
+    final int slices;
 
-    Batch(String sourceKey, SourceConfig config, SUnionOffset offset) {
+    Batch(String sourceKey, SourceConfig config, SUnionOffset offset, int slice, int slices) {
       this.sourceKey = sourceKey;
       this.config = config;
       this.offset = offset.json();
+      this.slice = slice;
+      this.slices = slices;
     }
+  }
+
+  /** Which of {@code slices} an input partition's tuples go to: the same in every JVM. */
+  static int sliceOf(String input, int partition, int slices) {
+    return Math.floorMod(input.hashCode() * 31 + partition, slices);
+  }
+
+  /** How many slices a release is read in: one per input partition it read, at most
+   * {@code parallelism}. */
+  static int slicesOf(SUnionOffset offset, int parallelism) {
+    int ranges = 0;
+    for (Map<String, long[]> input : offset.ranges.values()) ranges += input.size();
+    return Math.max(1, Math.min(ranges, parallelism));
   }
 
   static final class Factory implements PartitionReaderFactory, Serializable {
@@ -70,17 +88,23 @@ public final class BatchReader implements PartitionReader<InternalRow> {
     Buckets.ReleaseKind kind = kindOf(offset.kind);
     Map<Long, Buckets.Release> kept = InputTracker.RELEASES.get(batch.sourceKey);
     Buckets.Release release = kept == null ? null : kept.get(offset.seq);
-    List<Buckets.Held> tuples = release != null ? release.tuples : read(batch.config, offset);
+    List<Buckets.Held> tuples = release != null ? release.tuples
+        : read(batch.config, offset, batch.slice, batch.slices);
     fromMemory = release != null;
     if (!fromMemory) READ_FROM_KAFKA.incrementAndGet();
-    List<InternalRow> out = new ArrayList<>(tuples.size() + 1);
+    List<InternalRow> out = new ArrayList<>(tuples.size() / batch.slices + 1);
     for (Buckets.Held held : tuples) {
+      if (batch.slices > 1 && sliceOf(held.input, held.partition, batch.slices) != batch.slice) {
+        continue;
+      }
       @SuppressWarnings("unchecked")
       ConsumerRecord<byte[], byte[]> record = (ConsumerRecord<byte[], byte[]>) held.payload;
       out.add(Records.tupleRow(record, held.input, kind, offset.epoch));
     }
-    out.add(Records.boundaryRow(batch.config.fragment, offset.through, kind, offset.epoch,
-        System.currentTimeMillis()));
+    if (batch.slice == 0) {
+      out.add(Records.boundaryRow(batch.config.fragment, offset.through, kind, offset.epoch,
+          System.currentTimeMillis()));
+    }
     rows = out.iterator();
   }
 
@@ -92,7 +116,8 @@ public final class BatchReader implements PartitionReader<InternalRow> {
   }
 
   /** The release's tuples read back from its input partitions. */
-  static List<Buckets.Held> read(SourceConfig config, SUnionOffset offset) {
+  static List<Buckets.Held> read(SourceConfig config, SUnionOffset offset, int slice,
+      int slices) {
     boolean tentative = "tentative".equals(offset.kind);
     long low = offset.fromStime == null ? Long.MIN_VALUE : offset.fromStime;
     long high = offset.through;
@@ -101,6 +126,7 @@ public final class BatchReader implements PartitionReader<InternalRow> {
       SourceConfig.Input spec = config.input(input.getKey());
       for (Map.Entry<String, long[]> range : input.getValue().entrySet()) {
         int partition = Integer.parseInt(range.getKey());
+        if (sliceOf(spec.name, partition, slices) != slice) continue;
         List<ConsumerRecord<byte[], byte[]>> records = readRange(config, spec, partition,
             range.getValue()[0], range.getValue()[1]);
         // A TENTATIVE tuple is withdrawn by a later UNDO of its partition.

@@ -194,6 +194,10 @@ final class InputTracker implements AutoCloseable {
     metrics.put("tentativeReleases", String.valueOf(tentativeReleases));
     metrics.put("redos", String.valueOf(redos));
     metrics.put("partitions", String.valueOf(buckets.partitions.size()));
+    long behind = 0;
+    for (ClusterReader reader : readers) behind = Math.max(behind, reader.lag);
+    // Named as Spark's Kafka source names it: what the node's status reads as lag.
+    metrics.put("maxOffsetsBehindLatest", String.valueOf(behind));
     return metrics;
   }
 
@@ -318,6 +322,8 @@ final class InputTracker implements AutoCloseable {
     private volatile boolean stopped;
     private KafkaConsumer<byte[], byte[]> consumer;
     private final Map<String, Long> quietUntil = new HashMap<>();
+    /** The most records a partition of this cluster had left to read at the last poll. */
+    volatile long lag;
 
     ClusterReader(String bootstrap, List<SourceConfig.Input> inputs) {
       this.bootstrap = bootstrap;
@@ -352,6 +358,12 @@ final class InputTracker implements AutoCloseable {
             }
             ConsumerRecords<byte[], byte[]> records = c.poll(POLL);
             for (TopicPartition tp : records.partitions()) take(byTopic.get(tp.topic()), records, tp);
+            long most = 0;
+            for (TopicPartition tp : c.assignment()) {
+              java.util.OptionalLong left = c.currentLag(tp);
+              if (left.isPresent()) most = Math.max(most, left.getAsLong());
+            }
+            lag = most;
           } catch (WakeupException | InterruptedException e) {
             break;
           } catch (Exception e) {

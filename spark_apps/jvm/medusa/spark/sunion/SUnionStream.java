@@ -68,7 +68,12 @@ public final class SUnionStream implements MicroBatchStream, SupportsAdmissionCo
   public InputPartition[] planInputPartitions(Offset start, Offset end) {
     SUnionOffset last = (SUnionOffset) end;
     if (!last.releases() || last.seq == ((SUnionOffset) start).seq) return new InputPartition[0];
-    return new InputPartition[] {new BatchReader.Batch(sourceKey, config, last)};
+    int slices = BatchReader.slicesOf(last, config.parallelism);
+    InputPartition[] batches = new InputPartition[slices];
+    for (int slice = 0; slice < slices; slice++) {
+      batches[slice] = new BatchReader.Batch(sourceKey, config, last, slice, slices);
+    }
+    return batches;
   }
 
   @Override

@@ -43,10 +43,13 @@ public final class SourceConfig implements Serializable {
   /** Input -> partition -> first offset, where nothing is known yet; null: earliest. */
   public final Map<String, Map<Integer, Long>> startPositions;
   public final Map<String, String> kafka;
+  /** The most tasks a release is read in (option {@code parallelism}; 2 by default). */
+  public final int parallelism;
 
   private SourceConfig(String fragment, List<Input> inputs, long bucketMs, Integer maxDelayMs,
       int[] partitionShare, Map<String, Map<Integer, Long>> startPositions,
-      Map<String, String> kafka) {
+      Map<String, String> kafka, int parallelism) {
+    this.parallelism = parallelism;
     this.fragment = fragment;
     this.inputs = Collections.unmodifiableList(inputs);
     this.bucketMs = bucketMs;
@@ -101,7 +104,19 @@ public final class SourceConfig implements Serializable {
     kafka.remove("bootstrap.servers");  // each input names its own cluster
     return new SourceConfig(config.path("fragment").asText("fragment"), inputs,
         config.path("bucket_ms").asLong(1000), delay.isNumber() ? delay.asInt() : null,
-        partitionShare, starts, kafka);
+        partitionShare, starts, kafka, parallelism(options.get("parallelism")));
+  }
+
+  private static int parallelism(String text) {
+    if (text == null) return 2;
+    try {
+      int parallelism = Integer.parseInt(text.trim());
+      if (parallelism >= 1) return parallelism;
+    } catch (NumberFormatException e) {
+      // named below
+    }
+    throw new IllegalArgumentException("the SUnion source's option 'parallelism': expected a "
+        + "whole number of tasks, 1 or more, got '" + text + "'");
   }
 
   public Map<String, String> topics() {
