@@ -315,7 +315,9 @@ def _sunion_status(raw: Any) -> SUnionStatus | None:
             for partition in (spec.get("partitions") or {}).values()
             if isinstance(partition, dict)]
     known = [lag for lag in lags if isinstance(lag, int)]
+    # The SUnion in the query reports its lag whole (its source's maxOffsetsBehindLatest).
+    lag = sum(known) if known else state.get("lag")
     return SUnionStatus(state.get("held_buckets"), state.get("held_tuples"),
-                        state.get("released_through"), sum(known) if known else None,
+                        state.get("released_through"), lag if isinstance(lag, int) else None,
                         state.get("dead_lettered"), state.get("tentative_through"),
                         list(state.get("failed_inputs") or []), int(state.get("redos") or 0))

@@ -506,6 +506,15 @@ def _ratios(got: _Figures, records: int) -> dict[str, float | None]:
         "spark_passthrough_over_kafka_consumer_tool": _ratio(passthrough_mean,
                                                              got.consumer_perf),
         "sunion_over_bare_loop": round(got.sunion["ratio"], 3) if got.sunion else None,
+        # A stateless micro-batch fragment's p50 over plain Spark's micro-batch p50 (20
+        # readings a second, the network's default buckets), the SUnion a process or in
+        # the query.
+        "microbatch_fragment_over_spark_microbatch_latency":
+            got.latency.microbatch_fragment_over_spark_microbatch()
+            if got.latency is not None else None,
+        "microbatch_in_query_fragment_over_spark_microbatch_latency":
+            got.latency.microbatch_fragment_over_spark_microbatch("fragment_in_query")
+            if got.latency is not None else None,
         # The stateless fragment's p50 latency over plain Spark's in Real-time Mode.
         "fragment_over_spark_realtime_latency":
             got.latency.fragment_over_spark_realtime() if got.latency is not None else None,

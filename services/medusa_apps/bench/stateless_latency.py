@@ -10,6 +10,8 @@ reading (a filter whose predicate every reading passes):
   them in micro-batches, and the FragmentWriter writes each batch through the SOutput as
   one Kafka transaction;
 - **the fragment with fine buckets**: the same with ``bucket: 100 milliseconds``;
+- **the fragment with its SUnion in the query** (``sunion: in-query``), 1 s buckets: no
+  SUnion process nor its topic, the query's source releases the readings itself;
 - **plain Spark, micro-batch**: Kafka, the same filter, Spark's Kafka sink; trigger
   ``0 seconds``, the source's fetch wait at 10 ms as the fragment's;
 - **plain Spark, Real-time Mode** (Spark 4.2 or newer): the same query with
@@ -57,7 +59,7 @@ from medusa.schemas import load_schema
 from medusa.settings import END_OF_LOG_FETCH_WAIT_MS, kafka_config, spark_kafka_options
 from medusa.topics import ensure_topics
 from medusa_apps.bench.spark_paths import bench_fragment
-from medusa_spark.fragment import SOURCE_FETCH_WAIT_MS, build_fragment, read_source
+from medusa_spark.fragment import SOURCE_FETCH_WAIT_MS, build_fragment, read_fragment_input
 from medusa_spark.fragment_run import FragmentRun, start_fragment
 from medusa_spark.realtime import REALTIME_BATCH, realtime_supported, staged_topic
 from medusa_spark.sunion_process import SUnionProcess
@@ -69,13 +71,16 @@ START_TIMEOUT_S = 180.0
 HIGH_RATE = 2_000
 """Readings a second of the second run: the paths keep their latency under load."""
 PREDICATE = "value > -1000000"
-FRAGMENT_BUCKETS = {"fragment": "1 second", "fragment_fine_buckets": "100 milliseconds"}
-"""The fragment as a network deploys it by default (1 s buckets), and with finer buckets."""
+FRAGMENT_BUCKETS = {"fragment": "1 second", "fragment_fine_buckets": "100 milliseconds",
+                    "fragment_in_query": "1 second"}
+"""The fragment as a network deploys it by default (1 s buckets), with finer buckets, and
+with its SUnion in the query."""
+IN_QUERY_PATHS = ("fragment_in_query",)
 REALTIME_FRAGMENT_BUCKET = "10 milliseconds"
 """The real-time fragment's SUnion bucket: a record waits for its bucket's end and for
 the producer's next BOUNDARY past it."""
-PATHS = ("fragment", "fragment_fine_buckets", "spark_microbatch", "spark_realtime",
-         "fragment_realtime")
+PATHS = ("fragment", "fragment_fine_buckets", "fragment_in_query", "spark_microbatch",
+         "spark_realtime", "fragment_realtime")
 REALTIME_PATHS = ("spark_realtime", "fragment_realtime")
 HOP_SUNION, HOP_STAGED = "_after_sunion", "_after_query"
 """The real-time fragment's hops, read as its output is: the SUnion's release (its input
@@ -113,9 +118,10 @@ class StatelessLatency:
     paths: dict[str, PathLatency]
 
     def summary(self) -> dict[str, Any]:
-        fragment, fine, micro, real, realtime_fragment = (self.paths.get(name) for name in (
-            "fragment", "fragment_fine_buckets", "spark_microbatch", "spark_realtime",
-            "fragment_realtime"))
+        fragment, fine, micro, real, realtime_fragment, in_query = (
+            self.paths.get(name) for name in (
+                "fragment", "fragment_fine_buckets", "spark_microbatch", "spark_realtime",
+                "fragment_realtime", "fragment_in_query"))
         best = realtime_fragment or fragment
         return {
             "stateless_fragment_p50_ms": best.p50_ms if best else None,
@@ -126,6 +132,8 @@ class StatelessLatency:
             "stateless_fragment_microbatch_p99_ms": fragment.p99_ms if fragment else None,
             "stateless_fragment_fine_buckets_p50_ms": fine.p50_ms if fine else None,
             "stateless_fragment_fine_buckets_p99_ms": fine.p99_ms if fine else None,
+            "stateless_fragment_in_query_p50_ms": in_query.p50_ms if in_query else None,
+            "stateless_fragment_in_query_p99_ms": in_query.p99_ms if in_query else None,
             "spark_microbatch_p50_ms": micro.p50_ms if micro else None,
             "spark_microbatch_p99_ms": micro.p99_ms if micro else None,
             "spark_realtime_p50_ms": real.p50_ms if real else None,
@@ -133,6 +141,15 @@ class StatelessLatency:
             "rows_per_s": self.rows_per_s, "boundary_interval_s": self.boundary_interval_s,
             "paths": {name: path.as_dict() for name, path in self.paths.items()},
         }
+
+    def microbatch_fragment_over_spark_microbatch(self, path: str = "fragment"
+                                                  ) -> float | None:
+        """A micro-batch fragment's p50 over plain Spark's micro-batch p50."""
+        fragment = self.paths.get(path)
+        micro = self.paths.get("spark_microbatch")
+        if fragment is None or micro is None or not fragment.p50_ms or not micro.p50_ms:
+            return None
+        return round(fragment.p50_ms / micro.p50_ms, 1)
 
     def fragment_over_spark_realtime(self) -> float | None:
         """The fragment's p50 over plain Spark's in Real-time Mode: the real-time
@@ -174,7 +191,9 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
     readings = f"bench.latency.{run}.readings"
     fragments = {
         path: bench_fragment(spark, endpoints, registry,
-                             _network(f"bench-latency-{run}-{index}", readings, run, bucket),
+                             _network(f"bench-latency-{run}-{index}", readings, run, bucket,
+                                      sunion="in-query" if path in IN_QUERY_PATHS
+                                      else "process"),
                              f"bench-latency-{run}-{index}")
         for index, (path, bucket) in enumerate(FRAGMENT_BUCKETS.items()) if path in wanted}
     writers = {path: fragment.writer() for path, fragment in fragments.items()}
@@ -206,7 +225,7 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
     for path in fragments:
         (folder / path).mkdir()
     sunions = [SUnionProcess(f.wiring.sunion_config(), folder / path).start()
-               for path, f in fragments.items()]
+               for path, f in fragments.items() if not f.wiring.sunion_in_query]
     runs: list[FragmentRun] = []
     try:
         for path, fragment in fragments.items():
@@ -217,7 +236,7 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
                 continue
             queries.append(
                 build_fragment(fragment.plan, fragment.wiring,
-                               read_source(spark, fragment.wiring.source))
+                               read_fragment_input(spark, fragment.wiring))
                 .writeStream.queryName(f"bench-latency-{path}-{run}").outputMode("append")
                 .foreachBatch(writers[path])
                 .option("checkpointLocation", str(folder / path / "checkpoint"))
@@ -257,10 +276,10 @@ def measure(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryC
 
 
 def _network(name: str, readings: str, run: str, bucket: str,
-             execution: str = "micro-batch") -> str:
+             execution: str = "micro-batch", sunion: str = "process") -> str:
     return yaml.safe_dump({
         "name": name, "participant": "alpha", "partitions": 1, "trigger": "0 seconds",
-        "bucket": bucket, "execution": execution,
+        "bucket": bucket, "execution": execution, "sunion": sunion,
         "streams": {
             "readings": {"topic": readings, "participant": "alpha",
                          "schema": "sensor_reading"},
