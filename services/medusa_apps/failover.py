@@ -179,17 +179,19 @@ def run_failover(endpoints: Endpoints, registry: SchemaRegistryClient, spark: Sp
                  fail: Callable[[], None], sensors: int = 10, seconds: int = 50,
                  fail_after_first_s: float = 8.0, say: Callable[[str], None] = lambda _: None,
                  trace_every: int = 0, after_recovery_s: float = AFTER_RECOVERY_S,
-                 execution: str = "micro-batch") -> FailoverOutcome:
+                 execution: str = "micro-batch", sunion: str = "process") -> FailoverOutcome:
     """Runs the scenario; ``fail`` brings ``primary`` down (kill -9, or a pause).
     ``execution``: the network's (with ``real-time``, its stateless fragment runs in
-    Spark's Real-time Mode)."""
-    name = f"ha-{mode[:3]}-{'rt-' if execution == 'real-time' else ''}{uuid.uuid4().hex[:6]}"
+    Spark's Real-time Mode); ``sunion``: where its fragments' SUnions run."""
+    tags = ("rt-" if execution == "real-time" else "") + ("iq-" if sunion != "process" else "")
+    name = f"ha-{mode[:3]}-{tags}{uuid.uuid4().hex[:6]}"
     network = f"alpha/{name}"
     prefix = f"{name}."
     alpha = kafka_config(endpoints.bootstrap("alpha"))
     beta = kafka_config(endpoints.bootstrap("beta"))
     topics = {box: f"{prefix}medusa.{name}.{box}" for box in BOXES}
-    deploy(network_yaml(name, prefix, ha=mode, fragments=FRAGMENTS, execution=execution),
+    deploy(network_yaml(name, prefix, ha=mode, fragments=FRAGMENTS, execution=execution,
+                        sunion=sunion),
            name, endpoints,
            registry, spark, catalog, dict.fromkeys(BOXES, primary), report=lambda _: None)
     try:

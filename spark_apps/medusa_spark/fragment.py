@@ -176,18 +176,24 @@ def read_source(spark: SparkSession, source: KafkaStream, max_per_batch: int | N
             .load())
 
 
-def read_fragment_input(spark: SparkSession, wiring: FragmentWiring) -> DataFrame:
+def read_fragment_input(spark: SparkSession, wiring: FragmentWiring,
+                        rehearsal_records: int | None = None) -> DataFrame:
     """The fragment's merged input: its SUnion's topic, or, with the SUnion in the query,
     its inputs read and released bucket by bucket by the SUnion source. Both give the
     rows of Spark's Kafka source, each tuple tagged with its input and each release closed
-    by a BOUNDARY, so the query is built alike from either."""
+    by a BOUNDARY, so the query is built alike from either. ``rehearsal_records``: a
+    rehearsal's (``node.rehearsals``) few records per batch or input partition, and no
+    dead letters (the running query sends them)."""
     if not wiring.sunion_in_query:
-        return read_source(spark, wiring.source)
+        return read_source(spark, wiring.source, max_per_batch=rehearsal_records)
     reader = (spark.readStream.format(SUNION_SOURCE)
               .option("config", wiring.sunion_config().model_dump_json(exclude_none=True))
               # A release is read in as many tasks as the session has cores (at most one
               # per input partition).
               .option("parallelism", str(spark.sparkContext.defaultParallelism)))
+    if rehearsal_records is not None:
+        reader = reader.option("read_limit", str(rehearsal_records)).option("dead_letters",
+                                                                            "false")
     for key, value in spark_kafka_options(wiring.source.bootstrap).items():
         if key != "kafka.bootstrap.servers":  # each input names its own cluster
             reader = reader.option(key, value)

@@ -40,11 +40,12 @@ def _restart(node: NodeProcess) -> None:
 
 
 def _failover(federation, nodes, spark, registry_module, mode: str, primary: str,
-              secondary: str, execution: str = "micro-batch") -> FailoverOutcome:
+              secondary: str, execution: str = "micro-batch",
+              sunion: str = "process") -> FailoverOutcome:
     with CatalogClient(federation.catalog_url) as catalog:
         outcome = run_failover(federation, registry_module, spark, catalog, mode, primary,
                                secondary, nodes[primary].kill, trace_every=TRACE_EVERY,
-                               execution=execution, **QUICK)
+                               execution=execution, sunion=sunion, **QUICK)
     _restart(nodes[primary])  # rejoins as a new incarnation, with no fragments
     return outcome
 
@@ -69,6 +70,16 @@ def test_a_real_time_fragment_resumes_on_the_secondary_exactly_once(
                         execution="real-time")
     assert outcome.executions == {"check": "real-time", "windows": "micro-batch"}, \
         outcome.executions
+    _assert_exactly_once(outcome)
+
+
+def test_a_fragment_with_its_sunion_in_the_query_resumes_exactly_once(
+        federation, nodes, spark, registry_module) -> None:
+    """``sunion: in-query``: the fragments' SUnions are their queries' sources, with the
+    input positions in the checkpoints; killed -9 with their node, they resume on the
+    secondary from those checkpoints (no SUnion process started there), every result once."""
+    outcome = _failover(federation, nodes, spark, registry_module, "passive", A2, A1,
+                        sunion="in-query")
     _assert_exactly_once(outcome)
 
 

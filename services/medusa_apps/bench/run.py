@@ -129,6 +129,8 @@ class _Figures:
     """The same filter fragment in Real-time Mode (where Spark has it)."""
     in_query: Throughput | None = None
     """The same filter fragment with its SUnion in the query (mean of two runs)."""
+    spark_filter: Throughput | None = None
+    """Plain Spark running the fragment's query: decode, filter, encode, Kafka."""
     direct: Throughput | None = None
     low_rate: Any = None
     latency: Any = None
@@ -222,6 +224,9 @@ def _spark_paths(bench: _Bench, got: _Figures) -> None:
         say("Spark: passthrough through a second topic (two queries at once)")
         got.two_hop = spark_paths.two_hop_passthrough(spark, bootstrap, source, records,
                                                       checkpoints)
+        say("Spark: plain Spark running the same filter (decode, filter, encode)")
+        spark_filters = [spark_paths.spark_filter(spark, bootstrap, registry, source, records,
+                                                  checkpoints)]
         say("Spark: the filter fragment with its SUnion")
         with RateProgress("filter fragment", total=float(records)) as progress:
             got.filtered = spark_paths.filter_fragment(
@@ -241,7 +246,11 @@ def _spark_paths(bench: _Bench, got: _Figures) -> None:
         say("Spark: the filter fragment with its SUnion in the query, again")
         in_query.append(spark_paths.filter_fragment(spark, endpoints, registry, source,
                                                     records, checkpoints, sunion_in_query=True))
-        got.in_query = replace(producers.mean_of(*in_query), name=in_query[0].name)
+        got.in_query = _mean_with_cpu(*in_query)
+        say("Spark: plain Spark running the same filter, again")
+        spark_filters.append(spark_paths.spark_filter(spark, bootstrap, registry, source,
+                                                      records, checkpoints))
+        got.spark_filter = _mean_with_cpu(*spark_filters)
         say("Spark: passthrough again")
         got.passthrough_again = replace(
             spark_paths.passthrough(spark, bootstrap, source, records, checkpoints),
@@ -468,6 +477,23 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     return result
 
 
+def _mean_with_cpu(first: Throughput, second: Throughput) -> Throughput:
+    """Two runs of one path as one figure, with their CPU seconds' mean."""
+    mean = producers.mean_of(first, second)
+    cpu = [float(run.details["cpu_s"]) for run in (first, second) if "cpu_s" in run.details]
+    return replace(mean, details={"cpu_s": round(sum(cpu) / 2, 3)} if len(cpu) == 2 else {})
+
+
+def _cpu_per_record_ratio(path: Throughput | None, spark: Throughput | None) -> float | None:
+    """CPU seconds per record of ``path`` over plain Spark's (the same records)."""
+    if path is None or spark is None:
+        return None
+    mine, theirs = path.details.get("cpu_s"), spark.details.get("cpu_s")
+    if not mine or not theirs:
+        return None
+    return round((mine / path.records) / (theirs / spark.records), 2)
+
+
 def _passthrough_mean(got: _Figures, records: int) -> Throughput | None:
     if got.passthrough is None or got.passthrough_again is None:
         return None
@@ -479,7 +505,8 @@ def _runs(got: _Figures, records: int) -> list[Throughput]:
     """The throughputs measured, in the order the report lists them."""
     return [run for run in (got.perf, got.bare, got.avro_client, got.medusa, got.consumer_perf,
                             got.passthrough, got.passthrough_again, got.two_hop, got.filtered,
-                            got.in_query, got.filtered_realtime, got.direct)
+                            got.in_query, got.spark_filter, got.filtered_realtime,
+                            got.direct)
             if run is not None]
 
 
@@ -497,6 +524,9 @@ def _ratios(got: _Figures, records: int) -> dict[str, float | None]:
         # With the SUnion in the query there is one Kafka hop and no SUnion process.
         "filter_in_query_over_passthrough": _ratio(got.in_query, passthrough_mean),
         "filter_in_query_over_filter": _ratio(got.in_query, got.filtered),
+        # Against plain Spark running the same decode, filter and encode (Spark's sink).
+        "filter_over_spark_filter": _ratio(got.filtered, got.spark_filter),
+        "filter_in_query_over_spark_filter": _ratio(got.in_query, got.spark_filter),
         # The stateless fragment's throughput in Real-time Mode against micro-batches: its
         # latency is not bought with throughput.
         "realtime_filter_over_passthrough": _ratio(got.filtered_realtime, passthrough_mean),
@@ -532,6 +562,20 @@ def _result(got: _Figures, runs: list[Throughput], records: int, hold_s: int, pa
         "records": records, "value_size": got.value_size, "parts": sorted(parts),
         "runs": [run.as_dict() for run in runs],
         "ratios": _ratios(got, records),
+        # CPU seconds per record of every process on a filter fragment's path (the JVM,
+        # its Python, the SUnion process) over plain Spark's for the same filter (goal: at
+        # most 1.3), with the SUnion a process (as deployed by default) and in the query.
+        "cpu": {
+            "fragment_over_spark_cpu_per_record":
+                _cpu_per_record_ratio(got.filtered, got.spark_filter),
+            "in_query_fragment_over_spark_cpu_per_record":
+                _cpu_per_record_ratio(got.in_query, got.spark_filter),
+            "fragment_cpu_s": got.filtered.details.get("cpu_s") if got.filtered else None,
+            "in_query_fragment_cpu_s": got.in_query.details.get("cpu_s")
+            if got.in_query else None,
+            "spark_filter_cpu_s": got.spark_filter.details.get("cpu_s")
+            if got.spark_filter else None,
+        },
         "sunion": {k: round(v, 3 if k == "ratio" else 1) for k, v in got.sunion.items()}
         if got.sunion else None,
         "linear_road": {
@@ -585,7 +629,7 @@ def _result(got: _Figures, runs: list[Throughput], records: int, hold_s: int, pa
     }
 
 
-PART_KEYS = {"producers": ("records", "value_size"), "sunion": ("sunion",),
+PART_KEYS = {"producers": ("records", "value_size"), "sunion": ("sunion",), "spark": ("cpu",),
              "linear-road": ("linear_road", "highest_xways_met"), "low-rate": ("fragment",),
              "latency": ("latency",),
              "move": ("move_pause", "migration"), "scale": ("scale",),

@@ -19,6 +19,10 @@ output holds every record:
 - the same fragment with its SUnion in the query (``sunion: in-query``): its Spark source
   reads the pre-filled topic and releases it in the same 1 s buckets, with no topic
   between them and no SUnion process;
+- plain Spark running the same filter on the decoded reports: Kafka, the Avro decoded,
+  the filter, the Avro encoded again in the wire format, Spark's Kafka sink (headers kept;
+  no envelope, transaction or deduplication): what the fragment's query would be without
+  Medusa;
 - the same fragment without its SUnion reads the pre-filled topic directly
   (``availableNow``; each record tagged as the fragment's input, as the SUnion
   would): what the SUnion's ordering costs on top of the query.
@@ -27,6 +31,7 @@ output holds every record:
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 import uuid
@@ -49,6 +54,7 @@ from medusa.producing import TupleProducer
 from medusa.schemas import schema_for_topic
 from medusa.settings import kafka_config, spark_kafka_options
 from medusa.topics import ensure_topics
+from medusa_apps.bench.cpu import CpuMeter, jvm_pid
 from medusa_apps.bench.producers import Throughput, position_reports
 from medusa_spark.fragment import (
     FragmentWiring,
@@ -140,6 +146,40 @@ def passthrough(spark: SparkSession, bootstrap: str, source: str, count: int,
     query.awaitTermination()
     elapsed = time.perf_counter() - started
     return Throughput("Spark passthrough (Kafka to Kafka)", count, elapsed, _phases(query))
+
+
+def spark_filter(spark: SparkSession, bootstrap: str, registry: SchemaRegistryClient,
+                 source: str, count: int, checkpoints: Path) -> Throughput:
+    """Plain Spark running the fragment's query alone: decode, filter, encode, Kafka."""
+    from pyspark.sql.avro.functions import to_avro
+
+    from medusa_spark.streams import wire_prefix
+    from medusa_spark.wire import decode_avro, schema_id
+
+    target = f"bench.spark-filter.{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka_config(bootstrap), [target], partitions=4)
+    registered = registry.get_latest_version(f"{source}-value")
+    if registered.schema_id is None:
+        raise RuntimeError(f"{source}: no schema registered for its values")
+    schema, writer_id = str(registered.schema.schema_str), int(registered.schema_id)
+    kafka = spark_kafka_options(bootstrap)
+    raw = (spark.readStream.format("kafka").options(**kafka).option("subscribe", source)
+           .option("startingOffsets", "earliest").option("includeHeaders", "true").load())
+    report = decode_avro(F.col("value"), schema)
+    decoded = raw.where(F.col("value").isNotNull() & (schema_id(F.col("value")) == writer_id)
+                        ).select("key", "headers", report.alias("report"))
+    kept = decoded.where(F.col("report.speed") >= 0)  # the fragment's predicate
+    encoded = kept.select("key", "headers", F.concat(
+        F.lit(wire_prefix(writer_id)), to_avro(F.col("report"), schema)).alias("value"))
+    meter = CpuMeter().watch([jvm_pid(spark), os.getpid()])
+    started = time.perf_counter()
+    query = (encoded.writeStream.format("kafka").options(**kafka).option("topic", target)
+             .option("checkpointLocation", str(checkpoints / target))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    return Throughput("Spark filter (Kafka, Avro decoded, filter, Avro encoded, Kafka)",
+                      count, elapsed, {**_phases(query), "cpu_s": meter.stop()})
 
 
 def two_hop_passthrough(spark: SparkSession, bootstrap: str, source: str, count: int,
@@ -240,8 +280,11 @@ def filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaR
     config = wiring.sunion_config()
     writer = fragment.writer()
     with tempfile.TemporaryDirectory(prefix="medusa-bench-sunion-") as folder:
+        meter = CpuMeter().watch([jvm_pid(spark), os.getpid()])
         started = time.perf_counter()
         sunion = None if sunion_in_query else SUnionProcess(config, Path(folder)).start()
+        if sunion is not None and sunion.process is not None:
+            meter.watch([sunion.process.pid])
         query = (build_fragment(fragment.plan, wiring, read_fragment_input(spark, wiring))
                  .writeStream.queryName(f"bench-filter-sunion-{uuid.uuid4().hex[:6]}")
                  .outputMode("append").foreachBatch(writer)
@@ -265,11 +308,13 @@ def filter_fragment(spark: SparkSession, endpoints: Endpoints, registry: SchemaR
             phases = _phases(query)
             query.stop()
             writer.close()
+            cpu_s = meter.stop()  # the SUnion's before it exits
             if sunion is not None:
                 sunion.stop()
     name = ("Medusa filter fragment, SUnion in the query (query + SOutput)" if sunion_in_query
             else "Medusa filter fragment (SUnion + query + SOutput)")
-    return Throughput(name, count, elapsed, {**fragment.sink.details(), **phases})
+    return Throughput(name, count, elapsed,
+                      {**fragment.sink.details(), **phases, "cpu_s": cpu_s})
 
 
 def filter_fragment_realtime(spark: SparkSession, endpoints: Endpoints,

@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 
 from medusa.settings import kafka_config
-from medusa_spark.fragment import FragmentWiring, build_fragment, read_source
+from medusa_spark.fragment import FragmentWiring, build_fragment, read_fragment_input
 from medusa_spark.fragment_writer import FragmentWriter, OutRecord
 from medusa_spark.network.execution import MICRO_BATCH
 from medusa_spark.network.validate import Plan
@@ -82,12 +82,13 @@ def rehearse(spark: SparkSession, plan: Plan, wiring: FragmentWiring,
              stop: threading.Event | None = None) -> bool:
     """Runs the fragment's query from a scratch checkpoint until it has written one batch
     with rows (or found none); True when it did. Raises what the query raised."""
-    if not _exists(wiring.source.bootstrap, wiring.source.topic):
+    if not wiring.sunion_in_query and not _exists(wiring.source.bootstrap,
+                                                  wiring.source.topic):
         return False  # the wiring makes it; a read of a missing one could have it made
     topics = [output.stream.topic for output in wiring.outputs.values()]
     writer = _RehearsalWriter(plan, wiring, sinks=[_Discarded(topics)])
-    frame = build_fragment(plan, wiring, read_source(spark, wiring.source,
-                                                     max_per_batch=REHEARSAL_RECORDS))
+    frame = build_fragment(plan, wiring, read_fragment_input(
+        spark, wiring, rehearsal_records=REHEARSAL_RECORDS))
     with tempfile.TemporaryDirectory(prefix="medusa-rehearsal-") as scratch:
         # Its planning and compiling (the query's own thread) give way to serving queries
         # too: a node rehearsing three fragments had slowed a scale step's rebuild beside.
@@ -96,7 +97,10 @@ def rehearse(spark: SparkSession, plan: Plan, wiring: FragmentWiring,
                           .queryName(f"{wiring.topic_prefix}{wiring.global_name}/rehearsal")
                           .outputMode("append").foreachBatch(writer)
                           .option("checkpointLocation", scratch)
-                          .trigger(availableNow=True).start())
+                          # The SUnion source reads on as records come (no availableNow).
+                          .trigger(**({"processingTime": "200 milliseconds"}
+                                      if wiring.sunion_in_query else {"availableNow": True}))
+                          .start())
         def has_read() -> bool:
             return any(p.numInputRows > 0 for p in query.recentProgress)
 

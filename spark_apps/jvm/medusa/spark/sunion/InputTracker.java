@@ -264,6 +264,7 @@ final class InputTracker implements AutoCloseable {
       String reason) {
     SourceConfig.Input input = config.input(inputName);
     deadLettered.incrementAndGet();
+    if (!config.deadLetters) return;
     LOG.warn("{}: dead letter from {} [{}] @{}: {}", config.fragment, input.topic,
         record.partition(), record.offset(), reason);
     List<Header> headers = new ArrayList<>();
@@ -324,6 +325,7 @@ final class InputTracker implements AutoCloseable {
     private final Map<String, Long> quietUntil = new HashMap<>();
     /** The most records a partition of this cluster had left to read at the last poll. */
     volatile long lag;
+    private final Map<TopicPartition, Long> readCounts = new HashMap<>();
 
     ClusterReader(String bootstrap, List<SourceConfig.Input> inputs) {
       this.bootstrap = bootstrap;
@@ -357,7 +359,13 @@ final class InputTracker implements AutoCloseable {
               continue;
             }
             ConsumerRecords<byte[], byte[]> records = c.poll(POLL);
-            for (TopicPartition tp : records.partitions()) take(byTopic.get(tp.topic()), records, tp);
+            for (TopicPartition tp : records.partitions()) {
+              take(byTopic.get(tp.topic()), records, tp);
+              if (config.readLimit > 0) {
+                long read = readCounts.merge(tp, (long) records.records(tp).size(), Long::sum);
+                if (read >= config.readLimit) c.pause(List.of(tp));
+              }
+            }
             long most = 0;
             for (TopicPartition tp : c.assignment()) {
               java.util.OptionalLong left = c.currentLag(tp);

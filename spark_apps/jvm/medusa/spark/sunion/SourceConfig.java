@@ -45,11 +45,19 @@ public final class SourceConfig implements Serializable {
   public final Map<String, String> kafka;
   /** The most tasks a release is read in (option {@code parallelism}; 2 by default). */
   public final int parallelism;
+  /** Records read of each partition at most, then it pauses (option {@code read_limit}; a
+   * rehearsal's; 0: no limit). */
+  public final long readLimit;
+  /** Whether unusable records are dead-lettered (option {@code dead_letters}; a
+   * rehearsal's are not: the running query's source sends them). */
+  public final boolean deadLetters;
 
   private SourceConfig(String fragment, List<Input> inputs, long bucketMs, Integer maxDelayMs,
       int[] partitionShare, Map<String, Map<Integer, Long>> startPositions,
-      Map<String, String> kafka, int parallelism) {
+      Map<String, String> kafka, int parallelism, long readLimit, boolean deadLetters) {
     this.parallelism = parallelism;
+    this.readLimit = readLimit;
+    this.deadLetters = deadLetters;
     this.fragment = fragment;
     this.inputs = Collections.unmodifiableList(inputs);
     this.bucketMs = bucketMs;
@@ -104,7 +112,9 @@ public final class SourceConfig implements Serializable {
     kafka.remove("bootstrap.servers");  // each input names its own cluster
     return new SourceConfig(config.path("fragment").asText("fragment"), inputs,
         config.path("bucket_ms").asLong(1000), delay.isNumber() ? delay.asInt() : null,
-        partitionShare, starts, kafka, parallelism(options.get("parallelism")));
+        partitionShare, starts, kafka, parallelism(options.get("parallelism")),
+        options.containsKey("read_limit") ? Long.parseLong(options.get("read_limit").trim()) : 0,
+        !"false".equalsIgnoreCase(options.getOrDefault("dead_letters", "true")));
   }
 
   private static int parallelism(String text) {
