@@ -53,6 +53,7 @@ from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import Any
 
+import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import SparkSession
 from rich.console import Console
@@ -478,7 +479,7 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
              xways: int, hold_s: int, checkpoints: Path, say: Callable[[str], None],
              drain_s: float | None = None, quiet_s: float = 15.0,
              rate_per_xway: int = PEAK_REPORTS_PER_S_PER_XWAY,
-             network_name: str = LINEAR_ROAD) -> StepResult:
+             network_name: str = LINEAR_ROAD, sunion: str = "process") -> StepResult:
     prefix = f"bench-lr{xways}-{uuid.uuid4().hex[:6]}."
     config = kafka_config(endpoints.bootstrap("alpha"))
     profile = profile_for(xways, hold_s, rate_per_xway)
@@ -493,7 +494,10 @@ def run_step(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistry
     transactions = [0]
     summary: dict[str, Any] | None = None
     definition = network_file(network_name)
-    network = parse_network(definition.read_text(), origin=str(definition))
+    text = definition.read_text()
+    if sunion != "process":  # the shipped network with its SUnions in the queries
+        text = yaml.safe_dump({**yaml.safe_load(text), "sunion": sunion}, sort_keys=False)
+    network = parse_network(text, origin=str(definition))
     run = LocalNetworkRun(spark, network, endpoints, registry, checkpoints, topic_prefix=prefix)
     with tempfile.TemporaryDirectory(prefix="medusa-bench-lr-") as scratch:
         lines = _Lines(Path(scratch) / "outputs.jsonl")
@@ -621,13 +625,14 @@ def _say_validation(step: StepResult, say: Callable[[str], None]) -> None:
 
 def run_floor(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
               hold_s: int, checkpoints: Path, say: Callable[[str], None],
-              network_name: str = LINEAR_ROAD) -> StepResult:
+              network_name: str = LINEAR_ROAD, sunion: str = "process") -> StepResult:
     """The network at ``FLOOR_REPORTS_PER_S`` (one expressway's traffic, a seventeenth of
     its rate), validated like a step: the latency the query gives when data costs next to
     nothing, i.e. the floor under every L."""
     say(f"Linear Road floor: {FLOOR_REPORTS_PER_S} position reports/s for {hold_s}s")
     step = run_step(spark, endpoints, registry, 1, hold_s, checkpoints / "floor", say,
-                    rate_per_xway=FLOOR_REPORTS_PER_S, network_name=network_name)
+                    rate_per_xway=FLOOR_REPORTS_PER_S, network_name=network_name,
+                    sunion=sunion)
     batch = step.breakdown.get("trigger_ms_p50")
     _say_validation(step, say)
     say(f"  floor: {describe(step)}; a batch takes {batch} ms (p50)")
@@ -636,15 +641,15 @@ def run_floor(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistr
 
 def run_steps(spark: SparkSession, endpoints: Endpoints, registry: SchemaRegistryClient,
               hold_s: int, max_xways: int, checkpoints: Path,
-              say: Callable[[str], None], network_name: str = LINEAR_ROAD
-              ) -> list[StepResult]:
+              say: Callable[[str], None], network_name: str = LINEAR_ROAD,
+              sunion: str = "process") -> list[StepResult]:
     """L = 1, 2, 3, ... up to ``max_xways``, stopping after the first step not met."""
     results: list[StepResult] = []
     for xways in range(1, max_xways + 1):
         say(f"Linear Road L={xways}: {xways * PEAK_REPORTS_PER_S_PER_XWAY:,} position "
             f"reports/s for {hold_s}s, after rising to it over {RAMP_S}s")
         step = run_step(spark, endpoints, registry, xways, hold_s, checkpoints / f"l{xways}",
-                        say, network_name=network_name)
+                        say, network_name=network_name, sunion=sunion)
         results.append(step)
         _say_validation(step, say)
         say(f"  L={xways}: {describe(step)}")

@@ -100,6 +100,8 @@ class _Bench:
     """The scratch folder of the Spark and Linear Road parts' checkpoints."""
     linear_road_network: str = "linear_road.yaml"
     """The shipped network the Linear Road steps run."""
+    linear_road_sunion: str = "process"
+    """Where its fragments' SUnions run (``sunion`` of the network)."""
     started: list[str] = field(default_factory=list)
     """The parts begun, in order: a run stopped with Ctrl-C keeps the figures of these."""
 
@@ -269,12 +271,14 @@ def _linear_road(bench: _Bench, got: _Figures) -> None:
     with _part("linear-road-floor", bench.errors, say):
         got.floor = linear_road_latency.run_floor(bench.spark, bench.endpoints, bench.registry,
                                                   min(bench.hold_s, 90), bench.scratch(), say,
-                                                  bench.linear_road_network)
+                                                  bench.linear_road_network,
+                                                  bench.linear_road_sunion)
     with _part("linear-road", bench.errors, say):
         got.steps = linear_road_latency.run_steps(bench.spark, bench.endpoints, bench.registry,
                                                   bench.hold_s, bench.max_xways,
                                                   bench.scratch(), say,
-                                                  bench.linear_road_network)
+                                                  bench.linear_road_network,
+                                                  bench.linear_road_sunion)
 
 
 def _move(bench: _Bench, got: _Figures) -> None:
@@ -443,7 +447,8 @@ def _run_step(step: _Step, bench: _Bench, got: _Figures) -> None:
 def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: bool,
             say: Callable[[str], None], state_mb: list[int] | None = None,
             failover: bool = True, only: Collection[str] | None = None,
-            linear_road_network: str = "linear_road.yaml") -> dict[str, Any]:
+            linear_road_network: str = "linear_road.yaml",
+            linear_road_sunion: str = "process") -> dict[str, Any]:
     parts = _parts(only, linear_road, state_mb, failover)
     settings = StackSettings()
     layout = recorded_layout(StackLayout.from_settings(settings))
@@ -452,7 +457,8 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
     registry = registry_client(endpoints.registry_url)
     say(f"parts: {', '.join(p for p in PARTS if p in parts)}")
     bench = _Bench(records, hold_s, max_xways, state_mb, say, {}, layout, endpoints,
-                   bootstrap, registry, linear_road_network=linear_road_network)
+                   bootstrap, registry, linear_road_network=linear_road_network,
+                   linear_road_sunion=linear_road_sunion)
     got = _measure(bench, parts)
     runs = _runs(got, records)
     for run in runs:
@@ -465,6 +471,7 @@ def run_all(out: Path, records: int, hold_s: int, max_xways: int, linear_road: b
                  if part != bench.started[-1] or holds_figures(result, part)}
         result["parts"] = sorted(parts)
     result["linear_road"]["network"] = linear_road_network
+    result["linear_road"]["sunion"] = linear_road_sunion
     result["measured_at"] = dict.fromkeys(sorted(parts), time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                         time.gmtime()))
     if (only or interrupted) and (out / "bench.json").exists():

@@ -27,6 +27,9 @@ def bench(
         help="The shipped Linear Road network the steps run: linear_road.yaml (the road one "
              "group, as the demo runs it) or linear_road_partitioned.yaml.")
                                    ] = "linear_road.yaml",
+    linear_road_sunion: Annotated[str, typer.Option(
+        help="Where the Linear Road network's SUnions run: process (as shipped) or "
+             "in-query (its fragments' Spark sources).")] = "process",
     out: Annotated[Path, typer.Option(help="Folder for JSON and plots.")] = Path("bench-results"),
     state_mb: Annotated[str, typer.Option(
         help="State sizes in MB for the migration benchmark, comma-separated (the "
@@ -55,9 +58,13 @@ def bench(
     if linear_road_network not in (LINEAR_ROAD, LINEAR_ROAD_PARTITIONED):
         raise _fail(f"--linear-road-network: expected {LINEAR_ROAD} or "
                     f"{LINEAR_ROAD_PARTITIONED}, got {linear_road_network!r}", 2)
+    if linear_road_sunion not in ("process", "in-query"):
+        raise _fail(f"--linear-road-sunion: expected process or in-query, got "
+                    f"{linear_road_sunion!r}", 2)
     try:
         run_all(out, records, hold, max_xways, linear_road, console.print, sizes, failover,
-                only=parts or None, linear_road_network=linear_road_network)
+                only=parts or None, linear_road_network=linear_road_network,
+                linear_road_sunion=linear_road_sunion)
     except KeyboardInterrupt:
         # bench.json holds an earlier run's interruptions too: this run's is this one.
         console.print(f"stopped; what was measured is in {out}/")
