@@ -38,4 +38,10 @@ def in_query_state(progress: dict[str, Any], fragment: str) -> dict[str, Any]:
         "dead_lettered": _number(metrics.get("deadLettered")) or 0,
         "transactions": _number(metrics.get("releases")) or 0,
         "lag": _number(metrics.get("maxOffsetsBehindLatest")) or 0,
+        "failed_inputs": _names(metrics.get("failedInputs")),
+        "waiting_for_inputs": _names(metrics.get("waitingForInputs")),
     }
+
+
+def _names(text: str | None) -> list[str]:
+    return [name for name in (text or "").split(",") if name]

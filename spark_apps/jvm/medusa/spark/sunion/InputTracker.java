@@ -194,6 +194,16 @@ final class InputTracker implements AutoCloseable {
     metrics.put("tentativeReleases", String.valueOf(tentativeReleases));
     metrics.put("redos", String.valueOf(redos));
     metrics.put("partitions", String.valueOf(buckets.partitions.size()));
+    List<String> failedInputs = new ArrayList<>();
+    for (Buckets.Key key : buckets.failed) failedInputs.add(key.toString());
+    java.util.Collections.sort(failedInputs);
+    metrics.put("failedInputs", String.join(",", failedInputs));
+    List<String> unknown = new ArrayList<>();
+    for (SourceConfig.Input input : config.inputs) {
+      if (!inputsKnown.contains(input.name)) unknown.add(input.name);
+    }
+    // Inputs whose partitions could not be listed yet: nothing is released before.
+    metrics.put("waitingForInputs", String.join(",", unknown));
     long behind = 0;
     for (ClusterReader reader : readers) behind = Math.max(behind, reader.lag);
     // Named as Spark's Kafka source names it: what the node's status reads as lag.
