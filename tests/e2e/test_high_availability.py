@@ -73,6 +73,7 @@ def test_a_real_time_fragment_resumes_on_the_secondary_exactly_once(
     _assert_exactly_once(outcome)
 
 
+@pytest.mark.scenario  # `make test-scenarios`: another full failover, the suite's time
 def test_a_fragment_with_its_sunion_in_the_query_resumes_exactly_once(
         federation, nodes, spark, registry_module) -> None:
     """``sunion: in-query``: the fragments' SUnions are their queries' sources, with the

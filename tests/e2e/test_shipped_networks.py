@@ -80,7 +80,9 @@ def _reading(value: dict) -> SensorReading:
     return SensorReading(**{**value, "measured_at": at})
 
 
-@pytest.mark.parametrize("sunion", ["process", "in-query"])
+# The in-query variant is a long scenario (`make test-scenarios`): the suite's time.
+@pytest.mark.parametrize("sunion", ["process",
+                                    pytest.param("in-query", marks=pytest.mark.scenario)])
 @pytest.mark.parametrize("network_file", sorted(INPUTS))
 def test_a_shipped_network_deploys_with_default_placement_and_answers(
         network_file, sunion, alpha_beta_nodes, federation, registry, tmp_path) -> None:

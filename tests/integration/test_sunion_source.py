@@ -101,9 +101,15 @@ def test_a_fragment_reads_its_inputs_through_the_sunion_in_its_query(
         bad.produce(topic, value=b"\x07not avro",
                     headers=Envelope(TupleType.STABLE, "poison", at(25)).headers())
         bad.flush(10)
-        run.wait_until_quiet(timeout_s=300)
+        query = run.runs[0].query
+
+        def settled() -> bool:
+            state = in_query_state(query.lastProgress or {}, "t")
+            return state.get("dead_lettered") == 2 and any(
+                r.tuple_id == "r-21" for r in _results(config, registry, out))
+        wait_for("r-21 written and both records dead-lettered", settled, 120)
         found = _results(config, registry, out)
-        progress = run.runs[0].query.lastProgress
+        progress = query.lastProgress
     stable = [r for r in found if r.type is TupleType.STABLE]
     assert sorted(r.value["vid"] for r in stable) == \
         sorted([s for s in range(20) if s % 4] + [21]), "each moving car once, in order"
@@ -231,7 +237,9 @@ def test_a_cut_link_holds_the_release_back_and_never_fails_the_query(
             links.partition("alpha", "beta")
             for value in range(3, 6):
                 second(value)
-            run.wait_until_quiet(timeout_s=120)
+            query = run.runs[0].query
+            wait_for("alpha's seconds 3 to 5 read and held", lambda: in_query_state(
+                query.lastProgress or {}, "t").get("held_tuples", 0) >= 3, 120)
             during = [r for r in _results(alpha, registry, out) if r.type is TupleType.STABLE]
             assert run.runs[0].query.isActive and run.runs[0].failure() is None
             assert max(r.stime for r in during) < at(3), "nothing past beta's last boundary"
