@@ -214,7 +214,8 @@ def cli_page() -> str:
             if record is None:
                 continue
             declaration, help_text = record
-            row = [code(declaration), cell(help_text)]
+            # A help's own "[default: ...]" is escaped from Rich's markup in --help.
+            row = [code(declaration), cell(help_text.replace("\\[", "["))]
             (options if param.param_type_name == "option" else arguments).append(row)
         if arguments:
             section.append("Arguments:\n\n" + table(["argument", "help"], arguments))

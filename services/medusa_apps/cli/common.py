@@ -55,10 +55,10 @@ def _spark(app_name: str, master: str = "local[2]") -> SparkSession:
 
 
 RunDirOpt = Annotated[Path | None, typer.Option(
-    "--run-dir", help="Data and logs [default: MEDUSA_RUN_DIR or <repo>/.run].")]
+    "--run-dir", help="Data and logs \\[default: MEDUSA_RUN_DIR or <repo>/.run].")]
 JsonSummaryOpt = Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")]
 ParticipantOpt = Annotated[str | None, typer.Option(
-    "--participant", "-p", help="Participant whose Kafka cluster to use [default: the first].")]
+    "--participant", "-p", help="Participant whose Kafka cluster to use \\[default: the first].")]
 
 
 def _stack_settings(**overrides: Any) -> StackSettings:

@@ -78,9 +78,9 @@ def contract_propose(
         help="How long a period is (30s, 10m, 1h): load is paid per period, and a revoked "
              "contract ends with its period.")] = "1h",
     by: Annotated[str | None, typer.Option(
-        help="The proposing party (ORIGIN or HOST) [default: ORIGIN].")] = None,
+        help="The proposing party (ORIGIN or HOST) \\[default: ORIGIN].")] = None,
     name: Annotated[str | None, typer.Option(
-        help="The contract's name under the proposer [default: ORIGIN-HOST-N].")] = None,
+        help="The contract's name under the proposer \\[default: ORIGIN-HOST-N].")] = None,
 ) -> None:
     """Propose a contract; it is active once the other party accepts it."""
     from medusa import contracts

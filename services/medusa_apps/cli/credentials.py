@@ -20,7 +20,7 @@ def credentials_init(
                       "each participant's brokers, the registry).")],
     owner: Annotated[str | None, typer.Option(
         help="UID:GID to own the files (the containers' user), readable by it and its "
-             "group only [default: the caller, readable by it only].")] = None,
+             "group only \\[default: the caller, readable by it only].")] = None,
 ) -> None:
     """Make the federation's secrets, or keep the ones made before, split by who holds
     them: each participant's parts get only that participant's."""

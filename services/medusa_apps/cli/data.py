@@ -230,7 +230,8 @@ def consume(
     topic: Annotated[str, typer.Argument(help="Topic to read.")],
     count: Annotated[int, typer.Option(min=1, help="Stop after this many tuples.")] = 10,
     timeout: Annotated[float, typer.Option(min=0.1, help="Give up after seconds.")] = 30.0,
-    group: Annotated[str | None, typer.Option(help="Consumer group [default: a new one].")] = None,
+    group: Annotated[str | None, typer.Option(
+        help="Consumer group \\[default: a new one].")] = None,
     participant: ParticipantOpt = None,
 ) -> None:
     """Print decoded tuples (type, id, stime, value); undecodable records go to <topic>.dlq."""

@@ -184,7 +184,7 @@ def fault_slow(
 
 
 def fault_heal(
-    first: Annotated[str | None, typer.Argument(help="A participant [default: every link].")
+    first: Annotated[str | None, typer.Argument(help="A participant \\[default: every link].")
                      ] = None,
     second: Annotated[str | None, typer.Argument(help="The other participant.")] = None,
 ) -> None:

@@ -126,7 +126,7 @@ def scale(
     to: Annotated[int, typer.Option("--to", help="How many instances to run it as (1 to 16).")],
     nodes: Annotated[str, typer.Option(
         help="Nodes for the instances, comma-separated participant/node (instance i goes "
-             "to the i-th, round robin) [default: the participant's running nodes, fewest "
+             "to the i-th, round robin) \\[default: the participant's running nodes, fewest "
              "fragments first].")] = "",
     timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for the step.")
                        ] = 300.0,

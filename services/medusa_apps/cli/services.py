@@ -9,8 +9,13 @@ from typing import Annotated
 
 import typer
 
-from medusa.settings import StackSettings
+from medusa.settings import HaSettings, StackSettings
 from medusa_apps.cli.common import _fail, console
+
+
+def _ha_default(field: str) -> str:
+    """An HA setting's default as its help shows it: read from the settings, never stale."""
+    return f"{HaSettings.model_fields[field].default:g}"
 
 
 def _service_logging() -> None:
@@ -35,10 +40,10 @@ def node(
     checkpoint_root: Annotated[str | None, typer.Option(
         help="Checkpoint root: a path here, or a shared store's URI (hdfs://..., s3a://...), "
              "from which another node resumes a fragment in place "
-             "[default: <run dir>/checkpoints/<participant>/<name>].")] = None,
+             "\\[default: <run dir>/checkpoints/<participant>/<name>].")] = None,
     heartbeat_interval: Annotated[float | None, typer.Option(
-        min=0.01, help="Seconds between heartbeats [default: MEDUSA_HA_HEARTBEAT_INTERVAL_S, "
-                       "else 0.5].")] = None,
+        min=0.01, help="Seconds between heartbeats \\[default: MEDUSA_HA_HEARTBEAT_INTERVAL_S, "
+                       f"else {_ha_default('heartbeat_interval_s')}].")] = None,
     realtime_slots: Annotated[int, typer.Option(
         min=0, help="Spark task slots on top of a local[N] master for fragments in Real-time "
                     "Mode, each of which holds one per reader of its input for good "
@@ -46,7 +51,7 @@ def node(
                     "free slots runs on micro-batches.")] = 2,
     capacity: Annotated[float | None, typer.Option(
         min=0.01, help="Processing slots, in the unit of a fragment's load (BPM prices load "
-                       "against it) [default: measured, Spark's cores].")] = None,
+                       "against it) \\[default: measured, Spark's cores].")] = None,
 ) -> None:
     """Run a node: a SparkSession hosting the fragments the catalog places on it, until stopped."""
     import signal
@@ -111,22 +116,25 @@ def node(
 
 def detector(
     participant: Annotated[list[str] | None, typer.Option(
-        help="Watch this participant's nodes (repeatable) [default: every participant].")
+        help="Watch this participant's nodes (repeatable) \\[default: every participant].")
                            ] = None,
     policy: Annotated[str | None, typer.Option(
-        help="timeout or phi [default: MEDUSA_HA_POLICY, else phi].")] = None,
+        help="timeout or phi \\[default: MEDUSA_HA_POLICY, else phi].")] = None,
     acceptable_pause: Annotated[float | None, typer.Option(
         min=0.0, help="Seconds of silence a slow but live node may show "
-                      "[default: MEDUSA_HA_ACCEPTABLE_PAUSE_S, else 3].")] = None,
+                      "\\[default: MEDUSA_HA_ACCEPTABLE_PAUSE_S, else "
+                      f"{_ha_default('acceptable_pause_s')}].")] = None,
     suspect_after: Annotated[float | None, typer.Option(
         min=0.01, help="timeout policy: seconds of silence before suspicion "
-                       "[default: MEDUSA_HA_SUSPECT_AFTER_S, else 1.5].")] = None,
+                       "\\[default: MEDUSA_HA_SUSPECT_AFTER_S, else "
+                       f"{_ha_default('suspect_after_s')}].")] = None,
     phi_failed: Annotated[float | None, typer.Option(
         min=0.1, help="phi policy: phi at which a node is declared failed "
-                      "[default: MEDUSA_HA_PHI_FAILED, else 8].")] = None,
+                      "\\[default: MEDUSA_HA_PHI_FAILED, else "
+                      f"{_ha_default('phi_failed')}].")] = None,
     port: Annotated[int | None, typer.Option(
         min=1024, max=65535, help="HTTP port of /health and /nodes "
-                                  "[default: MEDUSA_DETECTOR_PORT or 18091].")] = None,
+                                  "\\[default: MEDUSA_DETECTOR_PORT or 18091].")] = None,
     host: Annotated[str, typer.Option(help="Address the HTTP port binds.")] = "127.0.0.1",
 ) -> None:
     """Run the failure detector: heartbeats in, failures and takeovers into the catalog."""
@@ -283,10 +291,10 @@ def autoscale(
 
 def schemas_gateway(
     port: Annotated[int | None, typer.Option(
-        min=1024, max=65535, help="HTTP port [default: MEDUSA_REGISTRY_PORT or 18081].")] = None,
+        min=1024, max=65535, help="HTTP port \\[default: MEDUSA_REGISTRY_PORT or 18081].")] = None,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     upstream: Annotated[str | None, typer.Option(
-        help="The registry it guards [default: http://127.0.0.1:MEDUSA_REGISTRY_INTERNAL_PORT]."
+        help="The registry it guards \\[default: http://127.0.0.1:MEDUSA_REGISTRY_INTERNAL_PORT]."
     )] = None,
 ) -> None:
     """Serve the registry's front door: reads open, writes only with a participant's token."""
@@ -328,10 +336,10 @@ def console_command(
 
 def catalog_serve(
     port: Annotated[int | None, typer.Option(
-        min=1024, max=65535, help="HTTP port [default: MEDUSA_CATALOG_PORT or 18090].")] = None,
+        min=1024, max=65535, help="HTTP port \\[default: MEDUSA_CATALOG_PORT or 18090].")] = None,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     home: Annotated[str | None, typer.Option(
-        help="Participant whose Kafka keeps the catalog topic [default: the first].")] = None,
+        help="Participant whose Kafka keeps the catalog topic \\[default: the first].")] = None,
     topic: Annotated[str, typer.Option(help="The compacted topic that holds the state.")
                      ] = "medusa.catalog",
     access: Annotated[bool, typer.Option(

@@ -14,14 +14,14 @@ from medusa_apps.cli.common import RunDirOpt, _fail, _stack_settings, console
 
 ParticipantsOpt = Annotated[int | None, typer.Option(
     "--participants", min=1, max=8,
-    help="Participants (Kafka clusters) [default: MEDUSA_STACK_PARTICIPANTS or 2].")]
+    help="Participants (Kafka clusters) \\[default: MEDUSA_STACK_PARTICIPANTS or 2].")]
 KafkaPortOpt = Annotated[int | None, typer.Option(
     "--kafka-base-port", min=1024, max=65000,
     help="First participant's broker port; the next ones add 10 "
-         "[default: MEDUSA_KAFKA_BASE_PORT or 19092].")]
+         "\\[default: MEDUSA_KAFKA_BASE_PORT or 19092].")]
 RegistryPortOpt = Annotated[int | None, typer.Option(
     "--registry-port", min=1024, max=65535,
-    help="Schema registry port [default: MEDUSA_REGISTRY_PORT or 18081].")]
+    help="Schema registry port \\[default: MEDUSA_REGISTRY_PORT or 18081].")]
 
 
 def install() -> None:
@@ -49,7 +49,7 @@ def up(participants: ParticipantsOpt = None, kafka_base_port: KafkaPortOpt = Non
        brokers: Annotated[int | None, typer.Option(
            min=1, max=5, help="Brokers per participant's Kafka cluster, each also a KRaft "
                               "controller; 3 gives every topic 3 replicas, 2 in sync "
-                              "[default: MEDUSA_KAFKA_BROKERS or 1].")] = None) -> None:
+                              "\\[default: MEDUSA_KAFKA_BROKERS or 1].")] = None) -> None:
     """Start the local federation: one Kafka cluster per participant, the registry, Jaeger,
     the catalog, the failure detector and each participant's BPM agent."""
     from medusa.stack.install import install as run_install
