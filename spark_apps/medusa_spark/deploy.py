@@ -692,16 +692,15 @@ def move(catalog: CatalogClient, name: str, target: str, timeout_s: float = 300.
 
 
 def refuse_sunion_in_query(catalog: CatalogClient, network: str, what: str) -> None:
-    """Moves and scale steps do not yet hand a fragment over with its SUnion in the query
-    (``sunion: in-query``): refused before anything changes."""
+    """A move of a fragment whose SUnion runs in its query is refused before anything
+    changes (``NetworkSpec.sunion_in_query_refusal``)."""
     entry = catalog.get(Kind.NETWORKS, network)
     if entry is None:
         return
     spec = parse_network(entry.spec["definition"], origin=f"network {network}")
-    if spec.sunion == "in-query":
-        raise CatalogError(f"network {network} runs its SUnions in the query (sunion: "
-                           f"in-query): its fragments cannot be {what} yet; redeploy it "
-                           "with sunion: process to do so")
+    refusal = spec.sunion_in_query_refusal(network, what)
+    if refusal is not None:
+        raise CatalogError(refusal)
 
 
 def _runs_real_time(catalog: CatalogClient, entry: Entry) -> bool:

@@ -216,10 +216,9 @@ def scale(catalog: CatalogClient, endpoints: Endpoints, name: str, count: int,
     if entry is None:
         raise ScaleError(f"no network {network} in the catalog")
     spec = parse_network(entry.spec["definition"], origin=f"network {network}")
-    if spec.sunion == "in-query":
-        raise ScaleError(f"network {network} runs its SUnions in the query (sunion: "
-                         "in-query): its fragments cannot be scaled yet; redeploy it with "
-                         "sunion: process to do so")
+    refusal = spec.sunion_in_query_refusal(network, "scaled")
+    if refusal is not None:
+        raise ScaleError(refusal)
     old = instances_of(catalog, network, fragment)
     if not old:
         raise ScaleError(f"no fragment {network}/{fragment} in the catalog")

@@ -145,20 +145,20 @@ class StatelessLatency:
     def microbatch_fragment_over_spark_microbatch(self, path: str = "fragment"
                                                   ) -> float | None:
         """A micro-batch fragment's p50 over plain Spark's micro-batch p50."""
-        fragment = self.paths.get(path)
-        micro = self.paths.get("spark_microbatch")
-        if fragment is None or micro is None or not fragment.p50_ms or not micro.p50_ms:
-            return None
-        return round(fragment.p50_ms / micro.p50_ms, 1)
+        return _p50_over(self.paths.get(path), self.paths.get("spark_microbatch"))
 
     def fragment_over_spark_realtime(self) -> float | None:
         """The fragment's p50 over plain Spark's in Real-time Mode: the real-time
         fragment's where it runs, else the micro-batch one's."""
-        fragment = self.paths.get("fragment_realtime") or self.paths.get("fragment")
-        real = self.paths.get("spark_realtime")
-        if fragment is None or real is None or not fragment.p50_ms or not real.p50_ms:
-            return None
-        return round(fragment.p50_ms / real.p50_ms, 1)
+        return _p50_over(self.paths.get("fragment_realtime") or self.paths.get("fragment"),
+                         self.paths.get("spark_realtime"))
+
+
+def _p50_over(path: PathLatency | None, other: PathLatency | None) -> float | None:
+    """``path``'s p50 over ``other``'s, one decimal; None when either has none."""
+    if path is None or other is None or not path.p50_ms or not other.p50_ms:
+        return None
+    return round(path.p50_ms / other.p50_ms, 1)
 
 
 def measure_in_phases(spark: SparkSession, endpoints: Endpoints,

@@ -135,6 +135,15 @@ class NetworkSpec(BaseModel):
                              f"{active[0]!r}): use ha 'passive', or sunion 'process'")
         return self
 
+    def sunion_in_query_refusal(self, network: str, what: str) -> str | None:
+        """Why this network's fragments cannot be ``what`` (moved, scaled) yet: moves and
+        scale steps do not hand over a fragment whose SUnion runs in its query; None when
+        they can."""
+        if self.sunion != "in-query":
+            return None
+        return (f"network {network} runs its SUnions in the query (sunion: in-query): its "
+                f"fragments cannot be {what} yet; redeploy it with sunion: process to do so")
+
     def intermediate_topic(self, box: str) -> str:
         return f"medusa.{self.name}.{box}"
 

@@ -53,6 +53,16 @@ public final class BatchReader implements PartitionReader<InternalRow> {
     return Math.floorMod(input.hashCode() * 31 + partition, slices);
   }
 
+  /** A release's tuples by slice, each in the release's order. */
+  static List<List<Buckets.Held>> slices(List<Buckets.Held> tuples, int slices) {
+    List<List<Buckets.Held>> out = new ArrayList<>(slices);
+    for (int slice = 0; slice < slices; slice++) out.add(new ArrayList<>());
+    for (Buckets.Held held : tuples) {
+      out.get(slices == 1 ? 0 : sliceOf(held.input, held.partition, slices)).add(held);
+    }
+    return out;
+  }
+
   /** How many slices a release is read in: one per input partition it read, at most
    * {@code parallelism}. */
   static int slicesOf(SUnionOffset offset, int parallelism) {
@@ -86,17 +96,14 @@ public final class BatchReader implements PartitionReader<InternalRow> {
   BatchReader(Batch batch) {
     SUnionOffset offset = SUnionOffset.parse(batch.offset);
     Buckets.ReleaseKind kind = kindOf(offset.kind);
-    Map<Long, Buckets.Release> kept = InputTracker.RELEASES.get(batch.sourceKey);
-    Buckets.Release release = kept == null ? null : kept.get(offset.seq);
-    List<Buckets.Held> tuples = release != null ? release.tuples
+    Map<Long, List<List<Buckets.Held>>> kept = InputTracker.RELEASES.get(batch.sourceKey);
+    List<List<Buckets.Held>> release = kept == null ? null : kept.get(offset.seq);
+    fromMemory = release != null && release.size() == batch.slices;
+    List<Buckets.Held> tuples = fromMemory ? release.get(batch.slice)
         : read(batch.config, offset, batch.slice, batch.slices);
-    fromMemory = release != null;
     if (!fromMemory) READ_FROM_KAFKA.incrementAndGet();
-    List<InternalRow> out = new ArrayList<>(tuples.size() / batch.slices + 1);
+    List<InternalRow> out = new ArrayList<>(tuples.size() + 1);
     for (Buckets.Held held : tuples) {
-      if (batch.slices > 1 && sliceOf(held.input, held.partition, batch.slices) != batch.slice) {
-        continue;
-      }
       @SuppressWarnings("unchecked")
       ConsumerRecord<byte[], byte[]> record = (ConsumerRecord<byte[], byte[]>) held.payload;
       out.add(Records.tupleRow(record, held.input, kind, offset.epoch));

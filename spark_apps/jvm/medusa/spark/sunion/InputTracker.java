@@ -42,8 +42,10 @@ final class InputTracker implements AutoCloseable {
   static final long METADATA_EVERY_MS = 5000;
   static final Duration POLL = Duration.ofMillis(20);
 
-  /** The releases this JVM's tasks read from memory, by source and release. */
-  static final Map<String, Map<Long, Buckets.Release>> RELEASES = new ConcurrentHashMap<>();
+  /** The releases this JVM's tasks read from memory, by source and release: each one's
+   * tuples split into the slices its tasks read ({@link BatchReader#sliceOf}). */
+  static final Map<String, Map<Long, List<List<Buckets.Held>>>> RELEASES =
+      new ConcurrentHashMap<>();
 
   private final SourceConfig config;
   private final String sourceKey;
@@ -136,9 +138,11 @@ final class InputTracker implements AutoCloseable {
     flushDeadLetters();
     Map<String, Map<String, long[]>> ranges = new LinkedHashMap<>();
     if (!reannouncement) {
+      Map<String, Map<Integer, Buckets.Restored>> resumes = new HashMap<>();
       for (Map.Entry<Buckets.Key, Buckets.PartitionState> entry : buckets.partitions.entrySet()) {
         Buckets.Key key = entry.getKey();
-        long from = resumeIn(last.positions, key);
+        long from = resumeIn(resumes.computeIfAbsent(key.input,
+            input -> Buckets.restoredPartitions(last.positions, input)), key);
         long to = entry.getValue().nextOffset;
         if (to > from) {
           ranges.computeIfAbsent(key.input, i -> new LinkedHashMap<>())
@@ -152,7 +156,8 @@ final class InputTracker implements AutoCloseable {
     SUnionOffset next = new SUnionOffset(last.seq + 1, release.kind.value, release.epoch,
         fromStime, release.through, ranges, release.positions);
     if (!reannouncement) {
-      RELEASES.get(sourceKey).put(next.seq, release);
+      RELEASES.get(sourceKey).put(next.seq, BatchReader.slices(release.tuples,
+          BatchReader.slicesOf(next, config.parallelism)));
       releases++;
       if (release.kind == Buckets.ReleaseKind.TENTATIVE) tentativeReleases++;
       if (release.kind == Buckets.ReleaseKind.REDO) {
@@ -165,18 +170,18 @@ final class InputTracker implements AutoCloseable {
     return next;
   }
 
-  /** Where {@code key} was to be read from after the release whose positions these are. */
-  private long resumeIn(Map<String, Object> positions, Buckets.Key key) {
-    Buckets.Restored restored = Buckets.restoredPartitions(positions, key.input)
-        .get(key.partition);
-    if (restored != null) return restored.resume;
+  /** Where {@code key} was to be read from after the last release ({@code restored}: its
+   * input's partitions in that release's positions). */
+  private long resumeIn(Map<Integer, Buckets.Restored> restored, Buckets.Key key) {
+    Buckets.Restored resume = restored.get(key.partition);
+    if (resume != null) return resume.resume;
     Long start = startOffsets.get(key);
     return start == null ? 0 : start;
   }
 
   /** The releases up to {@code seq} are in Spark's commit log: no task reads them again. */
   void committed(long seq) {
-    Map<Long, Buckets.Release> releasesOfSource = RELEASES.get(sourceKey);
+    Map<Long, List<List<Buckets.Held>>> releasesOfSource = RELEASES.get(sourceKey);
     if (releasesOfSource != null) releasesOfSource.keySet().removeIf(s -> s <= seq);
   }
 
